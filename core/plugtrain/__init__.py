@@ -1,0 +1,98 @@
+"""plugtrain: train PyTorch models from YAML or Python; every component is a plugin found by name.
+
+Importing this package is cheap: it does not import torch. Names such as ``Trainer``,
+``optim`` or ``partition_params_group_with_tags`` are imported on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from plugtrain.errors import (
+    BackendError,
+    ConfigError,
+    ConfigIssue,
+    DuplicateNameError,
+    PluginLoadError,
+    PlugtrainError,
+    UnknownNameError,
+)
+from plugtrain.hookspecs import hookimpl
+from plugtrain.plugins import get_plugin_manager, get_registry
+from plugtrain.registry import Component, ComponentInfo, PluginInfo, Registry
+from plugtrain.schema import arg
+
+if TYPE_CHECKING:
+    from plugtrain import optim
+    from plugtrain.backends import backend
+
+__version__ = "0.1.0"
+
+PLUGIN_API_VERSION = "1.0"
+"""Version of the plugin contract in :mod:`plugtrain.hookspecs` (major changes break plugins)."""
+
+__all__ = [
+    "PLUGIN_API_VERSION",
+    "BackendError",
+    "Component",
+    "ComponentInfo",
+    "ConfigError",
+    "ConfigIssue",
+    "DuplicateNameError",
+    "PluginInfo",
+    "PluginLoadError",
+    "PlugtrainError",
+    "Registry",
+    "UnknownNameError",
+    "__version__",
+    "arg",
+    "backend",
+    "describe",
+    "get_plugin_manager",
+    "get_registry",
+    "hookimpl",
+    "names",
+    "optim",
+    "resolve",
+]
+
+
+def resolve(kind: str, name: str) -> Any:
+    """The implementation registered as ``name`` of ``kind``, imported on first use.
+
+    :param kind: ``"optimizer"``, ``"scheduler"``, ``"backend"``, ``"model"`` or ``"dataloader"``.
+    :param name: as users write it; matched exactly, else case-insensitively when unique; a
+        provider prefix picks one of several providers: ``"plugtrain-optimizers:SGD"``.
+    :raises UnknownNameError: with close matches and the installed providers.
+    :raises DuplicateNameError: when two plugins provide ``name`` and none was chosen.
+    """
+    return get_registry().resolve(kind, name)
+
+
+def names(kind: str) -> list[str]:
+    """The sorted names registered for ``kind``; imports no implementation."""
+    return get_registry().names(kind)
+
+
+def describe(kind: str, name: str) -> ComponentInfo:
+    """Provider, version, summary and arguments of a component; imports no implementation."""
+    return get_registry().describe(kind, name)
+
+
+_LAZY = {
+    "optim": ("plugtrain.optim", None),
+    "backend": ("plugtrain.backends", "backend"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        message = f"module 'plugtrain' has no attribute {name!r}"
+        raise AttributeError(message) from None
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value

@@ -1,0 +1,28 @@
+"""The core's own plugin: models and data loaders that need no download.
+
+Registered like any other plugin (under the name ``builtin``; block it with ``-p no:builtin``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from plugtrain.builtin import schemas
+from plugtrain.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from plugtrain.registry import ComponentRegistrar
+
+
+@hookimpl
+def plugtrain_register_models(registry: ComponentRegistrar) -> None:
+    """Register the built-in models."""
+    registry.register("MLP", "plugtrain.builtin.models:MLP", schema=schemas.MLPArgs)
+
+
+@hookimpl
+def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
+    """Register the built-in data loaders."""
+    registry.register(
+        "Synthetic", "plugtrain.builtin.data:synthetic_loader", schema=schemas.SyntheticArgs
+    )

@@ -1,0 +1,35 @@
+"""Argument schemas of the built-in models and data loaders (torch-free)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from plugtrain.schema import arg
+
+
+@attrs.frozen
+class MLPArgs:
+    """A multi-layer perceptron: Linear layers with ReLU between them, for classification."""
+
+    in_features: int = arg(help="size of each input vector", gt=0)
+    out_features: int = arg(help="number of classes (size of the output)", gt=0)
+    hidden: int = arg(128, help="width of each hidden layer", gt=0)
+    depth: int = arg(1, help="number of hidden layers", ge=0)
+    dropout: float = arg(0.0, help="dropout probability after each hidden layer", ge=0, lt=1)
+    layer_norm: bool = arg(False, help="apply LayerNorm before each activation")
+
+
+@attrs.frozen
+class SyntheticArgs:
+    """Seeded random classification data: normal inputs, labels from a fixed linear map."""
+
+    batch_size: int = arg(help="examples per batch", gt=0)
+    num_examples: int = arg(1024, help="size of the data set", gt=0)
+    in_features: int = arg(64, help="size of each input vector", gt=0)
+    num_classes: int = arg(10, help="number of classes", gt=1)
+    split: Literal["train", "val"] = arg("train", help="which split (different seeds)")
+    shuffle: bool | None = arg(None, help="shuffle each epoch (default: only the train split)")
+    seed: int = arg(0, help="seed of the data (not of the shuffling)", ge=0)
+    drop_last: bool = arg(False, help="drop the last incomplete batch")

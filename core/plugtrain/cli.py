@@ -1,0 +1,237 @@
+"""The ``plugtrain`` command (also ``python -m plugtrain``).
+
+Listing commands (``list``, ``show``, ``plugins``) never import torch or any implementation.
+Errors are printed without a traceback (``--traceback`` shows it); configuration errors exit 2,
+other errors 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from plugtrain import plugins
+from plugtrain.errors import ConfigError, PlugtrainError
+from plugtrain.kinds import KINDS
+from plugtrain.registry import Component, ComponentInfo, Registry
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CONFIG = 2
+
+Command = Callable[[argparse.Namespace, Registry, TextIO], int]
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    settings = plugins.PluginSettings.from_env(args.plugin)
+    plugins.reset(settings)
+    return plugins.get_registry()
+
+
+# -- list ------------------------------------------------------------------------------------
+
+
+def _cmd_list(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    components = registry.components(args.kind)
+    if args.json:
+        rows = [_list_row(c) for c in components]
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+        return EXIT_OK
+    rows = [_list_row(c) for c in components]
+    table = [
+        (r["name"], r["kind"], r["provider"] or "", r["version"] or "", r["summary"]) for r in rows
+    ]
+    _print_table(("NAME", "KIND", "PROVIDER", "VERSION", "SUMMARY"), table, out)
+    if not rows:
+        wanted = KINDS[args.kind].distribution if args.kind else "plugtrain-optimizers"
+        out.write(f"no components found; install a plugin, e.g. pip install {wanted}\n")
+    return EXIT_OK
+
+
+def _list_row(component: Component) -> dict[str, Any]:
+    return {
+        "name": component.name,
+        "kind": component.kind,
+        "aliases": list(component.aliases),
+        "provider": component.plugin.distribution or f"{component.plugin.module} (local)",
+        "version": component.plugin.version,
+        "plugin": component.plugin.name,
+        "summary": _summary(component),
+    }
+
+
+def _summary(component: Component) -> str:
+    if component.summary:
+        return component.summary
+    doc = component.schema_class.__doc__ or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    widths = [len(h) for h in header]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    for row in (header, *rows):
+        cells = [cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=False)]
+        out.write("  ".join([*cells, row[-1]]).rstrip() + "\n")
+
+
+# -- show ------------------------------------------------------------------------------------
+
+
+def _cmd_show(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    if args.kind:
+        found = [registry.lookup(args.kind, args.name)]
+    else:
+        found = registry.find(args.name)
+        if not found:
+            # Raise the most helpful error: the one of the kind with the closest names.
+            registry.lookup(_likely_kind(registry, args.name), args.name)
+    infos = [c.describe() for c in found]
+    if args.json:
+        json.dump([i.to_dict() for i in infos], out, indent=2, default=repr)
+        out.write("\n")
+        return EXIT_OK
+    for number, info in enumerate(infos):
+        if number:
+            out.write("\n")
+        _write_info(info, out)
+    return EXIT_OK
+
+
+def _likely_kind(registry: Registry, name: str) -> str:
+    import difflib
+
+    def score(kind: str) -> float:
+        ratios = [
+            difflib.SequenceMatcher(None, name.lower(), n.lower()).ratio()
+            for n in registry.names(kind)
+        ]
+        return max(ratios, default=0.0)
+
+    return max(KINDS, key=score)
+
+
+def _write_info(info: ComponentInfo, out: TextIO) -> None:
+    provider = f"{info.distribution} {info.version}" if info.distribution else "local module"
+    out.write(f"{info.name} ({info.kind}) from {provider}, plugin {info.plugin!r}\n")
+    if info.aliases:
+        out.write(f"aliases: {', '.join(info.aliases)}\n")
+    out.write(f"implementation: {info.target}\n")
+    if info.doc:
+        out.write("\n" + info.doc + "\n")
+    out.write("\narguments:\n")
+    if not info.arguments:
+        out.write("  (none)\n")
+    for argument in info.arguments:
+        default = "required" if argument.required else f"default {argument.default!r}"
+        line = f"  {argument.name}: {argument.type} ({default})"
+        if argument.constraint:
+            line += f" [{argument.constraint}]"
+        out.write(line + "\n")
+        if argument.aliases:
+            out.write(f"      aliases: {', '.join(argument.aliases)}\n")
+        if argument.help:
+            out.write(f"      {argument.help}\n")
+
+
+# -- plugins ---------------------------------------------------------------------------------
+
+
+def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    rows = plugins.plugin_summary(registry)
+    if args.json:
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+        return EXIT_OK
+    for row in rows:
+        provider = f"{row['distribution']} {row['version']}" if row["distribution"] else "local"
+        out.write(f"{row['name']}: {provider} [{row['status']}] ({row['module']})\n")
+        if row["error"]:
+            out.write(f"    error: {row['error']}\n")
+        if row["hooks"]:
+            out.write(f"    hooks: {', '.join(row['hooks'])}\n")
+        for kind, names in row["components"].items():
+            out.write(f"    {kind}s: {', '.join(names)}\n")
+    if not rows:
+        out.write("no plugins found\n")
+    return EXIT_OK
+
+
+# -- parser ----------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    from plugtrain import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="plugtrain",
+        description="Train PyTorch models from YAML; every component is a plugin found by name.",
+    )
+    parser.add_argument("--version", action="version", version=f"plugtrain {__version__}")
+    parser.add_argument(
+        "-p",
+        dest="plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="load MODULE as a plugin; -p no:NAME blocks plugin NAME (repeatable)",
+    )
+    parser.add_argument(
+        "--traceback", action="store_true", help="show the full traceback of an error"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    listing = commands.add_parser("list", help="list registered components")
+    listing.add_argument("kind", nargs="?", choices=list(KINDS), help="only this kind")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(handler=_cmd_list)
+
+    show = commands.add_parser("show", help="describe one component")
+    show.add_argument("name", help="component name, e.g. SGD")
+    show.add_argument("--kind", choices=list(KINDS), help="only look in this kind")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=_cmd_show)
+
+    listed = commands.add_parser("plugins", help="installed plugins, their status and components")
+    listed.add_argument("--json", action="store_true", help="print JSON")
+    listed.set_defaults(handler=_cmd_plugins)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        registry = _registry(args)
+        handler: Command = args.handler
+        return handler(args, registry, sys.stdout)
+    except ConfigError as exc:
+        return _fail(args, exc, EXIT_CONFIG)
+    except PlugtrainError as exc:
+        return _fail(args, exc, EXIT_ERROR)
+    except KeyboardInterrupt:
+        sys.stderr.write("plugtrain: interrupted\n")
+        return 130
+    except Exception as exc:
+        if args.traceback:
+            raise
+        sys.stderr.write(
+            f"plugtrain: internal error: {type(exc).__name__}: {exc}\n"
+            "(run again with --traceback for details)\n"
+        )
+        return EXIT_ERROR
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, status: int) -> int:
+    if args.traceback:
+        raise exc
+    sys.stderr.write(f"plugtrain: error: {exc}\n")
+    return status

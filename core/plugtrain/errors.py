@@ -1,0 +1,81 @@
+"""The exceptions plugtrain raises.
+
+Every error derives from :class:`PlugtrainError`. Where a caller would naturally catch a builtin
+(``LookupError`` for a missing name, ``ValueError`` for a bad value, ``ImportError`` for a plugin
+that cannot load), the specific error also derives from that builtin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+__all__ = [
+    "BackendError",
+    "ConfigError",
+    "ConfigIssue",
+    "DuplicateNameError",
+    "PluginLoadError",
+    "PlugtrainError",
+    "UnknownNameError",
+]
+
+
+class PlugtrainError(Exception):
+    """Base class of every error plugtrain raises on purpose."""
+
+
+class UnknownNameError(PlugtrainError, LookupError):
+    """A kind or a component name that no installed plugin provides."""
+
+
+class DuplicateNameError(PlugtrainError, ValueError):
+    """Two plugins provide the same (kind, name) and the user has not said which one to use."""
+
+
+class PluginLoadError(PlugtrainError, ImportError):
+    """A plugin failed to import, to register, or to pass validation (strict mode only)."""
+
+
+class BackendError(PlugtrainError, RuntimeError):
+    """A backend cannot be created or cannot run here."""
+
+
+@attrs.frozen
+class ConfigIssue:
+    """One problem found in a configuration: where it is and what is wrong.
+
+    :param path: dotted path of the offending value, e.g. ``trainer.init.optimizer.SGD.lr``.
+    :param message: what is wrong, in one sentence.
+    :param location: ``file:line:column`` when the value came from a file, else ``None``.
+    """
+
+    path: str
+    message: str
+    location: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        what = f"{self.path}: " if self.path else ""
+        return f"{where}{what}{self.message}"
+
+
+class ConfigError(PlugtrainError, ValueError):
+    """A configuration (a run file or arguments given in Python) has one or more problems.
+
+    :param issues: every problem found; all are reported at once.
+    """
+
+    def __init__(self, issues: Sequence[ConfigIssue] | str) -> None:
+        if isinstance(issues, str):
+            issues = [ConfigIssue("", issues)]
+        self.issues: list[ConfigIssue] = list(issues)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if len(self.issues) == 1:
+            return str(self.issues[0])
+        lines = [f"{len(self.issues)} problems in the configuration:"]
+        lines += [f"  {issue}" for issue in self.issues]
+        return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""The plugin author's contract: every hook plugtrain calls.
+
+A plugin is a module (or any object) with functions marked ``@plugtrain.hookimpl`` whose names
+are hooks below. Installed plugins are found through the entry-point group ``plugtrain``::
+
+    [project.entry-points.plugtrain]
+    sophia = "acme_plugtrain_sophia.plugin"
+
+The core calls every ``plugtrain_register_*`` hook once, the first time a registry is needed
+(on the first ``plugtrain.resolve``, ``plugtrain.names``, ``plugtrain list`` ...), one plugin
+at a time so that a plugin whose hook raises is reported and skipped without harming the others.
+Registration must stay cheap and must not import torch or the implementation: a component is
+declared by an import string (``"package.module:Class"``) and an argument schema (an attrs class
+from a module that does not import torch, see :mod:`plugtrain.schema`); plugtrain imports the
+implementation on first use.
+
+None of the hooks is ``firstresult`` or historic; their return values are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from plugtrain.registry import ComponentRegistrar
+
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+
+PROJECT_NAME = "plugtrain"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# -------------------------------------------------------------------------------------------
+# optimizers
+
+
+@hookspec
+def plugtrain_register_optimizers(registry: ComponentRegistrar) -> None:
+    """Declare optimizers; called once when a registry is built.
+
+    An optimizer is constructed as ``Optimizer(params, **arguments)`` where ``params`` is an
+    iterable of tensors, of ``(name, tensor)`` pairs or of param-group dicts, and returns a
+    ``torch.optim.Optimizer``.
+
+    :param registry: call ``registry.register("SGD", "pkg.sgd:SGD", schema=SGDArgs)`` for each
+        optimizer; the name is what users write in run files.
+    :returns: nothing; the return value is ignored.
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# schedulers
+
+
+@hookspec
+def plugtrain_register_schedulers(registry: ComponentRegistrar) -> None:
+    """Declare learning-rate and weight-decay schedulers; called once when a registry is built.
+
+    A scheduler is constructed as ``Scheduler(optimizer, **arguments)``; wrappers such as
+    ``SequentialLR`` receive their children as already-built schedulers.
+
+    :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
+        scheduler.
+    :returns: nothing; the return value is ignored.
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# backends
+
+
+@hookspec
+def plugtrain_register_backends(registry: ComponentRegistrar) -> None:
+    """Declare backends (``CPU``, ``GPU``, ``CSX`` ...); called once when a registry is built.
+
+    A backend is constructed as ``Backend(**arguments)``; the name is the ``backend_type`` (or
+    ``device``) users write. Only one backend type may exist per process.
+
+    :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
+        backend.
+    :returns: nothing; the return value is ignored.
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# what a run needs besides the above
+
+
+@hookspec
+def plugtrain_register_models(registry: ComponentRegistrar) -> None:
+    """Declare models a run file can name; called once when a registry is built.
+
+    A model is constructed as ``Model(**arguments)`` and returns a ``torch.nn.Module``.
+
+    :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
+        model.
+    :returns: nothing; the return value is ignored.
+    """
+
+
+@hookspec
+def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
+    """Declare data loaders a run file can name; called once when a registry is built.
+
+    A data loader is constructed as ``factory(**arguments)`` and returns an iterable of batches
+    (usually a ``torch.utils.data.DataLoader``).
+
+    :param registry: call ``registry.register(name, "pkg.module:factory", schema=Args)`` for
+        each data loader.
+    :returns: nothing; the return value is ignored.
+    """

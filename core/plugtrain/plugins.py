@@ -1,0 +1,332 @@
+"""Finding, loading and isolating plugins.
+
+Installed plugins are the entry points of group ``plugtrain``; each is loaded on its own, so one
+that fails to import, implements an unknown hook, or raises inside a hook is reported once on
+stderr (with its distribution and version) and skipped while the others keep working.
+
+Switches, as in pytest:
+
+- ``PLUGTRAIN_DISABLE_PLUGIN_AUTOLOAD=1``: load no entry point except those named explicitly.
+- ``PLUGTRAIN_BLOCK_PLUGINS=a,b`` or ``-p no:a``: never load plugin ``a`` (entry-point name,
+  distribution name or module name).
+- ``-p MODULE`` / ``plugins: [MODULE]`` in a run file: also load that module (or that entry point
+  when autoloading is off). Nothing else in a run file can cause an import.
+- ``PLUGTRAIN_STRICT_PLUGINS=1``: a plugin failure raises :class:`PluginLoadError` instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import pluggy
+
+from plugtrain import hookspecs
+from plugtrain._suggest import did_you_mean
+from plugtrain.errors import PluginLoadError
+from plugtrain.kinds import KINDS
+from plugtrain.registry import ComponentRegistrar, PluginInfo, Registry
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PluginSettings",
+    "build_registry",
+    "get_plugin_manager",
+    "get_registry",
+    "reset",
+]
+
+ENTRY_POINT_GROUP = "plugtrain"
+BUILTIN_PLUGIN = "builtin"
+"""Name of the core's own plugin (models and data loaders), blockable with ``-p no:builtin``."""
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(name, "").strip().lower() in _TRUE
+
+
+@attrs.frozen
+class PluginSettings:
+    """Which plugins to load and how strictly.
+
+    :param autoload: load every installed entry point (``PLUGTRAIN_DISABLE_PLUGIN_AUTOLOAD``).
+    :param strict: turn a plugin failure into an error (``PLUGTRAIN_STRICT_PLUGINS``).
+    :param blocked: plugin, distribution or module names never to load.
+    :param explicit: modules (or entry-point names) to load in addition, in order.
+    """
+
+    autoload: bool = True
+    strict: bool = False
+    blocked: frozenset[str] = frozenset()
+    explicit: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(
+        cls, plugin_args: Iterable[str] = (), environ: Mapping[str, str] | None = None
+    ) -> PluginSettings:
+        """Settings from the environment plus ``-p`` style arguments (``MODULE`` or ``no:NAME``)."""
+        env = os.environ if environ is None else environ
+        blocked = {
+            n.strip() for n in env.get("PLUGTRAIN_BLOCK_PLUGINS", "").split(",") if n.strip()
+        }
+        explicit: list[str] = []
+        for item in plugin_args:
+            if item.startswith("no:"):
+                blocked.add(item[3:])
+            elif item not in explicit:
+                explicit.append(item)
+        return cls(
+            autoload=not _flag(env, "PLUGTRAIN_DISABLE_PLUGIN_AUTOLOAD"),
+            strict=_flag(env, "PLUGTRAIN_STRICT_PLUGINS"),
+            blocked=frozenset(blocked),
+            explicit=tuple(explicit),
+        )
+
+    def with_plugins(self, modules: Iterable[str]) -> PluginSettings:
+        """These settings with ``modules`` added to the explicit plugins."""
+        extra = [m for m in modules if m not in self.explicit]
+        return attrs.evolve(self, explicit=(*self.explicit, *extra))
+
+    def is_blocked(self, *names: str | None) -> bool:
+        """Whether any of ``names`` is blocked."""
+        return any(name in self.blocked for name in names if name)
+
+
+_reported: set[tuple[str, str]] = set()
+
+
+def _report(info: PluginInfo) -> None:
+    key = (info.name, info.error or "")
+    if key in _reported:
+        return
+    _reported.add(key)
+    sys.stderr.write(
+        f"plugtrain: plugin {info.name!r} from {info.provider} failed and was skipped: "
+        f"{info.error} (set PLUGTRAIN_STRICT_PLUGINS=1 to make this an error)\n"
+    )
+
+
+def _describe_exception(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _Loader:
+    """Loads plugins into a fresh plugin manager, one at a time, recording each outcome."""
+
+    def __init__(self, settings: PluginSettings) -> None:
+        self.settings = settings
+        self.pm = get_plugin_manager()
+        self.infos: dict[str, PluginInfo] = {}
+
+    def fail(self, info: PluginInfo, exc: BaseException | str) -> None:
+        error = exc if isinstance(exc, str) else _describe_exception(exc)
+        info = attrs.evolve(info, status="failed", error=error, hooks=())
+        self.infos[info.name] = info
+        if self.settings.strict:
+            message = f"plugin {info.name!r} from {info.provider} failed: {error}"
+            if isinstance(exc, BaseException):
+                raise PluginLoadError(message) from exc
+            raise PluginLoadError(message)
+        _report(info)
+
+    def register(self, plugin: object, info: PluginInfo) -> None:
+        try:
+            self.pm.register(plugin, name=info.name)
+            unknown = _unknown_hooks(self.pm, plugin)
+        except Exception as exc:  # noqa: BLE001 - a plugin may fail in any way; isolate it
+            self.fail(info, exc)
+            return
+        if unknown:
+            self.pm.unregister(name=info.name)
+            self.fail(info, unknown)
+            return
+        hooks = tuple(sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ()))
+        self.infos[info.name] = attrs.evolve(info, hooks=hooks)
+
+    def load_entry_points(self) -> set[str]:
+        seen: set[str] = set()
+        claimed: set[str] = set()
+        for ep in sorted(_entry_points(), key=lambda e: e.name):
+            dist = getattr(ep, "dist", None)
+            dist_name = dist.metadata["Name"] if dist is not None else None
+            version = dist.version if dist is not None else None
+            if ep.name in seen:
+                continue
+            seen.add(ep.name)
+            info = PluginInfo(ep.name, ep.value, dist_name, version)
+            if self.settings.is_blocked(ep.name, dist_name, ep.value):
+                self.infos[ep.name] = attrs.evolve(info, status="blocked")
+                continue
+            wanted = {ep.name, dist_name, ep.value} & set(self.settings.explicit)
+            claimed |= wanted
+            if not self.settings.autoload and not wanted:
+                self.infos[ep.name] = attrs.evolve(info, status="not loaded")
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # noqa: BLE001 - isolate a plugin that cannot import
+                self.fail(info, exc)
+                continue
+            self.register(plugin, info)
+        return claimed
+
+    def load_module(
+        self, module_name: str, *, name: str | None = None, distribution: str | None = None
+    ) -> None:
+        name = name or module_name
+        version = _version_of(distribution) if distribution else None
+        info = PluginInfo(name, module_name, distribution, version)
+        if self.settings.is_blocked(name, module_name):
+            self.infos[name] = attrs.evolve(info, status="blocked")
+            return
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # noqa: BLE001 - isolate a plugin that cannot import
+            self.fail(info, exc)
+            return
+        self.register(module, info)
+
+
+def _entry_points() -> Iterable[importlib.metadata.EntryPoint]:
+    return importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+
+
+def _version_of(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> str:
+    """A message naming hook implementations without a spec, or ``""``."""
+    known = [name for name in dir(hookspecs) if name.startswith("plugtrain_")]
+    unknown = []
+    for attribute in dir(plugin):
+        if pm.parse_hookimpl_opts(plugin, attribute) is None:
+            continue
+        if attribute not in known:
+            unknown.append(f"{attribute!r}{did_you_mean(attribute, known)}")
+    if not unknown:
+        return ""
+    return "implements unknown hook " + "; ".join(unknown)
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """A fresh plugin manager with plugtrain's hook specifications and no plugin registered."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def build_registry(
+    settings: PluginSettings | None = None, *, extra: Iterable[tuple[str, object]] = ()
+) -> Registry:
+    """Load plugins as ``settings`` say and collect their components into a new registry.
+
+    :param settings: what to load; by default :meth:`PluginSettings.from_env`.
+    :param extra: ``(name, plugin object)`` pairs registered in addition (used by tests).
+    :raises PluginLoadError: in strict mode, on the first plugin failure.
+    """
+    settings = settings or PluginSettings.from_env()
+    loader = _Loader(settings)
+    claimed = loader.load_entry_points()
+    loader.load_module("plugtrain.builtin", name=BUILTIN_PLUGIN, distribution="plugtrain")
+    for name in settings.explicit:
+        if name not in claimed and name not in loader.infos:
+            loader.load_module(name)
+    for name, plugin in extra:
+        loader.register(plugin, PluginInfo(name, getattr(plugin, "__name__", name)))
+    return _collect(loader)
+
+
+def _collect(loader: _Loader) -> Registry:
+    registry = Registry(loader.infos.values())
+    for kind in KINDS.values():
+        caller = getattr(loader.pm.hook, kind.hook)
+        for impl in caller.get_hookimpls():
+            info = loader.infos[impl.plugin_name]
+            if info.status != "loaded":
+                continue
+            registrar = ComponentRegistrar(registry, kind, info)
+            try:
+                returned = impl.function(**dict.fromkeys(impl.argnames, registrar))
+                if returned is not None:
+                    message = (
+                        f"hook {kind.hook} returned {returned!r}; hooks must register through "
+                        "registry.register(...) and return None"
+                    )
+                    raise TypeError(message)  # noqa: TRY301 - reported like any hook failure
+            except Exception as exc:  # noqa: BLE001 - isolate a plugin whose hook raises
+                registry.remove_plugin(info.name)
+                loader.fail(info, f"in hook {kind.hook}: {_describe_exception(exc)}")
+                registry.set_plugin(loader.infos[info.name])
+    return registry
+
+
+_default_registry: Registry | None = None
+_default_settings: PluginSettings | None = None
+_default_extra: tuple[tuple[str, object], ...] = ()
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, built on first use from the environment's settings."""
+    global _default_registry  # noqa: PLW0603 - one lazily built registry per process
+    if _default_registry is None:
+        _default_registry = build_registry(_default_settings, extra=_default_extra)
+    return _default_registry
+
+
+def reset(
+    settings: PluginSettings | None = None, *, extra: Iterable[tuple[str, object]] = ()
+) -> None:
+    """Forget the process-wide registry; the next use rebuilds it.
+
+    :param settings: what to load then (default: from the environment).
+    :param extra: ``(name, plugin object)`` pairs to register in addition.
+    """
+    global _default_registry, _default_settings, _default_extra  # noqa: PLW0603
+    _default_registry = None
+    _default_settings = settings
+    _default_extra = tuple(extra)
+
+
+def current_settings() -> PluginSettings | None:
+    """The settings the process-wide registry is (or will be) built with; ``None``: environment."""
+    return _default_settings
+
+
+def current_extra() -> tuple[tuple[str, object], ...]:
+    """The in-memory plugins the process-wide registry includes."""
+    return _default_extra
+
+
+def use_plugins(modules: Iterable[str]) -> None:
+    """Also load ``modules`` as plugins (a run file's ``plugins:``); rebuilds the registry."""
+    modules = list(modules)
+    current = _default_settings or PluginSettings.from_env()
+    if all(m in current.explicit for m in modules):
+        return
+    reset(current.with_plugins(modules), extra=_default_extra)
+
+
+def plugin_summary(registry: Registry) -> list[dict[str, Any]]:
+    """Each plugin with provider, status, hooks and contributed names (``plugtrain plugins``)."""
+    contributed: dict[str, dict[str, list[str]]] = {}
+    for component in registry.components():
+        per_kind = contributed.setdefault(component.plugin.name, {})
+        per_kind.setdefault(component.kind, []).append(component.name)
+    rows = []
+    for info in sorted(registry.plugins, key=lambda p: p.name):
+        row = attrs.asdict(info)
+        row["hooks"] = list(info.hooks)
+        row["components"] = contributed.get(info.name, {})
+        rows.append(row)
+    return rows

@@ -1,0 +1,404 @@
+"""Argument schemas: torch-free declarations of what a component accepts.
+
+A schema is an attrs class whose fields are declared with :func:`arg`. It lives in a module that
+does not import torch, so listing, describing and validating never import an implementation::
+
+    @attrs.frozen
+    class SGDArgs:
+        \"\"\"Stochastic gradient descent with momentum (cstorch numerics).\"\"\"
+
+        lr: float = arg(help="learning rate", ge=0, aliases=("learning_rate",))
+        momentum: float = arg(0.0, ge=0)
+
+The field's annotation is its type (checked as in :func:`matches_type`), :func:`arg`'s keywords
+are its constraints. A schema may define ``cross_check(arguments) -> Iterable[str]`` (a
+staticmethod) for rules that involve several arguments; it receives every argument with defaults
+filled in and yields one message per broken rule.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import functools
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "REQUIRED",
+    "ArgInfo",
+    "arg",
+    "arg_infos",
+    "canonical_arguments",
+    "check_arguments",
+    "matches_type",
+    "validated_arguments",
+]
+
+REQUIRED: Any = attrs.NOTHING
+"""Marks an argument that must be given. Constructors may use it as a default (``lr=REQUIRED``)
+so that an alias (``learning_rate``) can stand in for the argument; a value equal to
+``REQUIRED`` counts as not given."""
+
+_META_KEY = "plugtrain"
+
+
+@attrs.frozen
+class _Constraint:
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.ge is not None:
+            parts.append(f">= {self.ge:g}")
+        if self.gt is not None:
+            parts.append(f"> {self.gt:g}")
+        if self.le is not None:
+            parts.append(f"<= {self.le:g}")
+        if self.lt is not None:
+            parts.append(f"< {self.lt:g}")
+        if self.choices is not None:
+            parts.append("one of " + ", ".join(repr(c) for c in self.choices))
+        return ", ".join(parts)
+
+    def violation(self, value: Any) -> str | None:
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {', '.join(repr(c) for c in self.choices)}, got {value!r}"
+        for number in _numbers_in(value):
+            if self.ge is not None and not number >= self.ge:
+                return f"must be >= {self.ge:g}, got {value!r}"
+            if self.gt is not None and not number > self.gt:
+                return f"must be > {self.gt:g}, got {value!r}"
+            if self.le is not None and not number <= self.le:
+                return f"must be <= {self.le:g}, got {value!r}"
+            if self.lt is not None and not number < self.lt:
+                return f"must be < {self.lt:g}, got {value!r}"
+        return None
+
+
+def _numbers_in(value: Any) -> Iterable[float]:
+    """The numbers a bound applies to: the value itself, or each element of a tuple/list."""
+    if isinstance(value, bool):
+        return ()
+    if isinstance(value, int | float):
+        return (value,)
+    if isinstance(value, list | tuple):
+        return [v for v in value if isinstance(v, int | float) and not isinstance(v, bool)]
+    return ()
+
+
+@attrs.frozen
+class _ArgMeta:
+    help: str
+    constraint: _Constraint
+    aliases: tuple[str, ...]
+    component: str | None
+    many: bool
+
+
+def arg(
+    default: Any = REQUIRED,
+    *,
+    help: str = "",  # noqa: A002 - the natural name for an argument's help text
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: Iterable[Any] | None = None,
+    aliases: Iterable[str] = (),
+    component: str | None = None,
+    many: bool = False,
+) -> Any:
+    """Declare one argument of a component schema.
+
+    :param default: the default value; omit for a required argument. Mutable defaults (lists,
+        dicts) are copied per instance.
+    :param help: one line saying what the argument does.
+    :param ge: inclusive lower bound (applies to each element of a tuple or list).
+    :param gt: exclusive lower bound.
+    :param le: inclusive upper bound.
+    :param lt: exclusive upper bound.
+    :param choices: the only values allowed.
+    :param aliases: other names accepted for this argument (e.g. ``learning_rate`` for ``lr``);
+        giving an argument under two of its names is an error.
+    :param component: the value is a nested component of this kind, written as a one-key
+        mapping ``{Name: {arguments}}`` (or an already built object from Python).
+    :param many: with ``component``: the value is a list of such components.
+    :returns: an ``attrs.field`` carrying the metadata; use it as the field's default.
+    """
+    meta = _ArgMeta(
+        help=help,
+        constraint=_Constraint(
+            ge=ge, gt=gt, le=le, lt=lt, choices=None if choices is None else tuple(choices)
+        ),
+        aliases=tuple(aliases),
+        component=component,
+        many=many,
+    )
+    if isinstance(default, list | dict | set):
+        factory = functools.partial(type(default), default)
+        return attrs.field(factory=factory, kw_only=True, metadata={_META_KEY: meta})
+    return attrs.field(default=default, kw_only=True, metadata={_META_KEY: meta})
+
+
+@attrs.frozen
+class ArgInfo:
+    """What one argument of a component accepts, for ``describe`` and ``plugtrain show``.
+
+    :param name: the argument's name.
+    :param type: the annotation as written, e.g. ``"float | None"``.
+    :param required: whether it must be given.
+    :param default: the default value (``None`` when required).
+    :param constraint: the bounds or choices in words, ``""`` if none.
+    :param help: one line of description.
+    :param aliases: other accepted names.
+    :param component: the kind of a nested component, if the value is one.
+    :param many: whether the value is a list of nested components.
+    """
+
+    name: str
+    type: str
+    required: bool
+    default: Any
+    constraint: str
+    help: str
+    aliases: tuple[str, ...]
+    component: str | None
+    many: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """The argument as plain JSON-friendly data."""
+        return attrs.asdict(self, recurse=False, value_serializer=_jsonable)
+
+
+def _jsonable(_inst: Any, _field: Any, value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _meta(field: attrs.Attribute) -> _ArgMeta:
+    meta = field.metadata.get(_META_KEY)
+    if meta is None:
+        return _ArgMeta("", _Constraint(), (), None, False)
+    return meta
+
+
+def _default_of(field: attrs.Attribute) -> Any:
+    default = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        return default.factory()
+    return default
+
+
+@functools.cache
+def _fields(schema: type) -> tuple[tuple[attrs.Attribute, Any], ...]:
+    """The schema's fields with their resolved annotations (cached per schema)."""
+    hints = typing.get_type_hints(schema)
+    return tuple((field, hints.get(field.name, Any)) for field in attrs.fields(schema))
+
+
+def arg_infos(schema: type) -> list[ArgInfo]:
+    """Describe every argument of ``schema`` in declaration order."""
+    infos = []
+    for field, _hint in _fields(schema):
+        meta = _meta(field)
+        required = field.default is attrs.NOTHING
+        written = field.type if isinstance(field.type, str) else _type_name(field.type)
+        infos.append(
+            ArgInfo(
+                name=field.name,
+                type=written,
+                required=required,
+                default=None if required else _default_of(field),
+                constraint=meta.constraint.describe(),
+                help=meta.help,
+                aliases=meta.aliases,
+                component=meta.component,
+                many=meta.many,
+            )
+        )
+    return infos
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def matches_type(value: Any, tp: Any) -> bool:
+    """Whether ``value`` (as written in a config or passed from Python) fits annotation ``tp``.
+
+    Numbers follow YAML: an ``int`` is a valid ``float``; ``bool`` is never a number. Lists and
+    tuples are interchangeable for ``tuple[...]`` and ``list[...]`` annotations.
+    """
+    if tp is Any or tp is object:
+        return True
+    if tp is None or tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    origin = typing.get_origin(tp)
+    targs = typing.get_args(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(matches_type(value, t) for t in targs)
+    if origin is typing.Literal:
+        return any(value == t and type(value) is type(t) for t in targs)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            return False
+        if len(targs) == 2 and targs[1] is Ellipsis:
+            return all(matches_type(v, targs[0]) for v in value)
+        return len(value) == len(targs) and all(map(matches_type, value, targs))
+    if origin in (list, collections.abc.Sequence, set, frozenset, collections.abc.Set):
+        if not isinstance(value, list | tuple | set | frozenset):
+            return False
+        return not targs or all(matches_type(v, targs[0]) for v in value)
+    if origin in (dict, collections.abc.Mapping):
+        if not isinstance(value, Mapping):
+            return False
+        if not targs:
+            return True
+        return all(
+            matches_type(k, targs[0]) and matches_type(v, targs[1]) for k, v in value.items()
+        )
+    if origin is collections.abc.Callable or tp is collections.abc.Callable:
+        return callable(value)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def canonical_arguments(
+    schema: type, arguments: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Rename aliases to canonical argument names.
+
+    :returns: the renamed arguments and a list of ``(key, message)`` problems: an argument given
+        under two names, or a key the schema does not know (with a suggestion).
+    """
+    alias_of: dict[str, str] = {}
+    names = []
+    for field, _hint in _fields(schema):
+        names.append(field.name)
+        for alias in _meta(field).aliases:
+            alias_of[alias] = field.name
+    renamed: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    problems: list[tuple[str, str]] = []
+    for key, value in arguments.items():
+        if value is REQUIRED:
+            continue
+        canonical = key if key in names else alias_of.get(key)
+        if canonical is None:
+            problems.append((key, _unknown_argument_message(key, names + list(alias_of))))
+            continue
+        if canonical in renamed:
+            problems.append(
+                (key, f"'{key}' and '{origin[canonical]}' name the same argument; give only one")
+            )
+            continue
+        renamed[canonical] = value
+        origin[canonical] = key
+    return renamed, problems
+
+
+def _unknown_argument_message(key: str, known: list[str]) -> str:
+    from plugtrain._suggest import did_you_mean
+
+    hint = did_you_mean(str(key), known)
+    accepted = ", ".join(known) if known else "none"
+    return f"unknown argument '{key}'.{hint} Accepted: {accepted}."
+
+
+def check_arguments(
+    schema: type,
+    arguments: Mapping[str, Any],
+    *,
+    nested: Callable[[str, Any, str], list[tuple[str, str]]] | None = None,
+) -> list[tuple[str, str]]:
+    """Check ``arguments`` against ``schema`` without building anything; report every problem.
+
+    :param schema: the component's attrs schema class.
+    :param arguments: argument name to value, as written (aliases allowed).
+    :param nested: called as ``nested(kind, value, key)`` for each nested-component argument;
+        returns problems as ``(dotted key relative to this component, message)``.
+    :returns: ``(key, message)`` pairs; empty when the arguments are valid.
+    """
+    renamed, problems = canonical_arguments(schema, arguments)
+    complete: dict[str, Any] = {}
+    for field, hint in _fields(schema):
+        meta = _meta(field)
+        if field.name not in renamed:
+            if field.default is attrs.NOTHING:
+                problems.append((field.name, f"missing required argument '{field.name}'"))
+            else:
+                complete[field.name] = _default_of(field)
+            continue
+        value = renamed[field.name]
+        complete[field.name] = value
+        message = _value_problem(value, hint, field, meta)
+        if message is not None:
+            problems.append((field.name, message))
+        elif meta.component is not None and nested is not None:
+            problems.extend(nested(meta.component, value, field.name))
+    if not problems:
+        cross_check = getattr(schema, "cross_check", None)
+        if cross_check is not None:
+            problems.extend(("", message) for message in cross_check(complete))
+    return problems
+
+
+def _value_problem(value: Any, hint: Any, field: attrs.Attribute, meta: _ArgMeta) -> str | None:
+    if meta.component is not None:
+        return _component_shape_problem(value, meta)
+    if not matches_type(value, hint):
+        written = field.type if isinstance(field.type, str) else _type_name(hint)
+        return f"must be of type {written}, got {type(value).__name__} {value!r}"
+    return meta.constraint.violation(value)
+
+
+def _component_shape_problem(value: Any, meta: _ArgMeta) -> str | None:
+    items = value if meta.many else [value]
+    if meta.many and not isinstance(value, list | tuple):
+        return f"must be a list of {meta.component}s, got {type(value).__name__}"
+    for item in items:
+        if isinstance(item, Mapping) and len(item) != 1:
+            return f"each {meta.component} must be a one-key mapping {{Name: {{arguments}}}}"
+    return None
+
+
+def validated_arguments(
+    schema: type, arguments: Mapping[str, Any], *, owner: str
+) -> dict[str, Any]:
+    """Check ``arguments`` and return them with aliases renamed and defaults filled in.
+
+    Constructors call this so that Python users get the same checks as run files.
+
+    :param owner: the component's name, used in messages (``"SGD"``).
+    :raises ConfigError: (a ``ValueError``) naming every bad argument and its value.
+    """
+    from plugtrain.errors import ConfigError, ConfigIssue
+
+    problems = check_arguments(schema, arguments)
+    if problems:
+        raise ConfigError([ConfigIssue(_join(owner, key), message) for key, message in problems])
+    renamed, _ = canonical_arguments(schema, arguments)
+    complete = {}
+    for field, _hint in _fields(schema):
+        complete[field.name] = renamed[field.name] if field.name in renamed else _default_of(field)
+    return complete
+
+
+def _join(owner: str, key: str) -> str:
+    return f"{owner}.{key}" if key else owner

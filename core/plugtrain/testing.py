@@ -1,0 +1,275 @@
+"""A pytest plugin for plugin authors (opt-in: ``pytest_plugins = ["plugtrain.testing"]``).
+
+Fixtures:
+
+- ``plugin_manager``: a fresh pluggy manager with plugtrain's hookspecs and no plugin.
+- ``make_registry``: builds an isolated :class:`~plugtrain.registry.Registry` from the plugin
+  objects you pass (no entry points, no built-ins unless asked).
+- ``installed_registry``: a registry of every installed plugin, as users get it.
+- ``register_plugin``: adds an in-memory plugin to the process-wide registry (what
+  ``plugtrain.resolve`` uses) for one test, and removes it afterwards.
+
+Helpers: :func:`assert_plugin_installed` (the first test of any plugin) and
+:func:`check_plugin_contract` / :func:`assert_plugin_contract`: every component of a plugin
+resolves, imports, and its schema agrees with its constructor's signature; the plugin module
+and schemas import no torch.
+
+Importing this module imports neither torch nor pytest.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from plugtrain import plugins
+from plugtrain.kinds import KINDS
+from plugtrain.registry import Component, Registry
+from plugtrain.schema import REQUIRED
+
+if TYPE_CHECKING:
+    import pluggy
+
+__all__ = [
+    "assert_plugin_contract",
+    "assert_plugin_installed",
+    "check_component_contract",
+    "check_plugin_contract",
+    "installed_registry",
+    "make_registry",
+    "plugin_manager",
+    "register_plugin",
+]
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the helpers work without pytest
+    pytest = None  # type: ignore[assignment]
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def isolated_registry(*plugins_: object, builtin: bool = False, strict: bool = True) -> Registry:
+    """A registry holding only ``plugins_`` (objects or modules with hookimpls).
+
+    :param builtin: also load the core's built-in plugin (models and data loaders).
+    :param strict: raise on a plugin failure instead of reporting it.
+    """
+    settings = plugins.PluginSettings(
+        autoload=False,
+        strict=strict,
+        blocked=frozenset() if builtin else frozenset({plugins.BUILTIN_PLUGIN}),
+    )
+    extra = [(getattr(p, "__name__", type(p).__name__), p) for p in plugins_]
+    return plugins.build_registry(settings, extra=extra)
+
+
+def assert_plugin_installed(distribution: str, registry: Registry | None = None) -> None:
+    """Fail unless ``distribution`` is installed and its plugin loaded without error."""
+    registry = registry or plugins.get_registry()
+    mine = [p for p in registry.plugins if p.distribution == distribution]
+    if not mine:
+        found = sorted({p.distribution or p.name for p in registry.plugins})
+        message = f"no plugin from distribution {distribution!r} is installed; found: {found}"
+        raise AssertionError(message)
+    failed = [p for p in mine if p.status != "loaded"]
+    if failed:
+        message = f"plugin(s) of {distribution!r} not loaded: " + "; ".join(
+            f"{p.name}: {p.status} {p.error or ''}" for p in failed
+        )
+        raise AssertionError(message)
+
+
+def check_component_contract(component: Component) -> list[str]:
+    """Problems with one component: it must import and its schema must match its signature."""
+    where = f"{component.kind} {component.name!r} ({component.target})"
+    try:
+        schema = component.schema_class
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return [f"{where}: schema {component.schema!r} cannot be imported: {exc!r}"]
+    if not attrs.has(schema):
+        return [f"{where}: schema {schema!r} is not an attrs class"]
+    try:
+        component.describe()
+    except Exception as exc:  # noqa: BLE001
+        return [f"{where}: cannot be described: {exc!r}"]
+    try:
+        implementation = component.load()
+    except Exception as exc:  # noqa: BLE001
+        return [f"{where}: {exc}"]
+    return [f"{where}: {p}" for p in _signature_problems(component, implementation, schema)]
+
+
+def _signature_problems(component: Component, implementation: Any, schema: type) -> list[str]:
+    try:
+        signature = inspect.signature(implementation)
+    except (TypeError, ValueError) as exc:
+        return [f"has no inspectable signature: {exc}"]
+    fields = {f.name: f for f in attrs.fields(schema)}
+    has_aliases = any(
+        f.metadata.get("plugtrain") and f.metadata["plugtrain"].aliases for f in fields.values()
+    )
+    problems: list[str] = []
+    context = KINDS[component.kind].context_args
+    leading = 0
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            if not has_aliases:
+                problems.append(
+                    f"accepts **{parameter.name} but its schema declares no aliases; "
+                    "name every argument so typos are caught"
+                )
+            continue
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            problems.append(f"accepts *{parameter.name}; arguments must be named in the schema")
+            continue
+        if parameter.name not in fields:
+            if leading < len(context) and parameter.default is parameter.empty:
+                leading += 1
+                continue
+            problems.append(f"parameter {parameter.name!r} is missing from the schema")
+            continue
+        field = fields[parameter.name]
+        schema_required = field.default is attrs.NOTHING
+        param_required = parameter.default is parameter.empty or parameter.default is REQUIRED
+        if schema_required != param_required:
+            problems.append(
+                f"argument {parameter.name!r} is {'required' if schema_required else 'optional'} "
+                f"in the schema but {'required' if param_required else 'optional'} in the signature"
+            )
+        elif not schema_required:
+            schema_default = field.default
+            if isinstance(schema_default, attrs.Factory):  # type: ignore[arg-type]
+                schema_default = schema_default.factory()
+            if not _same_default(schema_default, parameter.default):
+                problems.append(
+                    f"argument {parameter.name!r} defaults to {parameter.default!r} in the "
+                    f"signature but {schema_default!r} in the schema"
+                )
+    named = set(signature.parameters)
+    for name in fields:
+        if name not in named:
+            problems.append(f"schema argument {name!r} is not a parameter of the constructor")
+    return problems
+
+
+def _same_default(a: Any, b: Any) -> bool:
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same_default(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        return (bool(a == b) and type(a) is type(b)) or (
+            isinstance(a, int | float)
+            and isinstance(b, int | float)
+            and float(a) == float(b)
+            and not isinstance(a, bool)
+            and not isinstance(b, bool)
+        )
+    except Exception:  # noqa: BLE001 - incomparable defaults differ
+        return False
+
+
+def _torch_free_problems(modules: list[str]) -> list[str]:
+    """Import ``modules`` in a fresh interpreter and report whether torch came with them."""
+    script = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return [f"importing {modules} failed: {done.stderr.strip().splitlines()[-1:]}"]
+    if json.loads(done.stdout.strip().splitlines()[-1]):
+        return [f"importing {modules} imports torch; plugin and schema modules must not"]
+    return []
+
+
+def check_plugin_contract(
+    name: str, registry: Registry | None = None, *, torch_free: bool = True
+) -> list[str]:
+    """Every problem with the plugin (or distribution) called ``name``; empty when it is sound.
+
+    Checks that it is loaded, declares at least one component, that each component resolves by
+    name, imports, and has a schema matching its constructor, and (with ``torch_free``) that
+    the plugin module and its schema modules import without torch.
+    """
+    registry = registry or plugins.get_registry()
+    infos = [p for p in registry.plugins if name in (p.name, p.distribution)]
+    if not infos:
+        return [f"no plugin or distribution named {name!r} is loaded"]
+    problems = []
+    modules: list[str] = []
+    for info in infos:
+        if info.status != "loaded":
+            problems.append(f"plugin {info.name!r} is {info.status}: {info.error}")
+            continue
+        modules.append(info.module)
+        components = [c for c in registry.components() if c.plugin.name == info.name]
+        if not components:
+            problems.append(f"plugin {info.name!r} registers no component")
+        for component in components:
+            try:
+                found = registry.lookup(component.kind, component.name)
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"{component.kind} {component.name!r} does not resolve: {exc}")
+                continue
+            problems.extend(check_component_contract(found))
+            if isinstance(component.schema, str):
+                modules.append(component.schema.partition(":")[0])
+            else:
+                modules.append(component.schema.__module__)
+    if torch_free and modules:
+        problems.extend(_torch_free_problems(sorted(set(modules))))
+    return problems
+
+
+def assert_plugin_contract(name: str, registry: Registry | None = None, **options: Any) -> None:
+    """Fail with every problem :func:`check_plugin_contract` finds."""
+    problems = check_plugin_contract(name, registry, **options)
+    if problems:
+        raise AssertionError("plugin contract broken:\n  " + "\n  ".join(problems))
+
+
+# -- fixtures --------------------------------------------------------------------------------
+
+if pytest is not None:
+
+    @pytest.fixture
+    def plugin_manager() -> pluggy.PluginManager:
+        """A fresh plugin manager with plugtrain's hookspecs and no plugin registered."""
+        return plugins.get_plugin_manager()
+
+    @pytest.fixture
+    def make_registry() -> Callable[..., Registry]:
+        """Build an isolated registry: ``make_registry(plugin_a, plugin_b, builtin=False)``."""
+        return isolated_registry
+
+    @pytest.fixture
+    def installed_registry() -> Registry:
+        """A fresh registry of every installed plugin, as users get it."""
+        return plugins.build_registry(plugins.PluginSettings.from_env())
+
+    @pytest.fixture
+    def register_plugin() -> Iterator[Callable[..., None]]:
+        """Add in-memory plugins to the process-wide registry for this test only.
+
+        Call it as ``register_plugin(plugin_object, name="mine")``.
+        """
+        settings = plugins.current_settings()
+        saved_extra = plugins.current_extra()
+        added: list[tuple[str, object]] = []
+
+        def register(plugin: object, name: str | None = None) -> None:
+            added.append((name or getattr(plugin, "__name__", type(plugin).__name__), plugin))
+            plugins.reset(settings, extra=(*saved_extra, *added))
+
+        yield register
+        plugins.reset(settings, extra=saved_extra)
