@@ -26,6 +26,7 @@ from plugtrain.schema import arg
 if TYPE_CHECKING:
     from plugtrain import optim
     from plugtrain.backends import backend
+    from plugtrain.params import configure_param_groups, partition_params_group_with_tags
 
 __version__ = "0.1.0"
 
@@ -48,12 +49,14 @@ __all__ = [
     "__version__",
     "arg",
     "backend",
+    "configure_param_groups",
     "describe",
     "get_plugin_manager",
     "get_registry",
     "hookimpl",
     "names",
     "optim",
+    "partition_params_group_with_tags",
     "resolve",
 ]
 
@@ -83,6 +86,8 @@ def describe(kind: str, name: str) -> ComponentInfo:
 _LAZY = {
     "optim": ("plugtrain.optim", None),
     "backend": ("plugtrain.backends", "backend"),
+    "partition_params_group_with_tags": ("plugtrain.params", "partition_params_group_with_tags"),
+    "configure_param_groups": ("plugtrain.params", "configure_param_groups"),
 }
 
 
