@@ -243,7 +243,11 @@ def build_registry(
         if name not in claimed and name not in loader.infos:
             loader.load_module(name)
     for name, plugin in extra:
-        loader.register(plugin, PluginInfo(name, getattr(plugin, "__name__", name)))
+        info = PluginInfo(name, getattr(plugin, "__name__", name))
+        if settings.is_blocked(name):
+            loader.infos[name] = attrs.evolve(info, status="blocked")
+        else:
+            loader.register(plugin, info)
     return _collect(loader)
 
 

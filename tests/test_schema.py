@@ -1,0 +1,115 @@
+"""Argument schemas: types, constraints, aliases, every problem reported at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import attrs
+import pytest
+
+from plugtrain.errors import ConfigError
+from plugtrain.schema import arg, arg_infos, check_arguments, matches_type, validated_arguments
+
+
+@attrs.frozen
+class Args:
+    """A schema exercising every feature."""
+
+    lr: float = arg(help="learning rate", ge=0, aliases=("learning_rate",))
+    betas: tuple[float, float] = arg((0.9, 0.999), ge=0, lt=1)
+    mode: Literal["a", "b"] = arg("a")
+    count: int = arg(1, gt=0)
+    tags: str | list[str] | None = arg(None)
+    fn: Callable | None = arg(None)
+
+    @staticmethod
+    def cross_check(arguments):
+        if arguments["mode"] == "b" and arguments["count"] < 2:
+            yield "mode 'b' needs count >= 2"
+
+
+@pytest.mark.parametrize(
+    ("value", "annotation", "expected"),
+    [
+        (1, float, True),
+        (1.5, float, True),
+        (True, float, False),
+        (True, int, False),
+        (2, int, True),
+        ([0.9, 0.99], tuple[float, float], True),
+        ([0.9], tuple[float, float], False),
+        ([1, 2, 3], tuple[int, ...], True),
+        (None, str | None, True),
+        ("x", Literal["x", "y"], True),
+        ("z", Literal["x", "y"], False),
+        ({"a": 1}, dict[str, int], True),
+        ({"a": "b"}, dict[str, int], False),
+        (len, Callable, True),
+    ],
+)
+def test_matches_type(value, annotation, expected):
+    assert matches_type(value, annotation) is expected
+
+
+def test_valid_arguments_have_no_problem():
+    assert check_arguments(Args, {"lr": 0.1, "betas": [0.8, 0.9], "mode": "b", "count": 2}) == []
+
+
+def test_every_problem_is_reported_at_once():
+    problems = dict(
+        check_arguments(Args, {"lr": -1, "betas": [0.9, 1.5], "mode": "c", "count": "3", "x": 1})
+    )
+    assert problems["lr"] == "must be >= 0, got -1"
+    assert problems["betas"] == "must be < 1, got [0.9, 1.5]"
+    assert problems["mode"].startswith("must be of type Literal")
+    assert problems["count"] == "must be of type int, got str '3'"
+    assert problems["x"].startswith("unknown argument 'x'.")
+
+
+def test_a_missing_required_argument_is_named():
+    assert check_arguments(Args, {}) == [("lr", "missing required argument 'lr'")]
+
+
+def test_an_unknown_argument_gets_a_suggestion():
+    ((key, message),) = check_arguments(Args, {"lr": 1, "cuont": 2})
+    assert key == "cuont"
+    assert "Did you mean 'count'?" in message
+
+
+def test_aliases_are_accepted_but_not_both_names():
+    assert check_arguments(Args, {"learning_rate": 0.1}) == []
+    ((key, message),) = check_arguments(Args, {"lr": 0.1, "learning_rate": 0.2})
+    assert key == "learning_rate"
+    assert "name the same argument" in message
+
+
+def test_cross_checks_run_after_field_checks():
+    assert check_arguments(Args, {"lr": 1, "mode": "b"}) == [("", "mode 'b' needs count >= 2")]
+
+
+def test_validated_arguments_fill_defaults_and_rename_aliases():
+    arguments = validated_arguments(Args, {"learning_rate": 0.5}, owner="Opt")
+    assert arguments == {
+        "lr": 0.5,
+        "betas": (0.9, 0.999),
+        "mode": "a",
+        "count": 1,
+        "tags": None,
+        "fn": None,
+    }
+
+
+def test_validated_arguments_raise_a_value_error_naming_owner_argument_and_value():
+    with pytest.raises(ValueError, match=r"Opt\.lr: must be >= 0, got -2") as info:
+        validated_arguments(Args, {"lr": -2}, owner="Opt")
+    assert isinstance(info.value, ConfigError)
+
+
+def test_arg_infos_describe_types_defaults_and_constraints():
+    infos = {info.name: info for info in arg_infos(Args)}
+    assert infos["lr"].required
+    assert infos["lr"].aliases == ("learning_rate",)
+    assert infos["betas"].type == "tuple[float, float]"
+    assert infos["betas"].constraint == ">= 0, < 1"
+    assert infos["count"].default == 1
