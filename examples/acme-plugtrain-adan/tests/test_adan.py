@@ -15,8 +15,10 @@ import pytest
 pytest.importorskip("acme_plugtrain_adan", reason="acme-plugtrain-adan is not installed")
 torch = pytest.importorskip("torch")
 
-import plugtrain  # noqa: E402 - after the skips, so that a missing plugin skips cleanly
+# imported after the skips, so that a missing plugin skips cleanly
 from acme_plugtrain_adan.adan import Adan  # noqa: E402
+
+import plugtrain  # noqa: E402
 from plugtrain.testing import assert_plugin_contract, assert_plugin_installed  # noqa: E402
 
 Vector = list[float]
@@ -286,7 +288,7 @@ def test_closure_is_called_and_its_loss_returned() -> None:
         optimizer.zero_grad()
         loss = (p**2).sum()
         loss.backward()
-        return float(loss)
+        return loss.item()
 
     assert optimizer.step(closure) == 2.0
     assert torch.all(p.detach() < 1.0)
@@ -311,9 +313,9 @@ def test_resolves_by_name_and_trains(installed_registry: plugtrain.Registry) -> 
     model = torch.nn.Linear(4, 1)
     inputs = torch.randn(32, 4)
     targets = inputs @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
-    optimizer = optimizer_class(model.parameters(), lr=0.05)
+    optimizer = optimizer_class(model.parameters(), lr=0.1)
     losses = []
-    for _ in range(30):
+    for _ in range(60):
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(inputs), targets)
         loss.backward()
