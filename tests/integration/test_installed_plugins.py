@@ -1,0 +1,144 @@
+"""The built-in plugin distributions as users get them: installed, found through entry points.
+
+Each test skips with a reason when its distribution is not installed (CI installs the core with
+one plugin at a time), and "core alone" is simulated with ``PLUGTRAIN_DISABLE_PLUGIN_AUTOLOAD``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import plugtrain
+from plugtrain.registry import Registry
+from plugtrain.testing import assert_plugin_contract, assert_plugin_installed
+
+# (distribution, import package, kind, one name it registers)
+BUILT_IN = [
+    pytest.param(
+        "plugtrain-optimizers", "plugtrain_optimizers", "optimizer", "SGD", id="optimizers"
+    ),
+    pytest.param(
+        "plugtrain-schedulers", "plugtrain_schedulers", "scheduler", "LinearLR", id="schedulers"
+    ),
+    pytest.param("plugtrain-backends", "plugtrain_backends", "backend", "CPU", id="backends"),
+]
+# A safety net against a hung subprocess, not a performance assertion.
+HANG_LIMIT_S = 600
+
+
+def _require(distribution: str) -> str:
+    """The installed version of ``distribution``; skips the test when it is absent."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{distribution} is not installed")
+
+
+def _python(
+    code: str, tmp_path: Path, *arguments: str, **environment: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter, outside the repository, without plugtrain switches."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLUGTRAIN_")}
+    env.update(environment)
+    return subprocess.run(
+        [sys.executable, "-c", code, *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+        timeout=HANG_LIMIT_S,
+    )
+
+
+@pytest.fixture(scope="module")
+def plugins_listing(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """``plugtrain plugins --json`` as a fresh process prints it."""
+    code = "import sys; from plugtrain.cli import main; sys.exit(main(['plugins', '--json']))"
+    done = _python(code, tmp_path_factory.mktemp("plugins"))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("distribution", "package", "kind", "name"), BUILT_IN)
+def test_distribution_is_installed_and_loaded(
+    distribution: str, package: str, kind: str, name: str, installed_registry: Registry
+) -> None:
+    _require(distribution)
+    assert_plugin_installed(distribution, installed_registry)
+
+
+@pytest.mark.parametrize(("distribution", "package", "kind", "name"), BUILT_IN)
+def test_plugins_command_lists_the_distribution(
+    distribution: str,
+    package: str,
+    kind: str,
+    name: str,
+    plugins_listing: list[dict[str, Any]],
+) -> None:
+    version = _require(distribution)
+    rows = [row for row in plugins_listing if row["distribution"] == distribution]
+    assert len(rows) == 1, plugins_listing
+    row = rows[0]
+    assert row["version"] == version
+    assert row["status"] == "loaded"
+    assert row["module"] == f"{package}.plugin"
+    assert f"plugtrain_register_{kind}s" in row["hooks"]
+    assert name in row["components"][kind]
+
+
+@pytest.mark.parametrize(("distribution", "package", "kind", "name"), BUILT_IN)
+def test_name_resolves_to_the_distributions_implementation(
+    distribution: str, package: str, kind: str, name: str
+) -> None:
+    version = _require(distribution)
+    implementation = plugtrain.resolve(kind, name)
+    assert implementation.__module__.split(".")[0] == package
+    info = plugtrain.describe(kind, name)
+    assert (info.distribution, info.version) == (distribution, version)
+    assert name in plugtrain.names(kind)
+
+
+@pytest.mark.parametrize(("distribution", "package", "kind", "name"), BUILT_IN)
+def test_distribution_passes_the_plugin_contract(
+    distribution: str, package: str, kind: str, name: str, installed_registry: Registry
+) -> None:
+    """Every component resolves, imports and matches its schema; plugin modules skip torch."""
+    _require(distribution)
+    assert_plugin_contract(distribution, installed_registry)
+
+
+CORE_ALONE = """
+import json, sys
+import plugtrain
+
+try:
+    plugtrain.resolve(sys.argv[1], sys.argv[2])
+except plugtrain.UnknownNameError as exc:
+    print(json.dumps({"type": type(exc).__name__, "message": str(exc)}))
+else:
+    print(json.dumps({"type": None, "message": ""}))
+"""
+
+
+@pytest.mark.parametrize(("distribution", "package", "kind", "name"), BUILT_IN)
+def test_core_alone_says_which_distribution_to_install(
+    distribution: str, package: str, kind: str, name: str, tmp_path: Path
+) -> None:
+    """With no plugin loaded, asking for a built-in name names the distribution providing it."""
+    done = _python(CORE_ALONE, tmp_path, kind, name, PLUGTRAIN_DISABLE_PLUGIN_AUTOLOAD="1")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["type"] == "UnknownNameError"
+    message = result["message"]
+    assert message.startswith(f"Unknown {kind} '{name}'.")
+    assert f"no installed plugin provides {kind}s" in message.lower()
+    assert distribution in message
