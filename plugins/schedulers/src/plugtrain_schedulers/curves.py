@@ -72,19 +72,21 @@ def polynomial(
     With ``cycle``, ``T`` becomes ``T * ceil(e / T)`` (``T`` at ``e = 0``), so the decay
     restarts from ``initial`` right after each multiple of ``T``.
     """
-    height = initial - end
+    # Weighting both ends (rather than end + height * w) returns them exactly at w = 1 and 0.
     if cycle:
 
         def at(step: int) -> float:
             span = total_iters * max(1, -(-step // total_iters))
-            return height * (1.0 - step / span) ** power + end
+            w = (1.0 - step / span) ** power
+            return initial * w + end * (1.0 - w)
 
     else:
 
         def at(step: int) -> float:
             if step >= total_iters:
                 return end
-            return height * (1.0 - step / total_iters) ** power + end
+            w = (1.0 - step / total_iters) ** power
+            return initial * w + end * (1.0 - w)
 
     return Curve(at, total_iters)
 
@@ -124,13 +126,13 @@ def inverse_square_root_decay(initial: float, scale: float, warmup_steps: float)
 
 def cosine_decay(initial: float, end: float, total_iters: int) -> Curve:
     """``end + (initial - end) * (1 + cos(pi * min(e, T) / T)) / 2``."""
-    half = 0.5 * (initial - end)
     scale = math.pi / total_iters
 
     def at(step: int) -> float:
         if step >= total_iters:
             return end
-        return end + half * (1.0 + math.cos(scale * step))
+        w = 0.5 * (1.0 + math.cos(scale * step))
+        return initial * w + end * (1.0 - w)
 
     return Curve(at, total_iters)
 
