@@ -1,14 +1,17 @@
-"""What every plugtrain optimizer shares: argument checking, eager state, foreach grouping."""
+"""What every plugtrain optimizer shares: argument checking, eager state, runs, scratch buffers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
+import attrs
 import torch
 from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype
 
-from plugtrain.schema import validated_arguments
+from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.schema import check_arguments, validated_arguments
+from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
 
 __all__ = ["PlugtrainOptimizer", "as_float"]
 
@@ -21,38 +24,64 @@ def as_float(value: float | torch.Tensor) -> float:
 class PlugtrainOptimizer(torch.optim.Optimizer):
     """Base of the plugtrain optimizers.
 
-    Subclasses set ``schema`` (their attrs argument schema), implement :meth:`init_state` (state
-    is created at construction, so ``state_dict()`` is complete before the first step) and
-    :meth:`update_group` (one step of one param group, given the parameters that have gradients).
+    Subclasses set ``schema`` (their attrs argument schema) and ``name``, implement
+    :meth:`init_state` (state is created at construction, so ``state_dict()`` is complete before
+    the first step) and :meth:`update_group` (one step of one param group, given the parameters
+    that have gradients). :meth:`runs` hands the update lists to either back end of
+    :mod:`plugtrain_optimizers._ops`; :meth:`scratch` gives reusable work buffers so that a step
+    allocates nothing parameter-sized.
     """
 
     schema: ClassVar[type]
     name: ClassVar[str]
 
     def __init__(self, params: Iterable[Any], **arguments: Any) -> None:
-        defaults = validated_arguments(self.schema, arguments, owner=self.name)
+        defaults = self.prepare_defaults(
+            validated_arguments(self.schema, arguments, owner=self.name)
+        )
+        self._scratch_views: dict[int, dict[torch.Tensor, torch.Tensor]] | None = None
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            for p in group["params"]:
-                self.init_state(p, self.state[p], group)
+
+    # -- groups and state -----------------------------------------------------------------
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group (checking its own hyperparameters) and create its parameters' state."""
+        param_group = self.prepare_group(dict(param_group))
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        self._check_group(group)
+        for p in group["params"]:
+            self.init_state(p, self.state[p], group)
+        self._scratch_views = None
+
+    def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """Turn checked constructor arguments into group defaults (default: unchanged)."""
+        return defaults
+
+    def prepare_group(self, group: dict[str, Any]) -> dict[str, Any]:
+        """Adjust a group before torch fills in defaults (default: unchanged)."""
+        return group
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        names = [f.name for f in attrs.fields(self.schema)]
+        # 0-dim tensors written by schedulers are not config values; only plain values are checked.
+        given = {
+            k: group[k] for k in names if k in group and not isinstance(group[k], torch.Tensor)
+        }
+        problems = [(k, m) for k, m in check_arguments(self.schema, given) if k in given or not k]
+        if problems:
+            owner = f"{self.name} param group {len(self.param_groups) - 1}"
+            raise ConfigError([ConfigIssue(f"{owner}.{k}" if k else owner, m) for k, m in problems])
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Create the optimizer state of ``param`` (default: none)."""
 
-    def update_group(
-        self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
-    ) -> None:
-        """Apply one update to ``params`` of ``group`` (all have gradients)."""
-        raise NotImplementedError
-
     @staticmethod
-    def foreach_groups(
-        tensorlists: list[list[torch.Tensor]],
-    ) -> Iterable[list[list[torch.Tensor]]]:
-        """Split parallel tensor lists into runs that share device and dtype."""
-        grouped = _group_tensors_by_device_and_dtype(tensorlists)  # type: ignore[arg-type]
-        for lists, _indices in grouped.values():
-            yield lists
+    def new_step() -> torch.Tensor:
+        """A step counter: a float32 0-dim tensor, as torch keeps it (never cast on load)."""
+        return torch.zeros((), dtype=torch.float32)
+
+    # -- stepping --------------------------------------------------------------------------
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -66,15 +95,124 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
             if not params:
                 continue
             grads = [p.grad for p in params]
-            if any(g.is_sparse for g in grads):
+            if any(g.is_sparse for g in grads):  # type: ignore[union-attr]
                 message = f"{self.name} does not support sparse gradients"
                 raise RuntimeError(message)
             self.update_group(group, params, grads)  # type: ignore[arg-type]
         return loss
 
-    def use_foreach(self, group: dict[str, Any], params: list[torch.Tensor]) -> bool:
+    def update_group(
+        self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
+    ) -> None:
+        """Apply one update to ``params`` of ``group`` (all have gradients)."""
+        raise NotImplementedError
+
+    def use_foreach(self, group: dict[str, Any]) -> bool:
         """Whether ``group`` takes the multi-tensor path (default: yes unless switched off)."""
         foreach = group.get("foreach")
-        if foreach is None:
-            return not torch.jit.is_scripting()
-        return bool(foreach)
+        return True if foreach is None else bool(foreach)
+
+    def runs(
+        self, group: dict[str, Any], lists: Sequence[Sequence[torch.Tensor]]
+    ) -> Iterator[tuple[ListOps, list[list[torch.Tensor]], list[int]]]:
+        """Split parallel lists into the pieces one update call handles, with their back end.
+
+        Multi-tensor: one piece per (device, dtype) of the first list. Per-tensor: one piece per
+        tensor. Each piece comes with the indices of its elements in ``lists``.
+        """
+        if self.use_foreach(group):
+            grouped = _group_tensors_by_device_and_dtype([list(t) for t in lists])  # type: ignore[arg-type]
+            for run, indices in grouped.values():
+                yield FOREACH, run, indices  # type: ignore[misc]
+        else:
+            for i in range(len(lists[0])):
+                yield PER_TENSOR, [[lst[i]] for lst in lists], [i]
+
+    @staticmethod
+    def foreach_groups(
+        tensorlists: Sequence[Sequence[torch.Tensor]],
+    ) -> Iterable[list[list[torch.Tensor]]]:
+        """Split parallel tensor lists into runs that share device and dtype."""
+        grouped = _group_tensors_by_device_and_dtype([list(t) for t in tensorlists])  # type: ignore[arg-type]
+        for lists, _indices in grouped.values():
+            yield lists  # type: ignore[misc]
+
+    @staticmethod
+    def split_by(keys: Sequence[Hashable]) -> list[tuple[Hashable, list[int] | None]]:
+        """Positions sharing a key; ``None`` positions mean "all" (the common single-key case)."""
+        first = keys[0]
+        if all(k == first for k in keys):
+            return [(first, None)]
+        positions: dict[Hashable, list[int]] = {}
+        for i, k in enumerate(keys):
+            positions.setdefault(k, []).append(i)
+        return list(positions.items())
+
+    @staticmethod
+    def take(lists: Sequence[Sequence[Any]], positions: list[int] | None) -> list[list[Any]]:
+        """The elements at ``positions`` of each list (all of them for ``None``)."""
+        if positions is None:
+            return [list(lst) for lst in lists]
+        return [[lst[i] for i in positions] for lst in lists]
+
+    @staticmethod
+    def advance(ops: ListOps, steps: list[torch.Tensor]) -> list[float]:
+        """Add one to each step counter; return the new values."""
+        ops.add_scalar_(steps, 1.0)
+        return [float(s) for s in steps]
+
+    def scratch(self, params: Sequence[torch.Tensor], slot: int = 0) -> list[torch.Tensor]:
+        """Work buffers shaped like ``params`` (slot ``slot``), reused at every step.
+
+        One flat buffer per (slot, device, dtype), as large as the largest group, is created on
+        first use; each parameter gets a fixed view of it. Groups are updated one after the
+        other, so they can share it. Scratch is not optimizer state: it is never saved.
+        """
+        if self._scratch_views is None:
+            self._scratch_views = {}
+        views = self._scratch_views.get(slot)
+        if views is None:
+            views = self._scratch_views[slot] = self._make_scratch()
+        return [views[p] for p in params]
+
+    def _make_scratch(self) -> dict[torch.Tensor, torch.Tensor]:
+        placement: dict[torch.Tensor, tuple[tuple[torch.device, torch.dtype], int]] = {}
+        sizes: dict[tuple[torch.device, torch.dtype], int] = {}
+        for group in self.param_groups:
+            offsets: dict[tuple[torch.device, torch.dtype], int] = {}
+            for p in group["params"]:
+                key = (p.device, p.dtype)
+                start = offsets.get(key, 0)
+                placement[p] = (key, start)
+                offsets[key] = start + p.numel()
+            for key, size in offsets.items():
+                sizes[key] = max(sizes.get(key, 0), size)
+        arenas = {key: torch.empty(n, device=key[0], dtype=key[1]) for key, n in sizes.items()}
+        return {
+            p: arenas[key][start : start + p.numel()].view(p.shape)
+            for p, (key, start) in placement.items()
+        }
+
+    def effective_grads(
+        self,
+        ops: ListOps,
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        *,
+        weight_decay: float,
+        maximize: bool = False,
+        slot: int = 0,
+    ) -> list[torch.Tensor]:
+        """``±g + weight_decay * p`` in scratch ``slot`` (``grads`` itself when nothing to add).
+
+        The gradients are never modified: they belong to the caller.
+        """
+        if weight_decay == 0 and not maximize:
+            return grads
+        out = self.scratch(params, slot)
+        ops.copy_(out, grads)
+        if maximize:
+            ops.mul_(out, -1.0)
+        if weight_decay != 0:
+            ops.add_(out, params, alpha=weight_decay)
+        return out

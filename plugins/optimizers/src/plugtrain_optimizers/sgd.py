@@ -57,72 +57,34 @@ class SGD(PlugtrainOptimizer):
     def update_group(
         self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
     ) -> None:
-        """One SGD step over ``params``."""
+        """One SGD step over ``params``; the weight decay is folded into scalar multipliers."""
         lr = as_float(group["lr"])
         wd = as_float(group["weight_decay"])
         momentum = as_float(group["momentum"])
-        dampening = as_float(group["dampening"])
+        damp = as_float(group["dampening"])
         sign = -1.0 if group["maximize"] else 1.0
-        bufs = [self.state[p]["momentum_buffer"] for p in params] if momentum != 0 else []
-        if self.use_foreach(group, params):
-            _sgd_foreach(params, grads, bufs, lr, wd, momentum, dampening, group["nesterov"], sign)
-        else:
-            _sgd_single(params, grads, bufs, lr, wd, momentum, dampening, group["nesterov"], sign)
-
-
-def _sgd_single(
-    params: list[torch.Tensor],
-    grads: list[torch.Tensor],
-    bufs: list[torch.Tensor],
-    lr: float,
-    wd: float,
-    momentum: float,
-    dampening: float,
-    nesterov: bool,
-    sign: float,
-) -> None:
-    for i, (p, g) in enumerate(zip(params, grads, strict=True)):
-        d_p = g.mul(sign) if sign != 1.0 else g
-        if wd != 0:
-            d_p = d_p.add(p, alpha=wd)
+        lists = [params, grads]
         if momentum != 0:
-            buf = bufs[i]
-            buf.mul_(momentum).add_(d_p, alpha=1 - dampening)
-            d_p = d_p.add(buf, alpha=momentum) if nesterov else buf
-        p.add_(d_p, alpha=-lr)
-
-
-def _sgd_foreach(
-    params: list[torch.Tensor],
-    grads: list[torch.Tensor],
-    bufs: list[torch.Tensor],
-    lr: float,
-    wd: float,
-    momentum: float,
-    dampening: float,
-    nesterov: bool,
-    sign: float,
-) -> None:
-    lists = [params, grads, bufs] if bufs else [params, grads]
-    for run in PlugtrainOptimizer.foreach_groups(lists):  # type: ignore[arg-type]
-        ps, gs = run[0], run[1]
-        if momentum == 0:
-            # p <- p - lr * (sign * g + wd * p)
+            lists.append([self.state[p]["momentum_buffer"] for p in params])
+        for ops, run, _ in self.runs(group, lists):
+            ps, gs = run[0], run[1]
+            if momentum == 0:
+                # p <- p - lr * (sign * g + wd * p)
+                if wd != 0:
+                    ops.mul_(ps, 1 - lr * wd)
+                ops.add_(ps, gs, alpha=-lr * sign)
+                continue
+            bufs = run[2]
+            # buf <- momentum * buf + (1 - dampening) * (sign * g + wd * p), without a temporary
+            ops.mul_(bufs, momentum)
+            ops.add_(bufs, gs, alpha=(1 - damp) * sign)
             if wd != 0:
-                torch._foreach_mul_(ps, 1 - lr * wd)
-            torch._foreach_add_(ps, gs, alpha=-lr * sign)
-            continue
-        bs = run[2]
-        # buf <- momentum * buf + (1 - dampening) * (sign * g + wd * p), without a temporary
-        torch._foreach_mul_(bs, momentum)
-        torch._foreach_add_(bs, gs, alpha=(1 - dampening) * sign)
-        if wd != 0:
-            torch._foreach_add_(bs, ps, alpha=(1 - dampening) * wd)
-        if nesterov:
-            # p <- p - lr * (sign * g + wd * p + momentum * buf)
-            if wd != 0:
-                torch._foreach_mul_(ps, 1 - lr * wd)
-            torch._foreach_add_(ps, gs, alpha=-lr * sign)
-            torch._foreach_add_(ps, bs, alpha=-lr * momentum)
-        else:
-            torch._foreach_add_(ps, bs, alpha=-lr)
+                ops.add_(bufs, ps, alpha=(1 - damp) * wd)
+            if group["nesterov"]:
+                # p <- p - lr * (sign * g + wd * p + momentum * buf)
+                if wd != 0:
+                    ops.mul_(ps, 1 - lr * wd)
+                ops.add_(ps, gs, alpha=-lr * sign)
+                ops.add_(ps, bufs, alpha=-lr * momentum)
+            else:
+                ops.add_(ps, bufs, alpha=-lr)

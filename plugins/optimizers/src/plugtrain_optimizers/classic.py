@@ -1,0 +1,288 @@
+"""Adadelta, Adagrad, ASGD and RMSprop: torch's update rules with cstorch's defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
+from plugtrain_optimizers.schemas import AdadeltaArgs, AdagradArgs, ASGDArgs, RMSpropArgs
+
+__all__ = ["ASGD", "Adadelta", "Adagrad", "RMSprop"]
+
+
+def _zeros(param: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(param, memory_format=torch.preserve_format)
+
+
+class Adadelta(PlugtrainOptimizer):
+    """Adadelta (torch's rule, L2 ``weight_decay``).
+
+    ``s = rho s + (1 - rho) g^2``; ``d = sqrt(a + eps) / sqrt(s + eps) * g``;
+    ``a = rho a + (1 - rho) d^2``; ``p -= lr d``.
+    """
+
+    schema = AdadeltaArgs
+    name = "Adadelta"
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        **aliases: Any,
+    ) -> None:
+        super().__init__(
+            params,
+            lr=lr,
+            rho=rho,
+            eps=eps,
+            weight_decay=weight_decay,
+            maximize=maximize,
+            foreach=foreach,
+            **aliases,
+        )
+
+    def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Step counter and zero running averages."""
+        state["step"] = self.new_step()
+        state["square_avg"] = _zeros(param)
+        state["acc_delta"] = _zeros(param)
+
+    def update_group(
+        self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
+    ) -> None:
+        """One Adadelta step over ``params``."""
+        lr, rho, eps = (as_float(group[k]) for k in ("lr", "rho", "eps"))
+        wd = as_float(group["weight_decay"])
+        states = [self.state[p] for p in params]
+        lists = [params, grads, [s["square_avg"] for s in states], [s["acc_delta"] for s in states]]
+        lists.append([s["step"] for s in states])
+        for ops, (ps, gs, sqs, accs, steps), _ in self.runs(group, lists):
+            self.advance(ops, steps)
+            gs = self.effective_grads(  # noqa: PLW2901
+                ops, ps, gs, weight_decay=wd, maximize=group["maximize"], slot=2
+            )
+            ops.mul_(sqs, rho)
+            ops.addcmul_(sqs, gs, gs, 1 - rho)
+            std, delta = self.scratch(ps, 0), self.scratch(ps, 1)
+            ops.copy_(std, sqs)
+            ops.add_scalar_(std, eps)
+            ops.sqrt_(std)
+            ops.copy_(delta, accs)
+            ops.add_scalar_(delta, eps)
+            ops.sqrt_(delta)
+            ops.div_t_(delta, std)
+            ops.mul_t_(delta, gs)
+            ops.mul_(accs, rho)
+            ops.addcmul_(accs, delta, delta, 1 - rho)
+            ops.add_(ps, delta, alpha=-lr)
+
+
+class Adagrad(PlugtrainOptimizer):
+    """Adagrad: ``s += g^2``; ``p -= lr / (1 + (t - 1) lr_decay) * g / (sqrt(s) + eps)``."""
+
+    schema = AdagradArgs
+    name = "Adagrad"
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 0.01,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-6,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        **aliases: Any,
+    ) -> None:
+        super().__init__(
+            params,
+            lr=lr,
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            eps=eps,
+            maximize=maximize,
+            foreach=foreach,
+            **aliases,
+        )
+
+    def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Step counter and the sum of squares at ``initial_accumulator_value``."""
+        state["step"] = self.new_step()
+        init = as_float(group["initial_accumulator_value"])
+        state["sum"] = torch.full_like(param, init, memory_format=torch.preserve_format)
+
+    def update_group(
+        self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
+    ) -> None:
+        """One Adagrad step over ``params``."""
+        lr, decay, eps = (as_float(group[k]) for k in ("lr", "lr_decay", "eps"))
+        wd = as_float(group["weight_decay"])
+        states = [self.state[p] for p in params]
+        lists = [params, grads, [s["sum"] for s in states], [s["step"] for s in states]]
+        for ops, (ps, gs, sums, steps), _ in self.runs(group, lists):
+            ts = self.advance(ops, steps)
+            gs = self.effective_grads(  # noqa: PLW2901
+                ops, ps, gs, weight_decay=wd, maximize=group["maximize"], slot=1
+            )
+            ops.addcmul_(sums, gs, gs, 1.0)
+            std = self.scratch(ps, 0)
+            ops.copy_(std, sums)
+            ops.sqrt_(std)
+            ops.add_scalar_(std, eps)
+            ops.addcdiv_(ps, gs, std, [-lr / (1 + (t - 1) * decay) for t in ts])
+
+
+class ASGD(PlugtrainOptimizer):
+    """Averaged SGD (torch's rule); ``eta`` and ``mu`` are kept as Python floats in the state.
+
+    ``p *= 1 - lambd eta``; ``p -= eta g``; ``ax += mu (p - ax)`` (a copy while ``mu = 1``);
+    then ``eta = lr / (1 + lambd lr t)^alpha`` and ``mu = 1 / max(1, t - t0)``.
+    """
+
+    schema = ASGDArgs
+    name = "ASGD"
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 0.01,
+        lambd: float = 1e-4,
+        alpha: float = 0.75,
+        t0: float = 1e6,
+        weight_decay: float = 0.0,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        **aliases: Any,
+    ) -> None:
+        super().__init__(
+            params,
+            lr=lr,
+            lambd=lambd,
+            alpha=alpha,
+            t0=t0,
+            weight_decay=weight_decay,
+            maximize=maximize,
+            foreach=foreach,
+            **aliases,
+        )
+
+    def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Step counter, ``eta = lr``, ``mu = 1`` and a zero average."""
+        state["step"] = self.new_step()
+        state["eta"] = as_float(group["lr"])
+        state["mu"] = 1.0
+        state["ax"] = _zeros(param)
+
+    def update_group(
+        self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
+    ) -> None:
+        """One ASGD step over ``params``."""
+        lr, lambd, alpha, t0 = (as_float(group[k]) for k in ("lr", "lambd", "alpha", "t0"))
+        wd = as_float(group["weight_decay"])
+        states = [self.state[p] for p in params]
+        lists = [params, grads, [s["ax"] for s in states], [s["step"] for s in states]]
+        for ops, (ps, gs, axs, steps), idx in self.runs(group, lists):
+            ts = self.advance(ops, steps)
+            gs = self.effective_grads(  # noqa: PLW2901
+                ops, ps, gs, weight_decay=wd, maximize=group["maximize"], slot=0
+            )
+            mine = [states[i] for i in idx]
+            for (eta, mu), where in self.split_by([(s["eta"], s["mu"]) for s in mine]):  # type: ignore[misc]
+                p_, g_, ax_ = self.take([ps, gs, axs], where)
+                ops.mul_(p_, 1 - lambd * eta)
+                ops.add_(p_, g_, alpha=-eta)
+                if mu != 1:
+                    ops.lerp_(ax_, p_, mu)
+                else:
+                    ops.copy_(ax_, p_)
+            for state, t in zip(mine, ts, strict=True):
+                state["eta"] = lr / ((1 + lambd * lr * t) ** alpha)
+                state["mu"] = 1 / max(1.0, t - t0)
+
+
+class RMSprop(PlugtrainOptimizer):
+    """RMSprop (torch's rule, L2 ``weight_decay``).
+
+    ``s = alpha s + (1 - alpha) g^2``; ``avg = sqrt(s - gavg^2 if centered else s) + eps``;
+    ``buf = momentum buf + g / avg``; ``p -= lr buf`` (``lr g / avg`` without momentum).
+    """
+
+    schema = RMSpropArgs
+    name = "RMSprop"
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 0.01,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        foreach: bool | None = None,
+        **aliases: Any,
+    ) -> None:
+        super().__init__(
+            params,
+            lr=lr,
+            alpha=alpha,
+            eps=eps,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            centered=centered,
+            foreach=foreach,
+            **aliases,
+        )
+
+    def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Step counter, square average, and the momentum buffer / gradient average in use."""
+        state["step"] = self.new_step()
+        state["square_avg"] = _zeros(param)
+        if as_float(group["momentum"]) > 0:
+            state["momentum_buffer"] = _zeros(param)
+        if group["centered"]:
+            state["grad_avg"] = _zeros(param)
+
+    def update_group(
+        self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
+    ) -> None:
+        """One RMSprop step over ``params``."""
+        lr, alpha, eps = (as_float(group[k]) for k in ("lr", "alpha", "eps"))
+        wd, momentum = as_float(group["weight_decay"]), as_float(group["momentum"])
+        centered = bool(group["centered"])
+        states = [self.state[p] for p in params]
+        lists = [params, grads, [s["square_avg"] for s in states], [s["step"] for s in states]]
+        if momentum > 0:
+            lists.append([s["momentum_buffer"] for s in states])
+        if centered:
+            lists.append([s["grad_avg"] for s in states])
+        for ops, run, _ in self.runs(group, lists):
+            ps, gs, sqs, steps = run[:4]
+            self.advance(ops, steps)
+            gs = self.effective_grads(ops, ps, gs, weight_decay=wd, slot=1)
+            ops.mul_(sqs, alpha)
+            ops.addcmul_(sqs, gs, gs, 1 - alpha)
+            avg = self.scratch(ps, 0)
+            ops.copy_(avg, sqs)
+            if centered:
+                gavg = run[-1]
+                ops.lerp_(gavg, gs, 1 - alpha)
+                ops.addcmul_(avg, gavg, gavg, -1.0)
+            ops.sqrt_(avg)
+            ops.add_scalar_(avg, eps)
+            if momentum > 0:
+                bufs = run[4]
+                ops.mul_(bufs, momentum)
+                ops.addcdiv_(bufs, gs, avg, 1.0)
+                ops.add_(ps, bufs, alpha=-lr)
+            else:
+                ops.addcdiv_(ps, gs, avg, -lr)
