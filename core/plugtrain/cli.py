@@ -164,6 +164,67 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
     return EXIT_OK
 
 
+# -- run files -------------------------------------------------------------------------------
+
+
+def _cmd_check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from plugtrain.run import check_run_file
+
+    plans = check_run_file(args.run_file, args.set)
+    for plan in plans:
+        steps = [name for name in ("fit", "validate") if getattr(plan, name) is not None]
+        out.write(f"{plan.path}: backend {plan.backend_type}; {', '.join(steps)}\n")
+    count = len(plans)
+    out.write(f"{args.run_file}: OK ({count} trainer{'s' if count != 1 else ''})\n")
+    return EXIT_OK
+
+
+def _configure_logging() -> None:
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("plugtrain: %(message)s"))
+    logger = logging.getLogger("plugtrain")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from plugtrain.run import run_file
+
+    _configure_logging()
+    results = run_file(args.run_file, args.set, mode=args.command)
+    for index, metrics in enumerate(results):
+        if metrics:
+            shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+            out.write(f"trainer {index}: validation {shown}\n")
+    return EXIT_OK
+
+
+def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from pathlib import Path
+
+    from plugtrain.run import check_run_file
+    from plugtrain.schedule_plot import plot_schedules
+
+    plans = check_run_file(args.run_file, args.set)
+    target = Path(args.output)
+    drawn = 0
+    for index, plan in enumerate(plans):
+        specs = plan.init.get("schedulers") or []
+        specs = [specs] if isinstance(specs, dict) else list(specs)
+        if not specs:
+            continue
+        path = target if len(plans) == 1 else target.with_stem(f"{target.stem}-{index}")
+        plot_schedules(specs, path, steps=args.steps, registry=plugins.get_registry())
+        out.write(f"{plan.path}: schedules drawn in {path}\n")
+        drawn += 1
+    if not drawn:
+        out.write(f"{args.run_file}: no schedulers to draw\n")
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 
@@ -198,6 +259,27 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--kind", choices=list(KINDS), help="only look in this kind")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(handler=_cmd_show)
+
+    for name, text in (
+        ("check", "validate a run file without building anything (no torch import)"),
+        ("fit", "train (and evaluate) as a run file says"),
+        ("validate", "evaluate as a run file says"),
+        ("plot", "draw the schedules of a run file"),
+    ):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("run_file", metavar="RUN.yaml", help="the run file")
+        command.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY.PATH=VALUE",
+            help="override a value (YAML); trainer.* applies to every trainer (repeatable)",
+        )
+        handlers = {"check": _cmd_check, "fit": _cmd_fit, "validate": _cmd_fit, "plot": _cmd_plot}
+        command.set_defaults(handler=handlers[name])
+        if name == "plot":
+            command.add_argument("-o", "--output", default="schedule.png", help="image file")
+            command.add_argument("--steps", type=int, default=None, help="steps to draw")
 
     listed = commands.add_parser("plugins", help="installed plugins, their status and components")
     listed.add_argument("--json", action="store_true", help="print JSON")

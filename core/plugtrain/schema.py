@@ -101,6 +101,7 @@ class _ArgMeta:
     aliases: tuple[str, ...]
     component: str | None
     many: bool
+    section: type | None = None
 
 
 def arg(
@@ -115,6 +116,7 @@ def arg(
     aliases: Iterable[str] = (),
     component: str | None = None,
     many: bool = False,
+    section: type | None = None,
 ) -> Any:
     """Declare one argument of a component schema.
 
@@ -131,6 +133,7 @@ def arg(
     :param component: the value is a nested component of this kind, written as a one-key
         mapping ``{Name: {arguments}}`` (or an already built object from Python).
     :param many: with ``component``: the value is a list of such components.
+    :param section: the value is a mapping checked against this schema (a config section).
     :returns: an ``attrs.field`` carrying the metadata; use it as the field's default.
     """
     meta = _ArgMeta(
@@ -141,6 +144,7 @@ def arg(
         aliases=tuple(aliases),
         component=component,
         many=many,
+        section=section,
     )
     if isinstance(default, list | dict | set):
         factory = functools.partial(type(default), default)
@@ -188,7 +192,15 @@ def _meta(field: attrs.Attribute) -> _ArgMeta:
     meta = field.metadata.get(_META_KEY)
     if meta is None:
         return _ArgMeta("", _Constraint(), (), None, False)
-    return meta
+    return meta  # type: ignore[no-any-return]
+
+
+def section_of(schema: type, name: str) -> type | None:
+    """The section schema of argument ``name`` of ``schema``, if it is a section."""
+    for field, _hint in _fields(schema):
+        if field.name == name:
+            return _meta(field).section
+    return None
 
 
 def _default_of(field: attrs.Attribute) -> Any:
@@ -362,6 +374,10 @@ def check_arguments(
 def _value_problem(value: Any, hint: Any, field: attrs.Attribute, meta: _ArgMeta) -> str | None:
     if meta.component is not None:
         return _component_shape_problem(value, meta)
+    if meta.section is not None:
+        if value is None or isinstance(value, Mapping):
+            return None
+        return f"must be a mapping of {field.name} settings, got {type(value).__name__}"
     if not matches_type(value, hint):
         written = field.type if isinstance(field.type, str) else _type_name(hint)
         return f"must be of type {written}, got {type(value).__name__} {value!r}"

@@ -23,6 +23,7 @@ def plugtrain_register_models(registry: ComponentRegistrar) -> None:
 @hookimpl
 def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
     """Register the built-in data loaders."""
+    registry.register("Digits", "plugtrain.builtin.data:digits_loader", schema=schemas.DigitsArgs)
     registry.register(
         "Synthetic", "plugtrain.builtin.data:synthetic_loader", schema=schemas.SyntheticArgs
     )

@@ -33,3 +33,19 @@ class SyntheticArgs:
     shuffle: bool | None = arg(None, help="shuffle each epoch (default: only the train split)")
     seed: int = arg(0, help="seed of the data (not of the shuffling)", ge=0)
     drop_last: bool = arg(False, help="drop the last incomplete batch")
+
+
+@attrs.frozen
+class DigitsArgs:
+    """The 8x8 handwritten digits (1,797 images, 10 classes), shipped with plugtrain.
+
+    A seeded split holds ``val_fraction`` of the images out for evaluation; pixels are scaled to
+    [0, 1] and flattened to 64 features.
+    """
+
+    batch_size: int = arg(help="examples per batch", gt=0)
+    split: Literal["train", "val", "all"] = arg("train", help="which part of the data")
+    val_fraction: float = arg(0.2, help="share of the images in the val split", gt=0, lt=1)
+    shuffle: bool | None = arg(None, help="shuffle each epoch (default: only the train split)")
+    seed: int = arg(0, help="seed of the split and of the shuffling", ge=0)
+    drop_last: bool = arg(False, help="drop the last incomplete batch")

@@ -1,0 +1,158 @@
+"""Schemas of a run file's own sections (torch-free).
+
+The trainer's ``init``, ``fit`` and ``validate`` mappings and the ``loop``, ``checkpoint`` and
+``logging`` settings.
+
+The same classes are the Trainer's runtime settings: ``LoopSettings(max_steps=100)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+import attrs
+
+from plugtrain.schema import arg
+
+__all__ = [
+    "CheckpointSettings",
+    "FitSection",
+    "InitSection",
+    "LoggingSettings",
+    "LoopSettings",
+    "RunFile",
+    "TrainerSection",
+    "ValidateSection",
+]
+
+MUTUALLY_EXCLUSIVE = (
+    "backend and device are mutually exclusive arguments of Trainer. "
+    "Please only provide one or the other"
+)
+
+
+@attrs.frozen
+class LoopSettings:
+    """How long to train and how often to evaluate."""
+
+    max_steps: int | None = arg(None, help="stop when the global step reaches this", gt=0)
+    num_steps: int | None = arg(None, help="optimizer steps to take in this fit", gt=0)
+    num_epochs: int | None = arg(None, help="passes over the training data in this fit", gt=0)
+    eval_frequency: int | None = arg(
+        None, help="evaluate every this many steps (None or 0: only at the end)", ge=0
+    )
+    eval_steps: int | None = arg(None, help="batches per evaluation (None: the whole set)", gt=0)
+    grad_accum_steps: int = arg(1, help="batches accumulated into one optimizer step", gt=0)
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+        """A fit needs at least one stopping rule."""
+        if all(arguments[k] is None for k in ("max_steps", "num_steps", "num_epochs")):
+            yield "give at least one of max_steps, num_steps or num_epochs"
+
+
+@attrs.frozen
+class CheckpointSettings:
+    """When checkpoints are written and whether a run resumes from the newest one."""
+
+    steps: int | None = arg(None, help="save every this many steps, and at the end", gt=0)
+    autoload_last_checkpoint: bool = arg(
+        True, help="resume from the newest checkpoint in model_dir when ckpt_path is unset"
+    )
+    save_initial_checkpoint: bool = arg(False, help="save a checkpoint before the first step")
+    checkpoint_name: str = arg("checkpoint_{step}.mdl", help="file name; must contain {step}")
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+        """The file name must distinguish steps."""
+        name = arguments["checkpoint_name"]
+        if "{step}" not in name or "/" in name:
+            yield f"checkpoint_name must contain '{{step}}' and no '/', got {name!r}"
+
+
+@attrs.frozen
+class LoggingSettings:
+    """How often metrics are logged, and how verbosely."""
+
+    log_steps: int = arg(help="log training metrics every this many steps", gt=0)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = arg("INFO", help="log level")
+    progress: bool | None = arg(
+        None, help="show a progress bar (None: only when stderr is a terminal)"
+    )
+
+
+@attrs.frozen
+class InitSection:
+    """``trainer.init``: what to build (device or backend, model, optimizer, schedulers)."""
+
+    device: str | None = arg(None, help="CPU, GPU or CSX (default settings of that backend)")
+    backend: dict[str, Any] | None = arg(
+        None, help="{backend_type: CPU|GPU|CSX, ...arguments of that backend}"
+    )
+    model_dir: str = arg("./model_dir", help="where checkpoints, metrics and plots go")
+    seed: int | None = arg(None, help="seed of Python, numpy and torch", ge=0)
+    model: dict[str, Any] = arg(component="model", help="the model, {Name: {arguments}}")
+    optimizer: dict[str, Any] | None = arg(
+        None, component="optimizer", help="the optimizer, {Name: {arguments, params: [...]}}"
+    )
+    schedulers: list[Any] | None = arg(
+        None, component="scheduler", many=True, help="schedulers, each {Name: {arguments}}"
+    )
+    loop: dict[str, Any] | None = arg(None, section=LoopSettings, help="loop settings")
+    checkpoint: dict[str, Any] | None = arg(
+        None, section=CheckpointSettings, help="checkpoint settings"
+    )
+    logging: dict[str, Any] | None = arg(None, section=LoggingSettings, help="logging settings")
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+        """``device`` and ``backend`` exclude each other (the seed's message)."""
+        if arguments["device"] is not None and arguments["backend"] is not None:
+            yield MUTUALLY_EXCLUSIVE
+
+
+@attrs.frozen
+class FitSection:
+    """``trainer.fit``: the data to train (and evaluate) on, and where to start from."""
+
+    train_dataloader: dict[str, Any] = arg(component="dataloader", help="training data")
+    val_dataloader: dict[str, Any] | None = arg(
+        None, component="dataloader", help="evaluation data"
+    )
+    ckpt_path: str | None = arg(
+        None, help="checkpoint to start from; null: none; unset: the newest in model_dir"
+    )
+
+
+@attrs.frozen
+class ValidateSection:
+    """``trainer.validate``: evaluate only."""
+
+    val_dataloader: dict[str, Any] = arg(component="dataloader", help="evaluation data")
+    ckpt_path: str | None = arg(
+        None, help="checkpoint to evaluate; null: none; unset: the newest in model_dir"
+    )
+
+
+@attrs.frozen
+class TrainerSection:
+    """One trainer: ``init`` plus ``fit`` and/or ``validate``."""
+
+    init: dict[str, Any] = arg(section=InitSection, help="what to build")
+    fit: dict[str, Any] | None = arg(None, section=FitSection, help="train")
+    validate: dict[str, Any] | None = arg(None, section=ValidateSection, help="evaluate")
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+        """A trainer must have something to do."""
+        if arguments["fit"] is None and arguments["validate"] is None:
+            yield "nothing to do: give 'fit' and/or 'validate'"
+
+
+@attrs.frozen
+class RunFile:
+    """A run file: one trainer, or a list of ``{trainer: ...}`` run in order."""
+
+    trainer: Any = arg(help="a trainer mapping, or a list of {trainer: ...}")
+    plugins: list[str] = arg([], help="local plugin modules to load (like -p MODULE)")

@@ -1,0 +1,188 @@
+"""Running a run file: build each trainer from its validated plan and fit or validate it."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from plugtrain import plugins
+from plugtrain.config import check_run, load_run_file
+from plugtrain.config.validate import OPTIMIZER_TRAINER_KEYS, TrainerPlan
+from plugtrain.kinds import KINDS
+from plugtrain.registry import Registry
+from plugtrain.schema import arg_infos
+
+__all__ = ["build_component", "check_run_file", "run_file"]
+
+log = logging.getLogger("plugtrain")
+
+
+def _context_count(kind: str, implementation: Any) -> int:
+    """How many of the kind's context arguments the constructor takes (ChainedLR takes none)."""
+    context = KINDS[kind].context_args
+    if not context:
+        return 0
+    try:
+        parameters = list(inspect.signature(implementation).parameters.values())
+    except (TypeError, ValueError):
+        return len(context)
+    names = [p.name for p in parameters[: len(context)]]
+    return len(context) if names == list(context) else 0
+
+
+def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> Any:
+    """Build ``{Name: {arguments}}`` of ``kind``; nested components are built first.
+
+    :param context: what the kind's constructors take first (the params of an optimizer, the
+        optimizer of a scheduler). Already built objects (from Python) are returned as they are.
+    """
+    if not isinstance(spec, Mapping):
+        return spec
+    ((name, arguments),) = spec.items()
+    component = registry.lookup(kind, name)
+    implementation = registry.resolve(kind, name)
+    arguments = dict(arguments or {})
+    for info in arg_infos(component.schema_class):
+        if info.component is None or arguments.get(info.name) is None:
+            continue
+        value = arguments[info.name]
+        child_context = context if info.component == kind else ()
+        if info.many and isinstance(value, list | tuple):
+            arguments[info.name] = [
+                build_component(registry, info.component, item, *child_context) for item in value
+            ]
+        else:
+            arguments[info.name] = build_component(registry, info.component, value, *child_context)
+    count = _context_count(kind, implementation)
+    return implementation(*context[:count], **arguments)
+
+
+def _optimizer_factory(registry: Registry, spec: Mapping[str, Any]) -> Any:
+    ((name, arguments),) = spec.items()
+    arguments = dict(arguments or {})
+    filters = arguments.get("params")
+    exclude = arguments.get("exclude_from_weight_decay", True)
+    rest = {k: v for k, v in arguments.items() if k not in OPTIMIZER_TRAINER_KEYS}
+
+    def make(model: Any) -> Any:
+        from plugtrain.params import build_param_groups
+
+        groups = build_param_groups(model, filters, exclude_from_weight_decay=exclude)
+        return build_component(registry, "optimizer", {name: rest}, groups)
+
+    return make
+
+
+def _backend_for(plan: TrainerPlan, shared: dict[str, Any]) -> Any:
+    """One backend object per distinct backend configuration; the same type throughout."""
+    from plugtrain.backends import backend as make_backend
+
+    init = plan.init
+    if init.get("backend") is not None:
+        arguments = {k: v for k, v in init["backend"].items() if k != "backend_type"}
+    else:
+        arguments = {}
+    key = repr((plan.backend_type, sorted(arguments.items(), key=repr)))
+    if key not in shared:
+        shared[key] = make_backend(plan.backend_type, **arguments)
+    return shared[key]
+
+
+def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any]) -> Any:
+    """A :class:`~plugtrain.trainer.Trainer` for one validated trainer of a run file."""
+    from plugtrain.checkpoint import plain
+    from plugtrain.trainer import Trainer
+
+    init = plan.init
+    schedulers = [
+        (lambda optimizer, spec=spec: build_component(registry, "scheduler", spec, optimizer))
+        for spec in _scheduler_specs(init.get("schedulers"))
+    ]
+    return Trainer(
+        backend=_backend_for(plan, backends),
+        model_dir=init.get("model_dir", "./model_dir"),
+        model=lambda: build_component(registry, "model", init["model"]),
+        optimizer=_optimizer_factory(registry, init["optimizer"])
+        if init.get("optimizer")
+        else None,
+        schedulers=schedulers,
+        loop=init.get("loop"),
+        checkpoint=init.get("checkpoint"),
+        logging=init.get("logging"),
+        seed=init.get("seed"),
+        config=plain(init),
+    )
+
+
+def _scheduler_specs(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        return [value]
+    return list(value)
+
+
+def check_run_file(
+    path: str | os.PathLike[str], overrides: Sequence[str] = ()
+) -> list[TrainerPlan]:
+    """Load, override and validate a run file (loading its ``plugins:``); imports no torch."""
+    data = load_run_file(path, overrides)
+    if isinstance(data, Mapping) and isinstance(data.get("plugins"), list):
+        plugins.use_plugins([p for p in data["plugins"] if isinstance(p, str)])
+    return check_run(data, plugins.get_registry(), str(path))
+
+
+def _ckpt_argument(section: Mapping[str, Any]) -> dict[str, Any]:
+    return {"ckpt_path": section["ckpt_path"]} if "ckpt_path" in section else {}
+
+
+def run_file(
+    path: str | os.PathLike[str], overrides: Sequence[str] = (), *, mode: str = "fit"
+) -> list[dict[str, float]]:
+    """Validate the whole file, then run its trainers in order.
+
+    :param mode: ``"fit"`` runs each trainer's ``fit`` then its ``validate`` section;
+        ``"validate"`` runs only ``validate`` sections (or evaluates ``fit.val_dataloader``).
+    :returns: the final validation metrics of each trainer.
+    """
+    plans = check_run_file(path, overrides)
+    registry = plugins.get_registry()
+    backends: dict[str, Any] = {}
+    results = []
+    for plan in plans:
+        trainer = build_trainer(plan, registry, backends)
+        metrics: dict[str, float] = {}
+        if mode == "fit" and plan.fit is not None:
+            train = build_component(registry, "dataloader", plan.fit["train_dataloader"])
+            val_spec = plan.fit.get("val_dataloader")
+            val = build_component(registry, "dataloader", val_spec) if val_spec else None
+            metrics = trainer.fit(train, val, **_ckpt_argument(plan.fit))
+            _plot_schedules(plan, trainer)
+        validate = plan.validate
+        if validate is None and mode == "validate" and plan.fit and plan.fit.get("val_dataloader"):
+            validate = {"val_dataloader": plan.fit["val_dataloader"]}
+        if validate is not None:
+            val = build_component(registry, "dataloader", validate["val_dataloader"])
+            metrics = trainer.validate(val, **_ckpt_argument(validate))
+        results.append(metrics)
+    return results
+
+
+def _plot_schedules(plan: TrainerPlan, trainer: Any) -> None:
+    """Draw the run's schedules into ``model_dir/schedule.png`` when matplotlib is installed."""
+    specs = _scheduler_specs(plan.init.get("schedulers"))
+    if not specs or not trainer.is_main_process:
+        return
+    try:
+        import matplotlib  # noqa: F401 - optional
+    except ImportError:
+        return
+    from plugtrain.schedule_plot import plot_schedules
+
+    target = Path(trainer.model_dir) / "schedule.png"
+    plot_schedules(specs, target, steps=trainer.global_step or None)
+    log.info("schedule plot written to %s", target)

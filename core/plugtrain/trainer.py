@@ -1,0 +1,613 @@
+"""The Trainer: the Model Zoo ``Trainer`` surface, running for real on the registered backends.
+
+``Trainer(device=... | backend=..., model_dir, model, optimizer, schedulers, loop, checkpoint,
+logging, callbacks, seed)``, then ``.fit(train_dataloader, val_dataloader, ckpt_path)`` or
+``.validate(val_dataloader, ckpt_path)``. ``model`` may be a module or a callable building one;
+``optimizer`` an optimizer or a callable taking the model; each scheduler an instance or a
+callable taking the optimizer.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from plugtrain import checkpoint as ckpt
+from plugtrain.backends import backend as make_backend
+from plugtrain.backends import claim_backend_type
+from plugtrain.config.sections import (
+    MUTUALLY_EXCLUSIVE,
+    CheckpointSettings,
+    LoggingSettings,
+    LoopSettings,
+)
+from plugtrain.errors import ConfigError, ConfigIssue, PlugtrainError
+from plugtrain.metrics import MetricsLog, Progress
+from plugtrain.schema import validated_arguments
+
+__all__ = ["Trainer", "TrainingError"]
+
+log = logging.getLogger("plugtrain")
+
+UNSET: Any = object()
+"""``ckpt_path`` left unset: resume from the newest checkpoint when autoloading is on."""
+
+DEFAULT_LOG_STEPS = 50
+
+
+class TrainingError(PlugtrainError, RuntimeError):
+    """Training cannot go on (a non-finite loss, a model directory that cannot be written)."""
+
+
+def _settings(cls: type, value: Any, owner: str) -> Any:
+    if value is None or isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        message = f"{owner} must be a mapping or {cls.__name__}, got {type(value).__name__}"
+        raise ConfigError([ConfigIssue(owner, message)])
+    return cls(**validated_arguments(cls, value, owner=owner))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's (when installed) and torch's generators."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    np.random.seed(seed % 2**32)
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+    except ImportError:
+        return state
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+
+
+class _DataStream:
+    """Endless batches over epochs, resumable exactly.
+
+    It records the RNG at each epoch start and how many batches of the epoch were consumed.
+    """
+
+    def __init__(self, loader: Iterable[Any], position: Mapping[str, Any] | None) -> None:
+        self.loader = loader
+        self.generator: torch.Generator | None = getattr(loader, "generator", None)
+        self.epoch = 0
+        self.consumed = 0
+        self._iterator: Iterator[Any] | None = None
+        self._epoch_rng: dict[str, Any] = {}
+        if position is not None:
+            self._resume(position)
+
+    def _start_epoch(self) -> None:
+        self._epoch_rng = {"torch": torch.get_rng_state()}
+        if self.generator is not None:
+            self._epoch_rng["generator"] = self.generator.get_state()
+        self._iterator = iter(self.loader)
+        self.consumed = 0
+
+    def _resume(self, position: Mapping[str, Any]) -> None:
+        current = torch.get_rng_state()
+        torch.set_rng_state(position["epoch_rng"]["torch"])
+        if self.generator is not None and "generator" in position["epoch_rng"]:
+            self.generator.set_state(position["epoch_rng"]["generator"])
+        self.epoch = int(position["epoch"])
+        self._start_epoch()
+        for _ in range(int(position["consumed"])):
+            next(self._iterator)  # type: ignore[arg-type]
+        self.consumed = int(position["consumed"])
+        torch.set_rng_state(current)
+
+    def next(self) -> Any:
+        """The next batch, starting a new epoch when one ends."""
+        if self._iterator is None:
+            self._start_epoch()
+        try:
+            batch = next(self._iterator)  # type: ignore[arg-type]
+        except StopIteration:
+            self.epoch += 1
+            self._start_epoch()
+            try:
+                batch = next(self._iterator)  # type: ignore[arg-type]
+            except StopIteration:
+                message = "the training data loader yields no batch"
+                raise TrainingError(message) from None
+        self.consumed += 1
+        return batch
+
+    def position(self) -> dict[str, Any]:
+        """Where the stream is, for a checkpoint."""
+        if self._iterator is None:
+            self._start_epoch()
+        return {"epoch": self.epoch, "consumed": self.consumed, "epoch_rng": self._epoch_rng}
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]
+
+
+def _scheduler_kind(scheduler: Any) -> str:
+    return getattr(scheduler, "param_key", "lr")
+
+
+def _check_scheduler_overlap(schedulers: Sequence[Any]) -> None:
+    """Reject two schedulers of the same kind (LR or WD) that target one param group."""
+    owner: dict[tuple[str, int], int] = {}
+    for index, scheduler in enumerate(schedulers):
+        groups = getattr(scheduler, "group_indices", None)
+        if groups is None:
+            groups = range(len(scheduler.optimizer.param_groups))
+        for group in groups:
+            key = (_scheduler_kind(scheduler), group)
+            if key in owner:
+                message = (
+                    f"schedulers {owner[key]} ({type(schedulers[owner[key]]).__name__}) and "
+                    f"{index} ({type(scheduler).__name__}) both set '{key[0]}' of param group "
+                    f"{group}; give them disjoint param_group_tags"
+                )
+                raise ConfigError([ConfigIssue("schedulers", message)])
+            owner[key] = index
+
+
+def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy for class labels, mean squared error otherwise."""
+    if targets.dtype in (torch.int64, torch.int32) and outputs.dim() == targets.dim() + 1:
+        return nn.functional.cross_entropy(outputs, targets)
+    return nn.functional.mse_loss(outputs, targets)
+
+
+class Trainer:
+    """Trains and evaluates one model on one backend (Model Zoo's ``Trainer``).
+
+    :param device: ``"CPU"``, ``"GPU"`` or ``"CSX"``: that backend with default settings.
+    :param backend: a backend object (``plugtrain.backend(...)``), its type name, or a mapping
+        ``{backend_type: ..., ...}``. Exclusive with ``device``. Neither: ``CPU``.
+    :param model_dir: where checkpoints and metrics go.
+    :param model: an ``nn.Module`` or a callable returning one (called after seeding).
+    :param optimizer: an optimizer, or a callable taking the model and returning one.
+    :param schedulers: one or a list of schedulers, or callables taking the optimizer.
+    :param loop: :class:`LoopSettings` or its mapping.
+    :param checkpoint: :class:`CheckpointSettings` or its mapping.
+    :param logging: :class:`LoggingSettings` or its mapping.
+    :param callbacks: objects with any of ``on_fit_start(trainer)``,
+        ``on_train_step_end(trainer, metrics)``, ``on_validate_end(trainer, metrics)``,
+        ``on_fit_end(trainer)``.
+    :param seed: seeds Python, numpy and torch before the model is built.
+    :param loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy for class labels.
+    :param config: the resolved run configuration, stored in checkpoints' metadata.
+    """
+
+    def __init__(
+        self,
+        *,
+        device: str | None = None,
+        backend: Any = None,
+        model_dir: str | os.PathLike[str] = "./model_dir",
+        model: nn.Module | Callable[[], nn.Module],
+        optimizer: Any = None,
+        schedulers: Any = None,
+        loop: LoopSettings | Mapping[str, Any] | None = None,
+        checkpoint: CheckpointSettings | Mapping[str, Any] | None = None,
+        logging: LoggingSettings | Mapping[str, Any] | None = None,
+        callbacks: Sequence[Any] | None = None,
+        seed: int | None = None,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if device is not None and backend is not None:
+            raise ValueError(MUTUALLY_EXCLUSIVE)
+        self.backend = self._make_backend(device, backend)
+        check = getattr(self.backend, "check_runnable", None)
+        if callable(check):
+            check()
+        self.model_dir = Path(model_dir)
+        self.loop: LoopSettings | None = _settings(LoopSettings, loop, "loop")
+        self.checkpoint: CheckpointSettings = (
+            _settings(CheckpointSettings, checkpoint, "checkpoint") or CheckpointSettings()
+        )
+        self.logging: LoggingSettings = _settings(
+            LoggingSettings, logging, "logging"
+        ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
+        self.callbacks = list(callbacks or [])
+        self.seed = seed
+        self.loss_fn = loss_fn or default_loss
+        self.config = config
+        if seed is not None:
+            seed_everything(seed)
+        self.device: torch.device = getattr(self.backend, "device", torch.device("cpu"))
+        built = model if isinstance(model, nn.Module) else model()
+        prepare = getattr(self.backend, "prepare_model", None)
+        self.model: nn.Module = prepare(built) if callable(prepare) else built.to(self.device)
+        self.optimizer = self._make_optimizer(optimizer)
+        self.schedulers = [
+            s if hasattr(s, "step") else s(self.optimizer) for s in _as_list(schedulers)
+        ]
+        _check_scheduler_overlap(self.schedulers)
+        self.global_step = 0
+        self._stream_position: dict[str, Any] | None = None
+        self._metrics: MetricsLog | None = None
+
+    # -- construction --------------------------------------------------------------------------
+
+    @staticmethod
+    def _make_backend(device: str | None, backend: Any) -> Any:
+        if backend is None:
+            return make_backend(device or "CPU")
+        if isinstance(backend, str):
+            return make_backend(backend)
+        if isinstance(backend, Mapping):
+            arguments = dict(backend)
+            backend_type = arguments.pop("backend_type", None)
+            if not isinstance(backend_type, str):
+                message = "a backend mapping needs backend_type (CPU, GPU or CSX)"
+                raise ConfigError([ConfigIssue("backend", message)])
+            return make_backend(backend_type, **arguments)
+        backend_type = getattr(backend, "backend_type", None)
+        if backend_type is not None:
+            claim_backend_type(backend_type)
+        return backend
+
+    def _make_optimizer(self, optimizer: Any) -> Any:
+        if optimizer is None or isinstance(optimizer, torch.optim.Optimizer):
+            return optimizer
+        if callable(optimizer):
+            return optimizer(self._unwrapped_model)
+        message = f"optimizer must be an optimizer or a callable, got {type(optimizer).__name__}"
+        raise ConfigError([ConfigIssue("optimizer", message)])
+
+    @property
+    def _unwrapped_model(self) -> nn.Module:
+        return getattr(self.model, "module", self.model)
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this process writes checkpoints and metrics (rank 0)."""
+        return bool(getattr(self.backend, "is_main_process", True))
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _to_device(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(self.device, non_blocking=True)
+        if isinstance(value, list | tuple):
+            return type(value)(self._to_device(v) for v in value)
+        if isinstance(value, Mapping):
+            return {k: self._to_device(v) for k, v in value.items()}
+        return value
+
+    def _forward(self, batch: Any) -> tuple[torch.Tensor, int, int]:
+        """Loss, number correct and number of examples of one batch."""
+        inputs, targets = self._to_device(batch)
+        outputs = self.model(inputs)
+        loss = self.loss_fn(outputs, targets)
+        if outputs.dim() == targets.dim() + 1 and not targets.is_floating_point():
+            correct = int((outputs.argmax(dim=-1) == targets).sum())
+            return loss, correct, targets.numel()
+        return loss, 0, 0
+
+    def _train_step(self, stream: _DataStream) -> tuple[float, int, int]:
+        accum = self.loop.grad_accum_steps if self.loop else 1
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss = 0.0
+        correct = count = 0
+        for _ in range(accum):
+            loss, batch_correct, batch_count = self._forward(stream.next())
+            (loss / accum).backward()
+            total_loss += float(loss.detach()) / accum
+            correct += batch_correct
+            count += batch_count
+        if not math.isfinite(total_loss):
+            self._stop_non_finite(total_loss)
+        self.optimizer.step()
+        for scheduler in self.schedulers:
+            scheduler.step()
+        self.global_step += 1
+        return total_loss, correct, count
+
+    def _stop_non_finite(self, loss: float) -> None:
+        latest = ckpt.find_latest(self.model_dir, self.checkpoint.checkpoint_name)
+        kept = f"; the last good checkpoint is {latest}" if latest else ""
+        message = f"the loss is {loss} at step {self.global_step + 1}; training stopped{kept}"
+        raise TrainingError(message)
+
+    def group_values(self) -> dict[str, float]:
+        """Learning rate and weight decay of every param group, for metrics."""
+        values: dict[str, float] = {}
+        for index, group in enumerate(self.optimizer.param_groups):
+            label = _group_label(group, index)
+            values[f"lr/{label}"] = float(group["lr"])
+            if "weight_decay" in group:
+                values[f"weight_decay/{label}"] = float(group["weight_decay"])
+        return values
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(
+        self, dataloader: Iterable[Any], max_batches: int | None = None
+    ) -> dict[str, float]:
+        """Mean loss (and accuracy, for class labels) over ``dataloader``."""
+        was_training = self.model.training
+        self.model.eval()
+        loss_sum = 0.0
+        correct = count = examples = 0
+        for batches, batch in enumerate(dataloader):
+            if max_batches is not None and batches >= max_batches:
+                break
+            loss, batch_correct, batch_count = self._forward(batch)
+            size = _batch_size(batch)
+            loss_sum += float(loss) * size
+            examples += size
+            correct += batch_correct
+            count += batch_count
+        self.model.train(was_training)
+        totals = {"loss_sum": loss_sum, "examples": examples, "correct": correct, "count": count}
+        reduce = getattr(self.backend, "reduce_sums", None)
+        if callable(reduce):
+            totals = reduce(totals)
+        metrics = {"loss": totals["loss_sum"] / max(totals["examples"], 1)}
+        if totals["count"]:
+            metrics["accuracy"] = totals["correct"] / totals["count"]
+        return metrics
+
+    def _run_eval(self, dataloader: Iterable[Any], max_batches: int | None) -> dict[str, float]:
+        metrics = self.evaluate(dataloader, max_batches)
+        if self._metrics is not None:
+            self._metrics.write(self.global_step, "val", metrics)
+        for callback in self.callbacks:
+            hook = getattr(callback, "on_validate_end", None)
+            if hook:
+                hook(self, metrics)
+        return metrics
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def checkpoint_path(self, step: int) -> Path:
+        """Where the checkpoint of ``step`` is written."""
+        return self.model_dir / self.checkpoint.checkpoint_name.format(step=step)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: weights, optimizer, schedulers, RNG, data."""
+        from plugtrain import __version__
+
+        return {
+            "model": self._unwrapped_model.state_dict(),
+            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+            "schedulers": [s.state_dict() for s in self.schedulers],
+            "global_step": self.global_step,
+            "rng": _rng_state(),
+            "data": self._stream_position,
+            "metadata": {
+                "plugtrain": __version__,
+                "torch": torch.__version__,
+                "config": ckpt.plain(self.config) if self.config is not None else None,
+            },
+        }
+
+    def save_checkpoint(self, stream: _DataStream | None = None) -> Path | None:
+        """Write the checkpoint of the current step (on the main process only)."""
+        if stream is not None:
+            self._stream_position = stream.position()
+        if not self.is_main_process:
+            return None
+        return ckpt.save_checkpoint(self.checkpoint_path(self.global_step), self.state_dict())
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Restore weights, optimizer, schedulers, step, RNG and data position from ``path``."""
+        state = ckpt.load_checkpoint(path)
+        self._unwrapped_model.load_state_dict(state["model"])
+        if self.optimizer is not None and state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        saved = state.get("schedulers") or []
+        if len(saved) != len(self.schedulers):
+            message = (
+                f"{path}: holds {len(saved)} scheduler states but the trainer has "
+                f"{len(self.schedulers)} schedulers"
+            )
+            raise ckpt.CheckpointError(message)
+        for scheduler, scheduler_state in zip(self.schedulers, saved, strict=True):
+            scheduler.load_state_dict(scheduler_state)
+        self.global_step = int(state["global_step"])
+        self._stream_position = state.get("data")
+        if state.get("rng") is not None:
+            _set_rng_state(state["rng"])
+        log.info("resumed from %s at step %d", path, self.global_step)
+
+    def _restore(self, ckpt_path: Any) -> None:
+        if ckpt_path is UNSET:
+            if not self.checkpoint.autoload_last_checkpoint:
+                return
+            ckpt_path = ckpt.find_latest(self.model_dir, self.checkpoint.checkpoint_name)
+        if ckpt_path is not None:
+            self.load_checkpoint(ckpt_path)
+
+    def _check_model_dir(self) -> None:
+        try:
+            self.model_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.model_dir / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as exc:
+            message = f"model_dir {self.model_dir} cannot be written: {exc.strerror or exc}"
+            raise TrainingError(message) from exc
+
+    # -- the loops -----------------------------------------------------------------------------
+
+    def _target_step(self, train_dataloader: Any) -> int:
+        loop = self.loop
+        if loop is None:
+            message = "fit needs loop settings with max_steps, num_steps or num_epochs"
+            raise ConfigError([ConfigIssue("loop", message)])
+        limits = []
+        if loop.max_steps is not None:
+            limits.append(loop.max_steps)
+        if loop.num_steps is not None:
+            limits.append(self.global_step + loop.num_steps)
+        if loop.num_epochs is not None:
+            try:
+                per_epoch = max(len(train_dataloader) // loop.grad_accum_steps, 1)
+            except TypeError:
+                message = "num_epochs needs a data loader with a length; use num_steps"
+                raise ConfigError([ConfigIssue("loop.num_epochs", message)]) from None
+            limits.append(self.global_step + loop.num_epochs * per_epoch)
+        if not limits:
+            message = "give at least one of max_steps, num_steps or num_epochs"
+            raise ConfigError([ConfigIssue("loop", message)])
+        return min(limits)
+
+    def fit(
+        self,
+        train_dataloader: Iterable[Any],
+        val_dataloader: Iterable[Any] | None = None,
+        ckpt_path: str | os.PathLike[str] | None = UNSET,
+    ) -> dict[str, float]:
+        """Train until the loop's limit; returns the last validation metrics (or ``{}``).
+
+        :param ckpt_path: a checkpoint to start from; ``None``: none; unset: the newest in
+            ``model_dir`` when ``autoload_last_checkpoint``.
+        """
+        if self.optimizer is None:
+            message = "fit needs an optimizer"
+            raise ConfigError([ConfigIssue("optimizer", message)])
+        self._check_model_dir()
+        self._restore(ckpt_path)
+        target = self._target_step(train_dataloader)
+        prepare = getattr(self.backend, "prepare_dataloader", None)
+        if callable(prepare):
+            train_dataloader = prepare(train_dataloader)
+        stream = _DataStream(train_dataloader, self._stream_position)
+        self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
+        progress = Progress(target, self.global_step, self.logging.progress)
+        last_val: dict[str, float] = {}
+        try:
+            for callback in self.callbacks:
+                if hasattr(callback, "on_fit_start"):
+                    callback.on_fit_start(self)
+            if self.checkpoint.save_initial_checkpoint and self.global_step == 0:
+                self.save_checkpoint(stream)
+            last_val = self._loop(stream, val_dataloader, target, progress)
+        finally:
+            progress.close()
+            if self._metrics is not None:
+                self._metrics.close()
+                self._metrics = None
+        for callback in self.callbacks:
+            if hasattr(callback, "on_fit_end"):
+                callback.on_fit_end(self)
+        return last_val
+
+    def _loop(
+        self,
+        stream: _DataStream,
+        val_dataloader: Iterable[Any] | None,
+        target: int,
+        progress: Progress,
+    ) -> dict[str, float]:
+        assert self.loop is not None
+        log_steps = self.logging.log_steps
+        eval_every = self.loop.eval_frequency or 0
+        save_every = self.checkpoint.steps or 0
+        window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
+        window_start = time.perf_counter()
+        last_val: dict[str, float] = {}
+        self.model.train()
+        while self.global_step < target:
+            loss, correct, count = self._train_step(stream)
+            window_loss += loss
+            window_correct += correct
+            window_count += count
+            window_steps += 1
+            step = self.global_step
+            values = None
+            if step % log_steps == 0 or step == target:
+                elapsed = time.perf_counter() - window_start
+                values = {"loss": window_loss / window_steps}
+                if window_count:
+                    values["accuracy"] = window_correct / window_count
+                values["steps_per_second"] = window_steps / elapsed if elapsed > 0 else 0.0
+                values.update(self.group_values())
+                if self._metrics is not None:
+                    self._metrics.write(step, "train", values)
+                for callback in self.callbacks:
+                    if hasattr(callback, "on_train_step_end"):
+                        callback.on_train_step_end(self, values)
+                window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
+                window_start = time.perf_counter()
+            progress.advance(step, values)
+            if val_dataloader is not None and eval_every and step % eval_every == 0:
+                last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
+                progress.message(f"step {step}: validation " + _describe(last_val))
+            if save_every and step % save_every == 0 and step != target:
+                self.save_checkpoint(stream)
+        if val_dataloader is not None and not (
+            eval_every and target % eval_every == 0 and last_val
+        ):
+            last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
+            progress.message(f"step {self.global_step}: validation " + _describe(last_val))
+        self.save_checkpoint(stream)
+        return last_val
+
+    def validate(
+        self,
+        val_dataloader: Iterable[Any],
+        ckpt_path: str | os.PathLike[str] | None = UNSET,
+    ) -> dict[str, float]:
+        """Evaluate on ``val_dataloader`` (after loading a checkpoint) and return the metrics."""
+        self._restore(ckpt_path)
+        self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
+        try:
+            eval_steps = self.loop.eval_steps if self.loop else None
+            metrics = self._run_eval(val_dataloader, eval_steps)
+        finally:
+            if self._metrics is not None:
+                self._metrics.close()
+                self._metrics = None
+        log.info("validation at step %d: %s", self.global_step, _describe(metrics))
+        return metrics
+
+
+def _describe(metrics: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+
+
+def _batch_size(batch: Any) -> int:
+    first = batch[0] if isinstance(batch, list | tuple) else batch
+    return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 1
+
+
+def _group_label(group: Mapping[str, Any], index: int) -> str:
+    tags = group.get("tags")
+    if tags:
+        names = [tags] if isinstance(tags, str) else sorted(map(str, tags))
+        return f"{index}:{'+'.join(names)}"
+    return str(index)
