@@ -18,11 +18,11 @@ multi-tensor (foreach) path and the per-tensor path run the same operations in t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import attrs
 import torch
 
 from acme_plugtrain_adan.schemas import DEFAULT_BETAS, DEFAULT_LR, AdanArgs
@@ -44,7 +44,7 @@ class _DefaultLR(float):
 _LR_NOT_GIVEN = _DefaultLR(DEFAULT_LR)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True)
 class _Hyper:
     """One param group's hyperparameters as Python floats, for one step."""
 
@@ -70,7 +70,7 @@ class _Hyper:
         )
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True)
 class _Scalars:
     """Per-parameter step multipliers derived from the parameter's step count ``k``."""
 
