@@ -121,7 +121,10 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         tensor. Each piece comes with the indices of its elements in ``lists``.
         """
         if self.use_foreach(group):
-            grouped = _group_tensors_by_device_and_dtype([list(t) for t in lists])  # type: ignore[arg-type]
+            grouped = _group_tensors_by_device_and_dtype(
+                [list(t) for t in lists],  # type: ignore[arg-type]
+                with_indices=True,
+            )
             for run, indices in grouped.values():
                 yield FOREACH, run, indices  # type: ignore[misc]
         else:
