@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
@@ -288,11 +288,11 @@ class CyclicLRArgs(ScheduleSchema):
     max_lr: float = arg(help="upper boundary of the cycle", ge=0)
     step_size_up: int = arg(2000, help="steps of the rising half", gt=0)
     step_size_down: int | None = arg(None, help="steps of the falling half (None: up)", gt=0)
-    mode: Literal["triangular", "triangular2", "exp_range"] = arg(
+    mode: str = arg(
         "triangular", help="amplitude policy", choices=("triangular", "triangular2", "exp_range")
     )
     gamma: float = arg(1.0, help="exp_range factor: gamma ** x", gt=0)
-    scale_mode: Literal["cycle", "iterations"] = arg(
+    scale_mode: str = arg(
         "cycle", help="x is the cycle number or the step", choices=("cycle", "iterations")
     )
     param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
@@ -323,9 +323,7 @@ class OneCycleLRArgs(ScheduleSchema):
     pct_start: float = arg(0.3, help="fraction of the steps spent rising", gt=0, lt=1)
     final_div_factor: float = arg(1e4, help="final value is initial / final_div_factor", gt=0)
     three_phase: bool = arg(False, help="fall back to initial before the final anneal")
-    anneal_strategy: Literal["cos", "linear"] = arg(
-        "cos", help="shape of each phase", choices=("cos", "linear")
-    )
+    anneal_strategy: str = arg("cos", help="shape of each phase", choices=("cos", "linear"))
     param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
 
     @staticmethod
