@@ -217,7 +217,9 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
         if not specs:
             continue
         path = target if len(plans) == 1 else target.with_stem(f"{target.stem}-{index}")
-        plot_schedules(specs, path, steps=args.steps, registry=plugins.get_registry())
+        loop = plan.init.get("loop") or {}
+        steps = args.steps or loop.get("max_steps") or loop.get("num_steps")
+        plot_schedules(specs, path, steps=steps, registry=plugins.get_registry())
         out.write(f"{plan.path}: schedules drawn in {path}\n")
         drawn += 1
     if not drawn:

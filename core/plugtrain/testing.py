@@ -6,6 +6,7 @@ Fixtures:
 - ``make_registry``: builds an isolated :class:`~plugtrain.registry.Registry` from the plugin
   objects you pass (no entry points, no built-ins unless asked).
 - ``installed_registry``: a registry of every installed plugin, as users get it.
+- ``fresh_backend``: forgets the process's backend type around the test.
 - ``register_plugin``: adds an in-memory plugin to the process-wide registry (what
   ``plugtrain.resolve`` uses) for one test, and removes it afterwards.
 
@@ -41,6 +42,7 @@ __all__ = [
     "assert_plugin_installed",
     "check_component_contract",
     "check_plugin_contract",
+    "fresh_backend",
     "installed_registry",
     "make_registry",
     "plugin_manager",
@@ -256,6 +258,15 @@ if pytest is not None:
     def installed_registry() -> Registry:
         """A fresh registry of every installed plugin, as users get it."""
         return plugins.build_registry(plugins.PluginSettings.from_env())
+
+    @pytest.fixture
+    def fresh_backend() -> Iterator[None]:
+        """Forget the process's backend type before and after the test (one type per process)."""
+        from plugtrain.backends import release_backend_type
+
+        release_backend_type()
+        yield
+        release_backend_type()
 
     @pytest.fixture
     def register_plugin() -> Iterator[Callable[..., None]]:

@@ -409,7 +409,7 @@ class Trainer:
             "data": self._stream_position,
             "metadata": {
                 "plugtrain": __version__,
-                "torch": torch.__version__,
+                "torch": str(torch.__version__),
                 "config": ckpt.plain(self.config) if self.config is not None else None,
             },
         }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 from torch import nn
 
@@ -9,7 +11,11 @@ __all__ = ["MLP"]
 
 
 class MLP(nn.Sequential):
-    """A multi-layer perceptron for classification: ``depth`` hidden layers of width ``hidden``."""
+    """A multi-layer perceptron for classification: ``depth`` hidden layers of width ``hidden``.
+
+    Layers are named ``fc1``, ``fc2``, ... (with ``norm1``, ``act1``, ``drop1`` between), so
+    parameter names read ``fc1.weight``, ``fc1.bias`` as in the Model Zoo tagging examples.
+    """
 
     def __init__(
         self,
@@ -21,18 +27,18 @@ class MLP(nn.Sequential):
         dropout: float = 0.0,
         layer_norm: bool = False,
     ) -> None:
-        layers: list[nn.Module] = []
+        layers: dict[str, nn.Module] = {}
         width = in_features
-        for _ in range(depth):
-            layers.append(nn.Linear(width, hidden))
+        for index in range(1, depth + 1):
+            layers[f"fc{index}"] = nn.Linear(width, hidden)
             if layer_norm:
-                layers.append(nn.LayerNorm(hidden))
-            layers.append(nn.ReLU())
+                layers[f"norm{index}"] = nn.LayerNorm(hidden)
+            layers[f"act{index}"] = nn.ReLU()
             if dropout:
-                layers.append(nn.Dropout(dropout))
+                layers[f"drop{index}"] = nn.Dropout(dropout)
             width = hidden
-        layers.append(nn.Linear(width, out_features))
-        super().__init__(*layers)
+        layers[f"fc{depth + 1}"] = nn.Linear(width, out_features)
+        super().__init__(OrderedDict(layers))
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:  # noqa: D102 - nn.Module API
         return super().forward(inputs.flatten(1))
