@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -10,7 +11,7 @@ import torch
 from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype
 
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.schema import check_arguments, validated_arguments
+from plugtrain.schema import arg_infos, check_arguments, validated_arguments
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
 
 __all__ = ["PlugtrainOptimizer", "as_float"]
@@ -36,11 +37,27 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
     name: ClassVar[str]
 
     def __init__(self, params: Iterable[Any], **arguments: Any) -> None:
+        arguments = self._without_defaulted_canonicals(arguments)
         defaults = self.prepare_defaults(
             validated_arguments(self.schema, arguments, owner=self.name)
         )
         self._scratch_views: dict[int, dict[torch.Tensor, torch.Tensor]] | None = None
         super().__init__(params, defaults)
+
+    def _without_defaulted_canonicals(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Let ``learning_rate=`` stand in for ``lr`` when ``lr`` was left at its default.
+
+        The constructor passes every parameter on, so ``lr`` always arrives; it was left out by
+        the caller exactly when it is the signature's own default object (identity, not value:
+        an explicit ``lr=1e-3`` plus ``learning_rate=`` is still reported as a conflict).
+        """
+        signature = inspect.signature(type(self).__init__).parameters
+        for info in arg_infos(self.schema):
+            given = [a for a in info.aliases if a in arguments]
+            parameter = signature.get(info.name)
+            if given and parameter is not None and arguments.get(info.name) is parameter.default:
+                arguments = {k: v for k, v in arguments.items() if k != info.name}
+        return arguments
 
     # -- groups and state -----------------------------------------------------------------
 
