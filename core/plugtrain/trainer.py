@@ -245,6 +245,7 @@ class Trainer:
         if seed is not None:
             seed_everything(seed)
         self.device: torch.device = getattr(self.backend, "device", torch.device("cpu"))
+        self._move_batches = self.device.type != "cpu"
         built = model if isinstance(model, nn.Module) else model()
         prepare = getattr(self.backend, "prepare_model", None)
         self.model: nn.Module = prepare(built) if callable(prepare) else built.to(self.device)
@@ -298,6 +299,8 @@ class Trainer:
 
     def _to_device(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
+            if value.device == self.device:
+                return value
             return value.to(self.device, non_blocking=True)
         if isinstance(value, list | tuple):
             return type(value)(self._to_device(v) for v in value)
@@ -307,7 +310,7 @@ class Trainer:
 
     def _forward(self, batch: Any) -> tuple[torch.Tensor, int, int]:
         """Loss, number correct and number of examples of one batch."""
-        inputs, targets = self._to_device(batch)
+        inputs, targets = self._to_device(batch) if self._move_batches else batch
         outputs = self.model(inputs)
         loss = self.loss_fn(outputs, targets)
         if outputs.dim() == targets.dim() + 1 and not targets.is_floating_point():
@@ -318,14 +321,19 @@ class Trainer:
     def _train_step(self, stream: _DataStream) -> tuple[float, int, int]:
         accum = self.loop.grad_accum_steps if self.loop else 1
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss = 0.0
-        correct = count = 0
-        for _ in range(accum):
-            loss, batch_correct, batch_count = self._forward(stream.next())
-            (loss / accum).backward()
-            total_loss += float(loss.detach()) / accum
-            correct += batch_correct
-            count += batch_count
+        if accum == 1:
+            loss, correct, count = self._forward(stream.next())
+            loss.backward()
+            total_loss = float(loss.detach())
+        else:
+            total_loss = 0.0
+            correct = count = 0
+            for _ in range(accum):
+                loss, batch_correct, batch_count = self._forward(stream.next())
+                (loss / accum).backward()
+                total_loss += float(loss.detach()) / accum
+                correct += batch_correct
+                count += batch_count
         if not math.isfinite(total_loss):
             self._stop_non_finite(total_loss)
         self.optimizer.step()

@@ -1,0 +1,215 @@
+"""Trainer overhead: plugtrain's Trainer vs a hand-written PyTorch loop doing the same work.
+
+Same model (the built-in MLP), data (the built-in digits), optimizer (SGD with momentum),
+scheduler (LinearLR) and logging cadence (metrics every 50 steps to a JSON-lines file). The
+per-step time is the slope between a short and a long run, so fixed costs (start-up, the final
+checkpoint) cancel; runs are interleaved. PyTorch Lightning is measured too when it imports.
+
+Run: ``python bench/loop.py [--repeats 5] [--steps 200 1200]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import plugtrain
+from plugtrain.builtin.data import digits_loader
+from plugtrain.builtin.models import MLP
+from plugtrain.trainer import Trainer
+
+LOG_STEPS = 50
+
+
+def _components():
+    sgd = plugtrain.resolve("optimizer", "SGD")
+    linear = plugtrain.resolve("scheduler", "LinearLR")
+    torch.manual_seed(0)
+    model = MLP(in_features=64, out_features=10, hidden=128)
+    optimizer = sgd(model.parameters(), lr=0.05, momentum=0.9)
+    scheduler = linear(
+        optimizer, initial_learning_rate=0.05, end_learning_rate=0.001, total_iters=10_000
+    )
+    return model, optimizer, scheduler
+
+
+def hand_loop(steps: int, directory: Path) -> float:
+    """The loop a careful person writes by hand; returns seconds for ``steps`` steps."""
+    model, optimizer, scheduler = _components()
+    loader = digits_loader(batch_size=64)
+    log = (directory / "hand.jsonl").open("w")
+    start = time.perf_counter()
+    iterator = iter(loader)
+    window = 0.0
+    correct = count = 0
+    for step in range(1, steps + 1):
+        try:
+            inputs, targets = next(iterator)
+        except StopIteration:
+            iterator = iter(loader)
+            inputs, targets = next(iterator)
+        optimizer.zero_grad(set_to_none=True)
+        outputs = model(inputs)
+        loss = torch.nn.functional.cross_entropy(outputs, targets)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        window += float(loss.detach())
+        correct += int((outputs.argmax(dim=-1) == targets).sum())
+        count += targets.numel()
+        if step % LOG_STEPS == 0:
+            record = {
+                "step": step,
+                "loss": window / LOG_STEPS,
+                "accuracy": correct / count,
+                "lr": optimizer.param_groups[0]["lr"],
+            }
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            window = 0.0
+            correct = count = 0
+    elapsed = time.perf_counter() - start
+    log.close()
+    return elapsed
+
+
+def trainer_loop(steps: int, directory: Path) -> float:
+    """The same work through ``Trainer.fit``; returns seconds for the whole fit."""
+    model, optimizer, scheduler = _components()
+    from plugtrain.backends import release_backend_type
+
+    release_backend_type()
+    trainer = Trainer(
+        device="CPU",
+        model_dir=directory / f"trainer{steps}",
+        model=model,
+        optimizer=optimizer,
+        schedulers=[scheduler],
+        loop={"max_steps": steps},
+        logging={"log_steps": LOG_STEPS, "progress": False},
+        checkpoint={"autoload_last_checkpoint": False},
+    )
+    loader = digits_loader(batch_size=64)
+    start = time.perf_counter()
+    trainer.fit(loader)
+    return time.perf_counter() - start
+
+
+def lightning_loop(steps: int, directory: Path) -> float | None:
+    """The same work through Lightning's Trainer, or ``None`` when Lightning does not import."""
+    try:
+        import lightning as pl
+    except Exception:  # noqa: BLE001 - any import failure means "not available here"
+        return None
+    model, optimizer, scheduler = _components()
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def training_step(self, batch, _index):
+            inputs, targets = batch
+            outputs = self.model(inputs)
+            loss = torch.nn.functional.cross_entropy(outputs, targets)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+            }
+
+    trainer = pl.Trainer(
+        max_steps=steps,
+        log_every_n_steps=LOG_STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(directory),
+    )
+    start = time.perf_counter()
+    trainer.fit(Module(), digits_loader(batch_size=64))
+    return time.perf_counter() - start
+
+
+def startup_to_first_step(directory: Path) -> float:
+    """Seconds from a cold ``plugtrain fit`` to its first logged step (log_steps 1)."""
+    run = directory / "startup.yaml"
+    run.write_text(
+        "trainer:\n  init:\n    device: CPU\n"
+        f"    model_dir: {directory / 'startup'}\n"
+        "    model: {MLP: {in_features: 64, out_features: 10}}\n"
+        "    optimizer: {SGD: {lr: 0.1}}\n"
+        "    loop: {max_steps: 1}\n    logging: {log_steps: 1}\n"
+        "  fit:\n    train_dataloader: {Digits: {batch_size: 64}}\n"
+    )
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "plugtrain", "fit", str(run)], stderr=subprocess.PIPE, text=True
+    )
+    assert process.stderr is not None
+    for line in process.stderr:
+        if "step 1/1" in line:
+            elapsed = time.perf_counter() - start
+            break
+    else:
+        elapsed = float("nan")
+    process.wait()
+    return elapsed
+
+
+def main() -> None:
+    """Measure and print a Markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, nargs=2, default=[200, 1200])
+    args = parser.parse_args()
+    short, long = args.steps
+    torch.set_num_threads(1)
+    loops = {
+        "hand-written loop": hand_loop,
+        "plugtrain Trainer": trainer_loop,
+        "Lightning Trainer": lightning_loop,
+    }
+    per_step: dict[str, list[float]] = {name: [] for name in loops}
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        for _ in range(args.repeats):
+            for name, loop in loops.items():
+                first = loop(short, directory)
+                second = loop(long, directory)
+                if first is not None and second is not None:
+                    per_step[name].append((second - first) / (long - short))
+        startup = statistics.median(startup_to_first_step(directory) for _ in range(3))
+    hand = statistics.median(per_step["hand-written loop"])
+    print(
+        f"# Loop benchmark\n\n{platform.machine()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, 1 intra-op thread, median of {args.repeats}, "
+        f"slope between {short} and {long} steps\n"
+    )
+    print("| loop | ms per step | x hand loop |")
+    print("|---|---|---|")
+    for name, samples in per_step.items():
+        if not samples:
+            print(f"| {name} | not installed or does not import | |")
+            continue
+        median = statistics.median(samples)
+        print(f"| {name} | {median * 1e3:.3f} | {median / hand:.3f} |")
+    print(f"\nCold start of `plugtrain fit` to its first logged step: {startup:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
