@@ -59,7 +59,7 @@ def test_bad_values_in_a_param_group_are_errors():
     param = torch.nn.Parameter(torch.ones(2))
     with pytest.raises(ValueError, match=r"param group 0.lr: must be >= 0, got -1.0"):
         plugtrain.optim.AdamW([{"params": [param], "lr": -1.0}])
-    with pytest.raises(ValueError, match="weight_decay: must be >= 0, got -0.5"):
+    with pytest.raises(ValueError, match=r"weight_decay: must be >= 0, got -0.5"):
         plugtrain.optim.Adam([{"params": [param], "weight_decay": -0.5}])
 
 

@@ -14,12 +14,19 @@ from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.schema import arg_infos, check_arguments, validated_arguments
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
 
-__all__ = ["PlugtrainOptimizer", "as_float"]
+__all__ = ["PlugtrainOptimizer", "as_float", "step_values"]
 
 
 def as_float(value: float | torch.Tensor) -> float:
     """A hyperparameter as a Python float (schedulers may store 0-dim tensors in groups)."""
     return float(value)
+
+
+def step_values(steps: Sequence[torch.Tensor]) -> list[float]:
+    """The values of 0-dim step counters (one stacked read instead of one read per tensor)."""
+    if len(steps) == 1:
+        return [float(steps[0])]
+    return torch.stack(list(steps)).tolist()  # type: ignore[no-any-return]
 
 
 class PlugtrainOptimizer(torch.optim.Optimizer):
@@ -179,7 +186,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
     def advance(ops: ListOps, steps: list[torch.Tensor]) -> list[float]:
         """Add one to each step counter; return the new values."""
         ops.add_scalar_(steps, 1.0)
-        return [float(s) for s in steps]
+        return step_values(steps)
 
     def scratch(self, params: Sequence[torch.Tensor], slot: int = 0) -> list[torch.Tensor]:
         """Work buffers shaped like ``params`` (slot ``slot``), reused at every step.

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
+from plugtrain_optimizers._base import PlugtrainOptimizer, as_float, step_values
 from plugtrain_optimizers._ops import ListOps
 from plugtrain_optimizers.schemas import AdamArgs, AdamWArgs
 
@@ -83,8 +83,8 @@ class _AdamBase(PlugtrainOptimizer):
             torch._foreach_add_(steps, 1.0)
             # The kernel takes one eps; eps_t depends on t, so split by step (usually one call).
             by_step: dict[float, list[int]] = {}
-            for i, s in enumerate(steps):
-                by_step.setdefault(float(s), []).append(i)
+            for i, t in enumerate(step_values(steps)):
+                by_step.setdefault(t, []).append(i)
             for t, idx in by_step.items():
                 part = self.take(run, None if len(by_step) == 1 else idx)
                 kernel = torch._fused_adam_ if l2 != 0 else torch._fused_adamw_
