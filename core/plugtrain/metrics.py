@@ -79,6 +79,17 @@ def _format(values: dict[str, float]) -> str:
     return " ".join(parts)
 
 
+def _display(values: dict[str, float]) -> dict[str, float]:
+    shown: dict[str, float] = {}
+    for name, value in values.items():
+        base, slash, _group = name.partition("/")
+        if not slash:
+            shown["steps/s" if name == "steps_per_second" else name] = value
+        elif base == "lr" and "lr" not in shown:
+            shown["lr"] = value
+    return shown
+
+
 class Progress:
     """A tqdm bar of optimizer steps on a terminal; log lines at each log step otherwise.
 
@@ -100,7 +111,12 @@ class Progress:
                 self._bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
 
     def advance(self, step: int, values: dict[str, float] | None) -> None:
-        """Move to ``step``; ``values`` (at log steps) are shown on the bar or logged."""
+        """Move to ``step``; ``values`` (at log steps) are shown on the bar or logged.
+
+        Per-group values are shown for the first group only; the metrics files have them all.
+        """
+        if values:
+            values = _display(values)
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
             if values:
