@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from plugtrain import optim
     from plugtrain.backends import backend
     from plugtrain.params import configure_param_groups, partition_params_group_with_tags
+    from plugtrain.trainer import Trainer
 
 __version__ = "0.1.0"
 
@@ -45,6 +46,7 @@ __all__ = [
     "PluginLoadError",
     "PlugtrainError",
     "Registry",
+    "Trainer",
     "UnknownNameError",
     "__version__",
     "arg",
@@ -88,6 +90,7 @@ _LAZY = {
     "backend": ("plugtrain.backends", "backend"),
     "partition_params_group_with_tags": ("plugtrain.params", "partition_params_group_with_tags"),
     "configure_param_groups": ("plugtrain.params", "configure_param_groups"),
+    "Trainer": ("plugtrain.trainer", "Trainer"),
 }
 
 
