@@ -86,8 +86,14 @@ def contestants(name: str, shape: str) -> dict[str, Callable[[], torch.optim.Opt
             cls = getattr(importlib.import_module(module_name), attribute)
         except ImportError:
             continue
-        found[module_name] = lambda cls=cls, kwargs=kwargs: cls(make_params(shape), **kwargs)
+        found[module_name] = lambda cls=cls, kwargs=kwargs: _third_party(cls, shape, kwargs)
     return found
+
+
+def _third_party(cls: type, shape: str, kwargs: dict) -> torch.optim.Optimizer:
+    if cls.__name__ == "Muon":  # pytorch-optimizer's Muon wants groups marked use_muon
+        return cls([{"params": make_params(shape), "use_muon": True}], **kwargs)
+    return cls(make_params(shape), **kwargs)
 
 
 def time_steps(optimizers: dict[str, torch.optim.Optimizer], reps: int) -> dict[str, float]:
