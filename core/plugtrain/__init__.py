@@ -24,10 +24,12 @@ from plugtrain.registry import Component, ComponentInfo, PluginInfo, Registry
 from plugtrain.schema import arg
 
 if TYPE_CHECKING:
-    from plugtrain import optim
+    from plugtrain import distributed, optim
     from plugtrain.backends import backend
     from plugtrain.params import configure_param_groups, partition_params_group_with_tags
     from plugtrain.trainer import Trainer
+
+    ClusterConfig: Any  # the CSX backend plugin's class, found through the registry
 
 __version__ = "0.1.0"
 
@@ -37,6 +39,7 @@ PLUGIN_API_VERSION = "1.0"
 __all__ = [
     "PLUGIN_API_VERSION",
     "BackendError",
+    "ClusterConfig",
     "Component",
     "ComponentInfo",
     "ConfigError",
@@ -53,6 +56,7 @@ __all__ = [
     "backend",
     "configure_param_groups",
     "describe",
+    "distributed",
     "get_plugin_manager",
     "get_registry",
     "hookimpl",
@@ -88,6 +92,8 @@ def describe(kind: str, name: str) -> ComponentInfo:
 _LAZY = {
     "optim": ("plugtrain.optim", None),
     "backend": ("plugtrain.backends", "backend"),
+    "distributed": ("plugtrain.distributed", None),
+    "ClusterConfig": ("plugtrain.distributed", "ClusterConfig"),
     "partition_params_group_with_tags": ("plugtrain.params", "partition_params_group_with_tags"),
     "configure_param_groups": ("plugtrain.params", "configure_param_groups"),
     "Trainer": ("plugtrain.trainer", "Trainer"),

@@ -191,12 +191,18 @@ def _configure_logging() -> None:
 
 
 def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from plugtrain import launch
     from plugtrain.run import run_file
 
     _configure_logging()
-    results = run_file(args.run_file, args.set, mode=args.command)
+    # Several processes asked for: torchrun starts them, each runs this same command line.
+    status = launch.launch_if_needed(args.run_file, args.set, args.argv)
+    if status is not None:
+        return status
+    with launch.collective_errors():
+        results = run_file(args.run_file, args.set, mode=args.command)
     for index, metrics in enumerate(results):
-        if metrics:
+        if metrics and launch.is_main_rank():
             shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
             out.write(f"trainer {index}: validation {shown}\n")
     return EXIT_OK
@@ -293,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         registry = _registry(args)
         handler: Command = args.handler

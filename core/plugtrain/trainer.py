@@ -106,6 +106,10 @@ class _DataStream:
             self._resume(position)
 
     def _start_epoch(self) -> None:
+        # A DistributedSampler (data parallel) draws each epoch's permutation from its epoch.
+        set_epoch = getattr(getattr(self.loader, "sampler", None), "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(self.epoch)
         self._epoch_rng = {"torch": torch.get_rng_state()}
         if self.generator is not None:
             self._epoch_rng["generator"] = self.generator.get_state()
@@ -308,10 +312,10 @@ class Trainer:
             return {k: self._to_device(v) for k, v in value.items()}
         return value
 
-    def _forward(self, batch: Any) -> tuple[torch.Tensor, int, int]:
+    def _forward(self, batch: Any, model: nn.Module | None = None) -> tuple[torch.Tensor, int, int]:
         """Loss, number correct and number of examples of one batch."""
         inputs, targets = self._to_device(batch) if self._move_batches else batch
-        outputs = self.model(inputs)
+        outputs = (model or self.model)(inputs)
         loss = self.loss_fn(outputs, targets)
         if outputs.dim() == targets.dim() + 1 and not targets.is_floating_point():
             correct = int((outputs.argmax(dim=-1) == targets).sum())
@@ -365,6 +369,9 @@ class Trainer:
         self, dataloader: Iterable[Any], max_batches: int | None = None
     ) -> dict[str, float]:
         """Mean loss (and accuracy, for class labels) over ``dataloader``."""
+        shard = getattr(self.backend, "prepare_eval_dataloader", None)
+        if callable(shard):  # this process's share of the first max_batches batches
+            dataloader, max_batches = shard(dataloader, max_batches), None
         was_training = self.model.training
         self.model.eval()
         loss_sum = 0.0
@@ -372,7 +379,9 @@ class Trainer:
         for batches, batch in enumerate(dataloader):
             if max_batches is not None and batches >= max_batches:
                 break
-            loss, batch_correct, batch_count = self._forward(batch)
+            # The unwrapped model: ranks may see different numbers of evaluation batches, and
+            # a DDP forward could wait on the others.
+            loss, batch_correct, batch_count = self._forward(batch, self._unwrapped_model)
             size = _batch_size(batch)
             loss_sum += float(loss) * size
             examples += size
@@ -509,13 +518,14 @@ class Trainer:
             raise ConfigError([ConfigIssue("optimizer", message)])
         self._check_model_dir()
         self._restore(ckpt_path)
-        target = self._target_step(train_dataloader)
         prepare = getattr(self.backend, "prepare_dataloader", None)
         if callable(prepare):
             train_dataloader = prepare(train_dataloader)
+        target = self._target_step(train_dataloader)
         stream = _DataStream(train_dataloader, self._stream_position)
         self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
-        progress = Progress(target, self.global_step, self.logging.progress)
+        show = self.logging.progress if self.is_main_process else False
+        progress = Progress(target, self.global_step, show)
         last_val: dict[str, float] = {}
         try:
             for callback in self.callbacks:

@@ -15,3 +15,5 @@ if TYPE_CHECKING:
 def plugtrain_register_backends(registry: ComponentRegistrar) -> None:
     """Register every backend of this distribution."""
     registry.register("CPU", "plugtrain_backends.cpu:CPUBackend", schema=schemas.CPUArgs)
+    registry.register("GPU", "plugtrain_backends.gpu:GPUBackend", schema=schemas.GPUArgs)
+    registry.register("CSX", "plugtrain_backends.csx:CSXBackend", schema=schemas.CSXArgs)

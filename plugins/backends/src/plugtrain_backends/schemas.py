@@ -1,14 +1,173 @@
-"""Argument schemas of the backends (torch-free)."""
+"""Argument schemas of the backends, and the CSX ``ClusterConfig`` (all torch-free).
+
+``plugtrain check`` validates a run file's ``backend:`` mapping against these classes, so every
+rule here (types, ranges, ``host:port``, ``key=value``, existing directories) is reported with
+its ``file:line`` before anything runs; the backends apply the same checks at construction.
+"""
 
 from __future__ import annotations
 
+import inspect
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.schema import arg, check_arguments, validated_arguments
+
+__all__ = ["CPUArgs", "CSXArgs", "ClusterConfig", "GPUArgs"]
+
+DEFAULT_DIST_TIMEOUT = 1800.0
+"""Seconds a collective waits for the other processes (torch's own default for gloo)."""
+
+_MAX_PORT = 65535
+
+
+def _timeout_arg() -> Any:
+    return arg(
+        DEFAULT_DIST_TIMEOUT,
+        help="seconds a collective waits for the other processes before the run fails",
+        gt=0,
+    )
 
 
 @attrs.frozen
 class CPUArgs:
-    """Run on the host CPU (one process; data parallel over gloo under torchrun)."""
+    """Run on the host CPU: one process, or data parallel over gloo on several."""
 
     artifact_dir: str | None = arg(None, help="where the backend writes its artifacts")
+    num_processes: int = arg(
+        1,
+        help="processes on this machine; above 1, `plugtrain fit` starts them with torchrun",
+        gt=0,
+    )
+    dist_timeout: float = _timeout_arg()
+
+
+@attrs.frozen
+class GPUArgs:
+    """Run on CUDA GPUs; data parallel with DDP (one process per GPU) when distributed."""
+
+    artifact_dir: str | None = arg(None, help="where the backend writes its artifacts")
+    enable_distributed: bool = arg(
+        False, help="one process per visible GPU (`plugtrain fit` starts them with torchrun)"
+    )
+    main_process_id: int = arg(0, help="the rank that writes checkpoints and logs", ge=0)
+    dist_backend: str = arg("nccl", help="torch.distributed backend (nccl or gloo)")
+    init_method: str | None = arg(
+        None, help="torch.distributed init method (None: env:// as set by torchrun)"
+    )
+    sync_batchnorm: bool = arg(False, help="convert BatchNorm layers to SyncBatchNorm")
+    dist_timeout: float = _timeout_arg()
+
+
+def _problems_of_format(arguments: Mapping[str, Any]) -> Iterator[str]:
+    """The ClusterConfig rules that a type and a range cannot express."""
+    address = arguments["mgmt_address"]
+    if address is not None:
+        host, colon, port = address.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) <= _MAX_PORT:
+            yield f"mgmt_address must look like host:port (port 1-{_MAX_PORT}), got {address!r}"
+    for label in arguments["job_labels"]:
+        key, equals, value = label.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            yield f"job_labels entries must look like key=value, got {label!r}"
+    for name in ("mount_dirs", "python_paths"):
+        for path in arguments[name]:
+            if not os.path.isdir(path):
+                yield f"{name}: directory {path!r} does not exist"
+
+
+def _check_assignment(instance: ClusterConfig, attribute: attrs.Attribute, value: Any) -> Any:
+    """Validate ``cluster_config.num_csx = 2`` as construction would."""
+    arguments = attrs.asdict(instance, recurse=False)
+    arguments[attribute.name] = value
+    _raise_problems(type(instance), arguments)
+    return value
+
+
+def _raise_problems(cls: type, arguments: Mapping[str, Any]) -> None:
+    problems = check_arguments(cls, arguments)
+    if problems:
+        issues = [
+            ConfigIssue(f"ClusterConfig.{key}" if key else "ClusterConfig", message)
+            for key, message in problems
+        ]
+        raise ConfigError(issues)
+
+
+@attrs.define(init=False, on_setattr=_check_assignment)
+class ClusterConfig:
+    """Where and how a CSX job runs (cstorch's ``distributed.ClusterConfig``).
+
+    Every field is checked at construction and on assignment
+    (``backend.cluster_config.num_csx = 2``); an unknown field is an error. In a run file it is
+    the ``cluster_config:`` mapping of a CSX backend, checked by ``plugtrain check``.
+    """
+
+    mgmt_address: str | None = arg(None, help="host:port of the cluster's management server")
+    mgmt_namespace: str | None = arg(None, help="namespace of the cluster's management server")
+    credentials_path: str | None = arg(None, help="TLS certificate of the management server")
+    num_csx: int = arg(1, help="number of CS-X systems", gt=0)
+    max_wgt_servers: int = arg(0, help="weight servers (0: chosen by the cluster)", ge=0)
+    max_act_per_csx: int = arg(0, help="activation servers per CS-X (0: chosen)", ge=0)
+    num_workers_per_csx: int = arg(1, help="input workers per CS-X", gt=0)
+    cbcore_image: str | None = arg(None, help="the cbcore container image")
+    job_labels: list[str] = arg([], help="labels of the job, each key=value")
+    job_priority: Literal["p1", "p2", "p3"] | None = arg(None, help="p1, p2 or p3")
+    job_time_sec: int | None = arg(None, help="time limit of the job in seconds", gt=0)
+    mount_dirs: list[str] = arg([], help="directories mounted into the job; must exist")
+    python_paths: list[str] = arg([], help="directories added to PYTHONPATH; must exist")
+    automount: bool = arg(True, help="mount the directories of imported modules")
+    mount_all: bool = arg(True, help="mount every directory on the python path")
+    disable_mount_check: bool = arg(True, help="skip checking that mounts are reachable")
+    disable_version_check: bool = arg(False, help="skip the software version check")
+    workflow_id: str | None = arg(None, help="run the job in this workflow")
+    notifications: list[Any] = arg([], help="where job notifications go")
+
+    def __init__(self, **arguments: Any) -> None:
+        complete = validated_arguments(type(self), arguments, owner="ClusterConfig")
+        self.__attrs_init__(**complete)  # type: ignore[attr-defined]
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+        """``host:port``, ``key=value`` labels and directories that must exist."""
+        return _problems_of_format(arguments)
+
+    def validate(self) -> None:
+        """Check every field again (lists changed in place are not seen on assignment)."""
+        _raise_problems(type(self), attrs.asdict(self, recurse=False))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain mapping (copies of the lists)."""
+        return {
+            name: list(value) if isinstance(value, list) else value
+            for name, value in attrs.asdict(self, recurse=False).items()
+        }
+
+
+# The keyword signature attrs generated, so that help() and IDEs show the real fields.
+ClusterConfig.__init__.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+    ClusterConfig.__attrs_init__  # type: ignore[attr-defined]
+)
+
+
+@attrs.frozen
+class CSXArgs:
+    """Run on a Cerebras CS-X cluster through the Cerebras software stack (cerebras.pytorch)."""
+
+    artifact_dir: str | None = arg(None, help="where the backend writes its artifacts")
+    compile_dir: str | None = arg(None, help="where compiled artifacts go on the cluster")
+    compile_only: bool = arg(False, help="compile the model, do not train")
+    validate_only: bool = arg(False, help="validate that the model compiles, do not compile")
+    cluster_config: dict[str, Any] | None = arg(
+        None, section=ClusterConfig, help="the cluster configuration (ClusterConfig fields)"
+    )
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+        """``compile_only`` and ``validate_only`` exclude each other."""
+        if arguments["compile_only"] and arguments["validate_only"]:
+            yield "compile_only and validate_only are mutually exclusive; give at most one"

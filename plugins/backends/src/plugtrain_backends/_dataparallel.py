@@ -1,0 +1,71 @@
+"""What the CPU and GPU backends share: their place in a data-parallel run (torch-free import)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["DataParallelBackend"]
+
+
+class DataParallelBackend:
+    """Backend hooks for data parallel training; subclasses set the device and process group.
+
+    The Trainer calls ``check_runnable`` (which joins the process group), ``prepare_model``,
+    ``prepare_dataloader``, ``prepare_eval_dataloader`` and ``reduce_sums``; checkpoints and
+    metrics are written where ``is_main_process`` is true.
+    """
+
+    backend_type = ""
+    main_process_id = 0
+    _group: Any = None
+
+    def _make_group(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def group(self) -> Any:
+        """The :class:`~plugtrain_backends._parallel.ProcessGroup` of this process."""
+        if self._group is None:
+            self._group = self._make_group()
+        return self._group
+
+    @property
+    def rank(self) -> int:
+        """The global rank of this process (0 when it runs alone)."""
+        return int(self.group.rank)
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes in the run (1 when it runs alone)."""
+        return int(self.group.world_size)
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this process writes checkpoints and metrics."""
+        return self.rank == self.main_process_id
+
+    def _join(self, **options: Any) -> None:
+        self.group.join(**options)
+        if not self.is_main_process:
+            # Only the main process logs progress; the others report warnings and errors.
+            logging.getLogger("plugtrain").setLevel(logging.WARNING)
+
+    def prepare_dataloader(self, loader: Any) -> Any:
+        """The training data, sharded over the processes of a data-parallel run."""
+        if self.world_size == 1:
+            return loader
+        from plugtrain_backends._parallel import shard_train_loader
+
+        return shard_train_loader(loader, self.rank, self.world_size)
+
+    def prepare_eval_dataloader(self, loader: Iterable[Any], max_batches: int | None) -> Any:
+        """The share of this process in the first ``max_batches`` evaluation batches."""
+        from plugtrain_backends._parallel import shard_eval_batches
+
+        return shard_eval_batches(loader, self.rank, self.world_size, max_batches)
+
+    def reduce_sums(self, sums: Mapping[str, float]) -> dict[str, float]:
+        """Evaluation sums added up over every process."""
+        return self.group.reduce_sums(sums)  # type: ignore[no-any-return]

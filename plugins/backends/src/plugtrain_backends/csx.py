@@ -1,0 +1,158 @@
+"""The CSX backend: validates a Cerebras cluster configuration and hands runs to cerebras.pytorch.
+
+Importing this module does not import torch or the Cerebras stack; ``plugtrain.ClusterConfig``
+is this module's :class:`ClusterConfig`, found through the registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from plugtrain.backends import claim_backend_type
+from plugtrain.errors import BackendError, ConfigError, ConfigIssue
+from plugtrain.schema import validated_arguments
+from plugtrain_backends.schemas import ClusterConfig, CSXArgs
+
+__all__ = ["CSXBackend", "ClusterConfig"]
+
+CEREBRAS_MODULE = "cerebras.pytorch"
+
+
+class CSXBackend:
+    """Runs on a Cerebras CS-X cluster. Creating it claims the process's backend type, ``CSX``.
+
+    The whole configuration is validated here and can be changed between Trainers
+    (``backend.cluster_config.num_csx = 2``). Running needs the Cerebras software stack
+    (``cerebras.pytorch``) and a cluster: a Trainer on this backend builds cstorch's own CSX
+    backend from this configuration and compiles the model through it; without the stack it
+    stops with a :class:`~plugtrain.errors.BackendError` before any work starts.
+
+    :param artifact_dir: where the backend writes its artifacts.
+    :param compile_dir: where compiled artifacts go on the cluster.
+    :param compile_only: compile, do not train.
+    :param validate_only: validate that the model compiles, do not compile.
+    :param cluster_config: a :class:`ClusterConfig` or a mapping of its fields.
+    """
+
+    backend_type = "CSX"
+    ClusterConfig = ClusterConfig
+    """The cluster configuration class (``plugtrain.distributed.ClusterConfig``)."""
+
+    def __init__(
+        self,
+        artifact_dir: str | None = None,
+        compile_dir: str | None = None,
+        compile_only: bool = False,
+        validate_only: bool = False,
+        cluster_config: ClusterConfig | Mapping[str, Any] | None = None,
+    ) -> None:
+        arguments = {
+            "artifact_dir": artifact_dir,
+            "compile_dir": compile_dir,
+            "compile_only": compile_only,
+            "validate_only": validate_only,
+        }
+        args = validated_arguments(CSXArgs, arguments, owner="CSX")
+        config = _as_cluster_config(cluster_config)
+        claim_backend_type(self.backend_type)
+        self.artifact_dir: str | None = args["artifact_dir"]
+        self.compile_dir: str | None = args["compile_dir"]
+        self.compile_only: bool = args["compile_only"]
+        self.validate_only: bool = args["validate_only"]
+        self._cluster_config = config
+        self.cstorch_backend: Any = None
+        """cstorch's backend, built from this configuration when a Trainer starts."""
+
+    def __repr__(self) -> str:
+        return (
+            f"CSXBackend(compile_only={self.compile_only!r}, "
+            f"validate_only={self.validate_only!r}, cluster_config={self.cluster_config!r})"
+        )
+
+    @property
+    def cluster_config(self) -> ClusterConfig:
+        """The cluster configuration; its fields may be changed between Trainers."""
+        return self._cluster_config
+
+    @cluster_config.setter
+    def cluster_config(self, value: ClusterConfig | Mapping[str, Any] | None) -> None:
+        self._cluster_config = _as_cluster_config(value)
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting, validated again: the arguments of cstorch's CSX backend."""
+        arguments = {
+            "artifact_dir": self.artifact_dir,
+            "compile_dir": self.compile_dir,
+            "compile_only": self.compile_only,
+            "validate_only": self.validate_only,
+        }
+        validated_arguments(CSXArgs, arguments, owner="CSX")
+        self.cluster_config.validate()
+        return {**arguments, "cluster_config": self.cluster_config.to_dict()}
+
+    def check_runnable(self) -> None:
+        """Check the settings, then hand off to cerebras.pytorch or say what is missing."""
+        settings = self.settings()
+        if not _importable(CEREBRAS_MODULE):
+            message = (
+                "The CSX backend needs the Cerebras software stack and a Cerebras cluster: the "
+                f"{CEREBRAS_MODULE} package (Cerebras' cerebras_pytorch wheel, of the version "
+                "matching the cluster) is not importable here, so nothing was run. This "
+                "configuration is valid (see `plugtrain check`); to train on this machine use "
+                "device: CPU or GPU"
+            )
+            raise BackendError(message)
+        self.cstorch_backend = build_cstorch_backend(settings)
+
+    @property
+    def device(self) -> Any:
+        """The torch device of cstorch's backend (its lazy device)."""
+        if self.cstorch_backend is None:
+            self.check_runnable()
+        return self.cstorch_backend.torch_device
+
+    def prepare_model(self, model: Any) -> Any:
+        """The model compiled for the cluster through ``cerebras.pytorch.compile``."""
+        if self.cstorch_backend is None:
+            self.check_runnable()
+        cstorch = importlib.import_module(CEREBRAS_MODULE)
+        return cstorch.compile(model, self.cstorch_backend)
+
+
+def _importable(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def _as_cluster_config(value: ClusterConfig | Mapping[str, Any] | None) -> ClusterConfig:
+    if value is None:
+        return ClusterConfig()
+    if isinstance(value, ClusterConfig):
+        return value
+    if isinstance(value, Mapping):
+        return ClusterConfig(**value)
+    # Another ClusterConfig-like object (cstorch's own): take its fields by name.
+    fields = getattr(value, "__dict__", None)
+    if fields is None:
+        message = f"must be a ClusterConfig or a mapping, got {type(value).__name__}"
+        raise ConfigError([ConfigIssue("CSX.cluster_config", message)])
+    return ClusterConfig(**{k: v for k, v in fields.items() if not k.startswith("_")})
+
+
+def build_cstorch_backend(settings: Mapping[str, Any]) -> Any:
+    """Build cstorch's own CSX backend from plugtrain's validated settings.
+
+    That is ``cstorch.backend("CSX", ..., cluster_config=cstorch.distributed.ClusterConfig(...))``.
+
+    :param settings: from :meth:`CSXBackend.settings`.
+    """
+    cstorch = importlib.import_module(CEREBRAS_MODULE)
+    arguments = dict(settings)
+    cluster = cstorch.distributed.ClusterConfig(**arguments.pop("cluster_config"))
+    arguments = {k: v for k, v in arguments.items() if v is not None}
+    return cstorch.backend("CSX", cluster_config=cluster, **arguments)
