@@ -37,6 +37,10 @@ def _registry(args: argparse.Namespace) -> Registry:
 
 
 def _cmd_list(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    if args.markdown:
+        from plugtrain.reference import components_markdown
+
+        return _write(components_markdown(registry, args.kind), args.output, out)
     components = registry.components(args.kind)
     if args.json:
         rows = [_list_row(c) for c in components]
@@ -233,6 +237,27 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     return EXIT_OK
 
 
+# -- schema ----------------------------------------------------------------------------------
+
+
+def _cmd_schema(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from plugtrain.jsonschema import dumps, run_file_schema
+
+    return _write(dumps(run_file_schema(registry)), args.output, out)
+
+
+def _write(text: str, output: str | None, out: TextIO) -> int:
+    """Print ``text``, or write it to the file ``output``."""
+    if output is None:
+        out.write(text)
+        return EXIT_OK
+    from pathlib import Path
+
+    Path(output).write_text(text, encoding="utf-8")
+    out.write(f"wrote {output}\n")
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 
@@ -260,6 +285,10 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="list registered components")
     listing.add_argument("kind", nargs="?", choices=list(KINDS), help="only this kind")
     listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument(
+        "--markdown", action="store_true", help="print a Markdown reference with every argument"
+    )
+    listing.add_argument("-o", "--output", metavar="FILE", help="with --markdown: write FILE")
     listing.set_defaults(handler=_cmd_list)
 
     show = commands.add_parser("show", help="describe one component")
@@ -292,6 +321,12 @@ def _parser() -> argparse.ArgumentParser:
     listed = commands.add_parser("plugins", help="installed plugins, their status and components")
     listed.add_argument("--json", action="store_true", help="print JSON")
     listed.set_defaults(handler=_cmd_plugins)
+
+    schema = commands.add_parser(
+        "schema", help="JSON Schema of run files with every installed component (for editors)"
+    )
+    schema.add_argument("-o", "--output", metavar="FILE", help="write FILE instead of printing")
+    schema.set_defaults(handler=_cmd_schema)
     return parser
 
 
