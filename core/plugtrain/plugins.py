@@ -12,6 +12,9 @@ Switches, as in pytest:
 - ``-p MODULE`` / ``plugins: [MODULE]`` in a run file: also load that module (or that entry point
   when autoloading is off). Nothing else in a run file can cause an import.
 - ``PLUGTRAIN_STRICT_PLUGINS=1``: a plugin failure raises :class:`PluginLoadError` instead.
+
+A distribution that declares the plugin API versions it supports (:mod:`plugtrain.compat`) and
+none of them is compatible with :data:`plugtrain.PLUGIN_API_VERSION` fails without being imported.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 import attrs
 import pluggy
 
-from plugtrain import hookspecs
+from plugtrain import compat, hookspecs
 from plugtrain._suggest import did_you_mean
 from plugtrain.errors import PluginLoadError
 from plugtrain.kinds import KINDS
@@ -168,6 +171,11 @@ class _Loader:
             claimed |= wanted
             if not self.settings.autoload and not wanted:
                 self.infos[ep.name] = attrs.evolve(info, status="not loaded")
+                continue
+            # Checked from metadata before the import: an incompatible plugin may not even import.
+            problem = compat.incompatibility(dist) if dist is not None else None
+            if problem is not None:
+                self.fail(info, problem)
                 continue
             try:
                 plugin = ep.load()
