@@ -120,22 +120,26 @@ def torchrun(nproc_per_node: int, command: Sequence[str]) -> int:
     try:
         torch_run.run(torch_run.parse_args(arguments))
     except ChildFailedError as exc:
-        raise BackendError(_describe_failures(nproc_per_node, exc.failures)) from None
+        raise BackendError(_describe_failures(nproc_per_node, exc)) from None
     return 0
 
 
-def _describe_failures(count: int, failures: Mapping[int, Any]) -> str:
-    """One line per failed rank, the first failure first."""
-    ordered = sorted(failures.items(), key=lambda item: (item[1].timestamp, item[0]))
+def _describe_failures(count: int, error: Any) -> str:
+    """Each failed rank and how it ended, torchrun's root cause (first failure) first."""
+    first_rank, _first = error.get_first_failure()
+    ordered = sorted(error.failures.items(), key=lambda item: (item[0] != first_rank, item[0]))
     parts = []
-    for position, (rank, failure) in enumerate(ordered):
+    for rank, failure in ordered:
         if failure.exitcode < 0:
             how = f"was killed by signal {failure.signal_name()}"
         else:
             how = f"exited with status {failure.exitcode}"
-        note = " (first failure)" if position == 0 else ""
-        if position > 0 and failure.exitcode < 0:
+        if rank == first_rank:
+            note = " (first failure)"
+        elif failure.signal_name() == "SIGTERM":
             note = " (stopped by torchrun after the first failure)"
+        else:
+            note = ""
         parts.append(f"rank {rank} (pid {failure.pid}) {how}{note}")
     return (
         f"the data-parallel run of {count} processes failed: "
@@ -162,9 +166,9 @@ def collective_errors() -> Iterator[None]:
             raise
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         message = (
-            f"rank {launched.rank} of {launched.world_size}: a collective operation with the "
-            "other processes failed, so another process of the run died or stopped responding "
-            f"within the process-group timeout (dist_timeout). Cause: {cause}"
+            f"rank {launched.rank} of {launched.world_size}: a collective operation failed "
+            "because another process of the run died or did not answer within the "
+            f"process-group timeout (dist_timeout). Cause: {cause}"
         )
         raise BackendError(message) from exc
 

@@ -1,4 +1,4 @@
-"""The CPU, GPU and CSX backends in one process: the seed's rules, ClusterConfig, the CSX hand-off."""
+"""The CPU, GPU and CSX backends in one process: seed rules, ClusterConfig, the CSX hand-off."""
 
 from __future__ import annotations
 
@@ -292,9 +292,9 @@ def test_cpu_with_several_processes_needs_a_launcher_in_python(monkeypatch, tmp_
 
 
 def test_cpu_arguments_are_checked_in_python():
-    with pytest.raises(ConfigError, match="CPU.num_processes: must be > 0"):
+    with pytest.raises(ConfigError, match=r"CPU\.num_processes: must be > 0"):
         plugtrain.backend("CPU", num_processes=0)
-    with pytest.raises(ConfigError, match="CPU.dist_timeout: must be > 0"):
+    with pytest.raises(ConfigError, match=r"CPU\.dist_timeout: must be > 0"):
         plugtrain.backend("CPU", dist_timeout=0)
 
 
@@ -304,9 +304,7 @@ def test_processes_per_node():
     assert cpu.processes_per_node({}) == 1
     assert cpu.processes_per_node({"num_processes": 3}) == 3
     assert gpu.processes_per_node({}) == 1
-    assert gpu.processes_per_node({"enable_distributed": True}) == max(
-        1, torch.cuda.device_count()
-    )
+    assert gpu.processes_per_node({"enable_distributed": True}) == max(1, torch.cuda.device_count())
 
 
 # -- GPU -------------------------------------------------------------------------------------
