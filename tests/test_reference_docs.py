@@ -148,3 +148,29 @@ def test_links_resolve(page):
             assert anchor in _anchors(linked.read_text(encoding="utf-8")), (
                 f"{page.name}: no heading for #{anchor} in {linked.name}"
             )
+
+
+def _blocks(page: str, language: str) -> list[str]:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.DOTALL)
+
+
+@pytest.mark.parametrize("page", ["writing-plugins.md", "testing-plugins.md"])
+def test_the_guides_python_compiles(page):
+    blocks = _blocks(page, "python")
+    assert blocks
+    for block in blocks:
+        compile(block, page, "exec")
+
+
+def test_the_guides_pyproject_declares_the_entry_points_and_the_api():
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11 or later reads TOML")
+
+    import plugtrain
+    from plugtrain.compat import API_GROUP, compatible
+
+    (pyproject,) = [b for b in _blocks("writing-plugins.md", "toml") if "[project]" in b]
+    entry_points = tomllib.loads(pyproject)["project"]["entry-points"]
+    assert entry_points["plugtrain"] == {"signsgd": "acme_plugtrain_signsgd.plugin"}
+    (declared,) = entry_points[API_GROUP]
+    assert compatible(declared, plugtrain.PLUGIN_API_VERSION)
