@@ -77,10 +77,16 @@ class _Checker:
         where = location_of(container, key, of_key=of_key) if container is not None else None
         self.issues.append(ConfigIssue(render_path(path), message, where))
 
-    def schema(self, schema: type, mapping: Any, path: Path) -> None:
-        """Check ``mapping`` against ``schema``, then its sections and nested components."""
+    def schema(
+        self, schema: type, mapping: Any, path: Path, parent: Any = None, name: Any = None
+    ) -> None:
+        """Check ``mapping`` against ``schema``, then its sections and nested components.
+
+        ``parent[name]`` is ``mapping``: where a value that is not a mapping is reported.
+        """
         if not isinstance(mapping, Mapping):
-            self.add(path, f"must be a mapping, got {type(mapping).__name__}", mapping)
+            where = mapping if parent is None else parent
+            self.add(path, f"must be a mapping, got {type(mapping).__name__}", where, name)
             return
         for key, message in check_arguments(schema, mapping):
             if key and key in mapping:
@@ -99,14 +105,16 @@ class _Checker:
             if section is not None and isinstance(value, Mapping):
                 self.schema(section, value, (*path, key))
             elif info.component is not None:
-                self.components(info.component, value, (*path, key), many=info.many)
+                self.components(info.component, value, (*path, key), mapping, key, many=info.many)
 
-    def components(self, kind: str, value: Any, path: Path, *, many: bool) -> None:
+    def components(
+        self, kind: str, value: Any, path: Path, parent: Any, key: Any, *, many: bool
+    ) -> None:
         if many and isinstance(value, Sequence) and not isinstance(value, str):
             for index, item in enumerate(value):
                 self.component(kind, item, (*path, index), value, index)
         elif (many and isinstance(value, Mapping)) or not many:
-            self.component(kind, value, path, None, None)
+            self.component(kind, value, path, parent, key)
 
     def component(self, kind: str, spec: Any, path: Path, parent: Any, index: Any) -> None:
         """Check one ``{Name: {arguments}}``; already-built objects (from Python) pass."""
@@ -234,10 +242,13 @@ def _without(mapping: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
     return kept  # type: ignore[return-value]
 
 
-def _trainer_entries(data: Mapping[str, Any], checker: _Checker) -> list[tuple[Path, Any]]:
+def _trainer_entries(
+    data: Mapping[str, Any], checker: _Checker
+) -> list[tuple[Path, Any, Mapping[str, Any]]]:
+    """``(path, trainer, parent)`` of each trainer; ``parent["trainer"]`` is the trainer."""
     trainer = data.get("trainer")
     if isinstance(trainer, Mapping):
-        return [(("trainer",), trainer)]
+        return [(("trainer",), trainer, data)]
     if not isinstance(trainer, Sequence) or isinstance(trainer, str) or not trainer:
         checker.add(
             ("trainer",), "must be a mapping or a non-empty list of {trainer: ...}", data, "trainer"
@@ -253,7 +264,7 @@ def _trainer_entries(data: Mapping[str, Any], checker: _Checker) -> list[tuple[P
                 index,
             )
             continue
-        entries.append((("trainer", index, "trainer"), item["trainer"]))
+        entries.append((("trainer", index, "trainer"), item["trainer"], item))
     return entries
 
 
@@ -272,7 +283,7 @@ def check_run(data: Any, registry: Registry, source: str = "<run>") -> list[Trai
                 ConfigIssue(
                     "",
                     f"a run file is a mapping with 'trainer:', got {got}",
-                    location_of(data) or source,
+                    location_of(data) or f"{source}:1:1",
                 )
             ]
         )
@@ -282,8 +293,8 @@ def check_run(data: Any, registry: Registry, source: str = "<run>") -> list[Trai
         )
     plans = []
     backend_types: list[tuple[Path, str, Any]] = []
-    for path, entry in _trainer_entries(data, checker):
-        checker.schema(TrainerSection, entry, path)
+    for path, entry, parent in _trainer_entries(data, checker):
+        checker.schema(TrainerSection, entry, path, parent, "trainer")
         if not isinstance(entry, Mapping) or not isinstance(entry.get("init"), Mapping):
             continue
         init = entry["init"]

@@ -3,8 +3,9 @@
 Mappings load as :class:`LocatedDict` and sequences as :class:`LocatedList`; both know the
 ``file:line:column`` of themselves, of each key and of each value, so that configuration errors
 can point at the offending text. The loader rejects duplicate keys, every non-standard tag
-(``!!python/...`` included), alias expansion beyond a size limit (billion-laughs files), files that
-are too large, too deeply nested or not UTF-8.
+(``!!python/...`` included), alias expansion beyond a size limit (billion-laughs files), aliases
+that form a cycle, files that are too large, too deeply nested or not UTF-8, and control
+characters; each with a position. Keys merged with ``<<: *anchor`` may be overridden.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from plugtrain.errors import ConfigError, ConfigIssue
 
 __all__ = ["LocatedDict", "LocatedList", "load_yaml", "location_of"]
 
-MAX_FILE_BYTES = 8 * 1024 * 1024
-MAX_EXPANDED_NODES = 200_000
+# Run files are small; these bounds keep a hostile file's rejection within a second or two of
+# pure-Python parsing (8 MiB of dense YAML once took a minute to reject).
+MAX_FILE_BYTES = 1024 * 1024
+MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 200
 
 
@@ -78,16 +81,57 @@ def _mark(source: str, yaml_mark: Any) -> Mark:
     return Mark(source, yaml_mark.line, yaml_mark.column)
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, counting values and nesting while it composes the document."""
+
     source = "<string>"
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.composed = 0
+        self.depth = 0
+        self.open_anchors: list[str] = []
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        """Compose one node, refusing huge, deep or self-containing documents early."""
+        event = self.peek_event()
+        where = str(_mark(self.source, event.start_mark))
+        self.composed += 1
+        if self.composed > MAX_EXPANDED_NODES:
+            message = f"the file holds more than {MAX_EXPANDED_NODES} values; a run file is smaller"
+            raise ConfigError([ConfigIssue("", message, where)])
+        if self.depth > MAX_DEPTH:
+            message = f"nesting deeper than {MAX_DEPTH} levels"
+            raise ConfigError([ConfigIssue("", message, where)])
+        anchor = getattr(event, "anchor", None)
+        if isinstance(event, yaml.AliasEvent):
+            if anchor in self.open_anchors:
+                message = f"alias *{anchor} refers to a value that contains it (a cycle)"
+                raise ConfigError([ConfigIssue("", message, where)])
+            return super().compose_node(parent, index)
+        self.depth += 1
+        if anchor is not None:
+            self.open_anchors.append(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+            if anchor is not None:
+                self.open_anchors.pop()
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> Any:
     data = LocatedDict()
     data.mark = _mark(loader.source, node.start_mark)
     yield data
+    explicit = sum(1 for key_node, _ in node.value if key_node.tag != _MERGE_TAG)
     loader.flatten_mapping(node)
-    for key_node, value_node in node.value:
+    merged = len(node.value) - explicit  # flatten_mapping puts merged pairs (<<) first
+    written: set[Any] = set()  # keys written in this mapping; merged ones may be overridden
+    for index, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=True)
         where = _mark(loader.source, key_node.start_mark)
         try:
@@ -96,10 +140,12 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> Any:
             raise ConfigError(
                 [ConfigIssue("", "mapping keys must be scalars", str(where))]
             ) from None
-        if key in data:
-            first = data.key_marks[key]
-            message = f"duplicate key {key!r} (first defined at line {first.line + 1})"
-            raise ConfigError([ConfigIssue("", message, str(where))])
+        if index >= merged:
+            if key in written:
+                first = data.key_marks[key]
+                message = f"duplicate key {key!r} (first defined at line {first.line + 1})"
+                raise ConfigError([ConfigIssue("", message, str(where))])
+            written.add(key)
         data[key] = loader.construct_object(value_node, deep=True)
         data.key_marks[key] = where
         data.value_marks[key] = _mark(loader.source, value_node.start_mark)
@@ -171,7 +217,10 @@ def load_yaml(text: str | bytes, source: str = "<string>") -> Any:
             column = exc.start - (text.rfind(b"\n", 0, exc.start) + 1) + 1
             message = f"not valid UTF-8 (byte 0x{text[exc.start]:02x})"
             raise ConfigError([ConfigIssue("", message, f"{source}:{line}:{column}")]) from None
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError([_reader_issue(exc, text, source)]) from None
     loader.source = source
     try:
         node = loader.get_single_node()
@@ -195,6 +244,16 @@ def load_yaml(text: str | bytes, source: str = "<string>") -> Any:
         loader.dispose()
 
 
+def _reader_issue(exc: yaml.reader.ReaderError, text: str, source: str) -> ConfigIssue:
+    """A character YAML does not allow (a control character), with its line and column."""
+    position = exc.position if isinstance(exc.position, int) else 0
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    character = exc.character if isinstance(exc.character, int) else 0
+    message = f"character U+{character:04X} is not allowed in YAML (control character)"
+    return ConfigIssue("", message, f"{source}:{line}:{column}")
+
+
 def read_yaml_file(path: str | Path) -> Any:
     """Read and parse a YAML file, with clear errors for missing files and directories."""
     path = Path(path)
@@ -208,7 +267,8 @@ def read_yaml_file(path: str | Path) -> Any:
         if size > MAX_FILE_BYTES:
             message = f"file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"
             raise ConfigError([ConfigIssue("", message, source)])
-        data = path.read_bytes()
+        with path.open("rb") as handle:  # bounded: /dev/zero or a pipe is not read forever
+            data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError([ConfigIssue("", f"cannot read: {exc.strerror}", source)]) from None
     return load_yaml(data, source)

@@ -1,0 +1,123 @@
+"""Shared helpers of the reliability suite: the command line in-process and in subprocesses.
+
+The suite's ``conftest.py`` puts this folder on ``sys.path`` so that test modules can import it
+(the project runs pytest with ``--import-mode=importlib``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+HANG_GUARD_S = 60
+"""Subprocesses are killed after this long: a guard against hangs, not a performance bound."""
+
+
+@attrs.frozen
+class Outcome:
+    """What one ``plugtrain`` command did: exit status and both output streams."""
+
+    status: int
+    out: str
+    err: str
+
+
+def run_cli(*args: str) -> Outcome:
+    """Run ``plugtrain ARGS`` in this process (``plugtrain.cli.main``), capturing its output."""
+    from plugtrain.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(args))
+    return Outcome(status, out.getvalue(), err.getvalue())
+
+
+def run_subprocess(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = HANG_GUARD_S,
+) -> Outcome:
+    """Run ``python -m plugtrain ARGS`` in a fresh interpreter (``timeout`` is a hang guard)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "plugtrain", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+    return Outcome(done.returncode, done.stdout, done.stderr)
+
+
+def subprocess_env(**changes: str) -> dict[str, str]:
+    """This process's environment with ``changes`` (and no plugin switches of the caller)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLUGTRAIN_")}
+    env.update(changes)
+    return env
+
+
+_SINGLE = re.compile(r"plugtrain: error: (?!\d+ problems in the configuration:)(.*)")
+
+
+def error_lines(err: str) -> list[str]:
+    """The issue lines of a configuration error printed by the command line."""
+    lines = err.splitlines()
+    for index, line in enumerate(lines):
+        if not line.startswith("plugtrain: error: "):
+            continue
+        single = _SINGLE.fullmatch(line)
+        if single:
+            return [single.group(1)]
+        return [item[2:] for item in lines[index + 1 :] if item.startswith("  ")]
+    return []
+
+
+def assert_positioned_config_error(outcome: Outcome, path: Path, text: str | bytes) -> None:
+    """Exit 2, no traceback, and every issue starts with ``path:line:column`` inside the file."""
+    assert outcome.status == 2, outcome
+    assert "Traceback" not in outcome.err, outcome.err
+    issues = error_lines(outcome.err)
+    assert issues, outcome.err
+    lines = (text.encode() if isinstance(text, str) else text).count(b"\n") + 1
+    position = re.compile(re.escape(str(path)) + r":(\d+):(\d+): \S")
+    for issue in issues:
+        found = position.match(issue)
+        assert found, f"no position in {issue!r}"
+        assert 1 <= int(found.group(1)) <= lines + 1, issue
+        assert int(found.group(2)) >= 1, issue
+
+
+def write_dist(
+    site: Path,
+    distribution: str,
+    modules: dict[str, str],
+    entry_points: Sequence[tuple[str, str]],
+    version: str = "1.0",
+) -> None:
+    """Install a distribution by hand: its modules plus a ``*.dist-info`` that names them.
+
+    ``importlib.metadata`` finds it like any installed package once ``site`` is on the path.
+    """
+    site.mkdir(parents=True, exist_ok=True)
+    for name, source in modules.items():
+        (site / f"{name}.py").write_text(source)
+    folder = site / f"{distribution.replace('-', '_')}-{version}.dist-info"
+    folder.mkdir()
+    (folder / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n"
+    )
+    lines = ["[plugtrain]", *(f"{name} = {value}" for name, value in entry_points)]
+    (folder / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    (folder / "RECORD").write_text("")
