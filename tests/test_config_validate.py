@@ -76,8 +76,9 @@ def test_unknown_keys_are_errors_everywhere(registry):
 def test_tag_filters_are_checked(registry):
     text = VALID.replace('{params: "*bias", tag: bias_params}', '{params: "*bias", tagg: x}')
     issues = _issues(text, registry)
-    assert "unknown filter key 'tagg'" in issues["trainer.init.optimizer.SGD.params[0].tagg"].message
-    assert "needs a tag" in issues["trainer.init.optimizer.SGD.params[0].tag"].message
+    filters = "trainer.init.optimizer.SGD.params[0]"
+    assert "unknown filter key 'tagg'" in issues[f"{filters}.tagg"].message
+    assert "needs a tag" in issues[f"{filters}.tag"].message
 
 
 def test_device_and_backend_are_mutually_exclusive(registry):
@@ -115,7 +116,8 @@ def test_trainers_of_one_file_must_share_one_backend_type(registry, register_plu
     issues = _issues(text, mixed)
     message = issues["trainer[1].trainer.init.device"].message
     assert message == (
-        "Cannot instantiate multiple backends. A backend with type CPU has already been instantiated."
+        "Cannot instantiate multiple backends. "
+        "A backend with type CPU has already been instantiated."
     )
 
 
@@ -133,7 +135,7 @@ def test_overrides_apply_to_every_trainer():
 
 
 def test_a_malformed_override_is_a_config_error():
-    with pytest.raises(ConfigError, match="KEY.PATH=VALUE"):
+    with pytest.raises(ConfigError, match=r"KEY\.PATH=VALUE"):
         apply_overrides({}, ["no-equals-sign"])
 
 

@@ -50,7 +50,7 @@ def _weights(trainer):
 
 
 def test_device_and_backend_are_mutually_exclusive(tmp_path):
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match="mutually exclusive") as info:
         _trainer(tmp_path, backend=plugtrain.backend("CPU"))
     assert str(info.value) == (
         "backend and device are mutually exclusive arguments of Trainer. "
