@@ -45,16 +45,25 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
     A crash at any moment leaves either the previous file or the complete new one.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    temporary = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         with os.fdopen(descriptor, "wb") as handle:
             torch.save(state, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+    except BaseException as exc:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        if isinstance(exc, OSError | RuntimeError) and not isinstance(exc, PlugtrainError):
+            # A full disk surfaces as OSError from Python or RuntimeError from torch's writer.
+            message = (
+                f"{path}: cannot be written ({type(exc).__name__}: {exc}); "
+                "the previous checkpoints are kept"
+            )
+            raise CheckpointError(message) from exc
         raise
     _fsync_directory(path.parent)
     return path

@@ -343,8 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args, exc, EXIT_CONFIG)
     except PlugtrainError as exc:
         return _fail(args, exc, EXIT_ERROR)
-    except KeyboardInterrupt:
-        sys.stderr.write("plugtrain: interrupted\n")
+    except KeyboardInterrupt as exc:  # fit's TrainingInterrupted says where it saved the run
+        sys.stderr.write(f"plugtrain: {str(exc) or 'interrupted'}\n")
         return 130
     except Exception as exc:
         if args.traceback:

@@ -9,10 +9,14 @@ callable taking the optimizer.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import math
 import os
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -34,7 +38,7 @@ from plugtrain.errors import ConfigError, ConfigIssue, PlugtrainError
 from plugtrain.metrics import MetricsLog, Progress
 from plugtrain.schema import validated_arguments
 
-__all__ = ["Trainer", "TrainingError"]
+__all__ = ["Trainer", "TrainingError", "TrainingInterrupted"]
 
 log = logging.getLogger("plugtrain")
 
@@ -46,6 +50,70 @@ DEFAULT_LOG_STEPS = 50
 
 class TrainingError(PlugtrainError, RuntimeError):
     """Training cannot go on (a non-finite loss, a model directory that cannot be written)."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """``fit`` stopped on SIGINT (Ctrl-C) after finishing the step and saving a checkpoint.
+
+    It is a ``KeyboardInterrupt``, so code that does not expect it still stops; the message says
+    where the checkpoint is. Fitting again with the same settings resumes from it exactly.
+    """
+
+
+class _InterruptRequest:
+    """During ``fit``, SIGINT asks the loop to stop after the current step.
+
+    A second SIGINT stops at once. Installed on the main thread only, in a single process; the
+    previous handler is restored afterwards.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> _InterruptRequest:
+        if threading.current_thread() is not threading.main_thread() or _distributed():
+            return self
+        self._previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, self._handle)
+        self._installed = True
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._installed:
+            previous = signal.SIG_DFL if self._previous is None else self._previous
+            signal.signal(signal.SIGINT, previous)
+            self._installed = False
+
+
+def _reserve(descriptor: int, size: int, directory: Path) -> None:
+    """Make sure ``size`` bytes can be written: allocate them (then the probe is deleted)."""
+    if size <= 0:
+        return
+    try:
+        os.posix_fallocate(descriptor, 0, size)
+    except AttributeError:  # no posix_fallocate on this platform: compare with the free space
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    else:
+        return
+    stats = os.statvfs(directory)
+    if stats.f_bavail * stats.f_frsize < size:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _distributed() -> bool:
+    """Whether several processes train together (they would have to agree on stopping)."""
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
 
 
 def _settings(cls: type, value: Any, owner: str) -> Any:
@@ -260,6 +328,7 @@ class Trainer:
         _check_scheduler_overlap(self.schedulers)
         self.global_step = 0
         self._stream_position: dict[str, Any] | None = None
+        self._saved_step = -1
         self._metrics: MetricsLog | None = None
 
     # -- construction --------------------------------------------------------------------------
@@ -338,9 +407,17 @@ class Trainer:
                 total_loss += float(loss.detach()) / accum
                 correct += batch_correct
                 count += batch_count
-        if not math.isfinite(total_loss):
+        if math.isfinite(total_loss):
+            self.optimizer.step()
+        elif self.loop is not None and self.loop.nan_policy == "skip_step":
+            self.optimizer.zero_grad(set_to_none=True)
+            log.warning(
+                "step %d: the loss is %s; its update was skipped (nan_policy: skip_step)",
+                self.global_step + 1,
+                total_loss,
+            )
+        else:
             self._stop_non_finite(total_loss)
-        self.optimizer.step()
         for scheduler in self.schedulers:
             scheduler.step()
         self.global_step += 1
@@ -349,7 +426,10 @@ class Trainer:
     def _stop_non_finite(self, loss: float) -> None:
         latest = ckpt.find_latest(self.model_dir, self.checkpoint.checkpoint_name)
         kept = f"; the last good checkpoint is {latest}" if latest else ""
-        message = f"the loss is {loss} at step {self.global_step + 1}; training stopped{kept}"
+        message = (
+            f"the loss is {loss} at step {self.global_step + 1}; training stopped{kept} "
+            "(loop.nan_policy: skip_step drops such steps instead)"
+        )
         raise TrainingError(message)
 
     def group_values(self) -> dict[str, float]:
@@ -435,9 +515,11 @@ class Trainer:
         """Write the checkpoint of the current step (on the main process only)."""
         if stream is not None:
             self._stream_position = stream.position()
-        if not self.is_main_process:
-            return None
-        return ckpt.save_checkpoint(self.checkpoint_path(self.global_step), self.state_dict())
+        path = None
+        if self.is_main_process:
+            path = ckpt.save_checkpoint(self.checkpoint_path(self.global_step), self.state_dict())
+        self._saved_step = self.global_step
+        return path
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore weights, optimizer, schedulers, step, RNG and data position from ``path``."""
@@ -469,14 +551,35 @@ class Trainer:
             self.load_checkpoint(ckpt_path)
 
     def _check_model_dir(self) -> None:
+        """Fail before training when ``model_dir`` cannot hold a checkpoint (read-only, full)."""
+        needed = self._checkpoint_bytes() if self.is_main_process else 0
+        probe = self.model_dir / f".write-test-{os.getpid()}"
         try:
             self.model_dir.mkdir(parents=True, exist_ok=True)
-            probe = self.model_dir / f".write-test-{os.getpid()}"
-            probe.write_bytes(b"ok")
-            probe.unlink()
+            with probe.open("wb") as handle:
+                handle.write(b"ok")
+                handle.flush()
+                _reserve(handle.fileno(), needed, self.model_dir)
         except OSError as exc:
-            message = f"model_dir {self.model_dir} cannot be written: {exc.strerror or exc}"
+            if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                message = (
+                    f"model_dir {self.model_dir} has no room for a checkpoint "
+                    f"(about {needed / 2**20:.1f} MiB): {exc.strerror or exc}"
+                )
+            else:
+                message = f"model_dir {self.model_dir} cannot be written: {exc.strerror or exc}"
             raise TrainingError(message) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+
+    def _checkpoint_bytes(self) -> int:
+        """The size of the weights and optimizer state: a lower bound of a checkpoint's."""
+        tensors = list(self._unwrapped_model.state_dict().values())
+        if self.optimizer is not None:
+            for state in self.optimizer.state.values():
+                tensors.extend(v for v in state.values() if isinstance(v, torch.Tensor))
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
     # -- the loops -----------------------------------------------------------------------------
 
@@ -533,7 +636,8 @@ class Trainer:
                     callback.on_fit_start(self)
             if self.checkpoint.save_initial_checkpoint and self.global_step == 0:
                 self.save_checkpoint(stream)
-            last_val = self._loop(stream, val_dataloader, target, progress)
+            with _InterruptRequest() as interrupt:
+                last_val = self._loop(stream, val_dataloader, target, progress, interrupt)
         finally:
             progress.close()
             if self._metrics is not None:
@@ -550,18 +654,21 @@ class Trainer:
         val_dataloader: Iterable[Any] | None,
         target: int,
         progress: Progress,
+        interrupt: _InterruptRequest | None = None,
     ) -> dict[str, float]:
         assert self.loop is not None
         log_steps = self.logging.log_steps
         eval_every = self.loop.eval_frequency or 0
         save_every = self.checkpoint.steps or 0
         window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
+        window_skipped = 0
         window_start = time.perf_counter()
         last_val: dict[str, float] = {}
         self.model.train()
         while self.global_step < target:
             loss, correct, count = self._train_step(stream)
-            window_loss += loss
+            window_skipped += not math.isfinite(loss)  # skipped under nan_policy: skip_step
+            window_loss += loss if math.isfinite(loss) else 0.0
             window_correct += correct
             window_count += count
             window_steps += 1
@@ -569,7 +676,10 @@ class Trainer:
             values = None
             if step % log_steps == 0 or step == target:
                 elapsed = time.perf_counter() - window_start
-                values = {"loss": window_loss / window_steps}
+                finite = window_steps - window_skipped
+                values = {"loss": window_loss / finite if finite else math.nan}
+                if window_skipped:
+                    values["skipped_steps"] = window_skipped
                 if window_count:
                     values["accuracy"] = window_correct / window_count
                 values["steps_per_second"] = window_steps / elapsed if elapsed > 0 else 0.0
@@ -580,6 +690,7 @@ class Trainer:
                     if hasattr(callback, "on_train_step_end"):
                         callback.on_train_step_end(self, values)
                 window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
+                window_skipped = 0
                 window_start = time.perf_counter()
             progress.advance(step, values)
             if val_dataloader is not None and eval_every and step % eval_every == 0:
@@ -587,13 +698,28 @@ class Trainer:
                 progress.message(f"step {step}: validation " + _describe(last_val))
             if save_every and step % save_every == 0 and step != target:
                 self.save_checkpoint(stream)
+            if interrupt is not None and interrupt.requested:
+                self._stop_interrupted(stream)
         if val_dataloader is not None and not (
             eval_every and target % eval_every == 0 and last_val
         ):
             last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
             progress.message(f"step {self.global_step}: validation " + _describe(last_val))
         self.save_checkpoint(stream)
+        if interrupt is not None and interrupt.requested:
+            self._stop_interrupted(stream)
         return last_val
+
+    def _stop_interrupted(self, stream: _DataStream) -> None:
+        """Save the current step (unless just saved) and raise :class:`TrainingInterrupted`."""
+        if self._saved_step != self.global_step:
+            self.save_checkpoint(stream)
+        path = self.checkpoint_path(self.global_step)
+        message = (
+            f"interrupted at step {self.global_step}; checkpoint saved to {path}; "
+            "run the same command again to resume"
+        )
+        raise TrainingInterrupted(message)
 
     def validate(
         self,

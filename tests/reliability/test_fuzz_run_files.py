@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from reliability_support import (
     EXAMPLES,
@@ -368,6 +368,7 @@ FUZZ = settings(
     deadline=None,
     database=None,
     print_blob=True,
+    phases=[Phase.explicit, Phase.generate],  # no shrinking: a failure prints its draws at once
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 STRUCTURE_EXAMPLES = 1400

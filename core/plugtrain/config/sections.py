@@ -44,6 +44,12 @@ class LoopSettings:
     )
     eval_steps: int | None = arg(None, help="batches per evaluation (None: the whole set)", gt=0)
     grad_accum_steps: int = arg(1, help="batches accumulated into one optimizer step", gt=0)
+    nan_policy: str = arg(
+        "stop",
+        choices=("stop", "skip_step"),
+        help="a NaN or infinite loss: stop (keep the last good checkpoint) or skip_step (drop "
+        "that step's update, count the step, go on)",
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:

@@ -18,7 +18,7 @@ from plugtrain.config.sections import (
     TrainerSection,
     ValidateSection,
 )
-from plugtrain.config.yaml_loader import location_of
+from plugtrain.config.yaml_loader import LocatedDict, location_of
 from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
 from plugtrain.registry import Registry
 from plugtrain.schema import arg_infos, check_arguments
@@ -136,7 +136,7 @@ class _Checker:
             self.add((*path, str(name)), str(exc), spec, name, of_key=True)
             return
         if arguments is None:
-            arguments = {}
+            arguments = _no_arguments(spec, name)
         if not isinstance(arguments, Mapping):
             message = f"arguments of {name} must be a mapping, got {type(arguments).__name__}"
             self.add((*path, name), message, spec, name)
@@ -229,6 +229,13 @@ def _section(schema: type, key: str) -> type | None:
     from plugtrain.schema import section_of
 
     return section_of(schema, key)
+
+
+def _no_arguments(spec: Mapping[str, Any], name: Any) -> LocatedDict:
+    """No arguments (``Name:`` followed by nothing), positioned where the null is written."""
+    empty = LocatedDict()
+    empty.mark = getattr(spec, "value_marks", {}).get(name) or getattr(spec, "mark", None)
+    return empty
 
 
 def _without(mapping: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
