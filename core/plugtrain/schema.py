@@ -373,6 +373,8 @@ def check_arguments(
 
 def _value_problem(value: Any, hint: Any, field: attrs.Attribute, meta: _ArgMeta) -> str | None:
     if meta.component is not None:
+        if value is None and matches_type(None, hint):
+            return None
         return _component_shape_problem(value, meta)
     if meta.section is not None:
         if value is None or isinstance(value, Mapping):
@@ -387,7 +389,8 @@ def _value_problem(value: Any, hint: Any, field: attrs.Attribute, meta: _ArgMeta
 def _component_shape_problem(value: Any, meta: _ArgMeta) -> str | None:
     items = value if meta.many else [value]
     if meta.many and not isinstance(value, list | tuple):
-        return f"must be a list of {meta.component}s, got {type(value).__name__}"
+        got = "a mapping" if isinstance(value, Mapping) else type(value).__name__
+        return f"must be a list of {meta.component}s, got {got}"
     for item in items:
         if isinstance(item, Mapping) and len(item) != 1:
             return f"each {meta.component} must be a one-key mapping {{Name: {{arguments}}}}"
