@@ -22,7 +22,7 @@ __all__ = ["LocatedDict", "LocatedList", "load_yaml", "location_of"]
 # Run files are small; these bounds keep a hostile file's rejection within a second or two of
 # pure-Python parsing (8 MiB of dense YAML once took a minute to reject).
 MAX_FILE_BYTES = 1024 * 1024
-MAX_EXPANDED_NODES = 100_000
+MAX_EXPANDED_NODES = 20_000
 MAX_DEPTH = 200
 
 
