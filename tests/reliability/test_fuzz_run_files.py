@@ -13,6 +13,7 @@ The generator is derandomized, so CI runs the same examples every time.
 from __future__ import annotations
 
 import copy
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -367,6 +368,7 @@ def _baseline() -> Iterator[None]:
     _modules_before.update(m for m in CANARY_MODULES if m in sys.modules)
     yield
     plugins.reset(saved[0], extra=saved[1])
+    shutil.rmtree(_WORKDIR, ignore_errors=True)
 
 
 FUZZ = settings(
