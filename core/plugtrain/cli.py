@@ -203,12 +203,13 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     status = launch.launch_if_needed(args.run_file, args.set, args.argv)
     if status is not None:
         return status
-    with launch.collective_errors():
-        results = run_file(args.run_file, args.set, mode=args.command)
-    for index, metrics in enumerate(results):
-        if metrics and launch.is_main_rank():
-            shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
-            out.write(f"trainer {index}: validation {shown}\n")
+    with launch.exit_worker_when_done():
+        with launch.collective_errors():
+            results = run_file(args.run_file, args.set, mode=args.command)
+        for index, metrics in enumerate(results):
+            if metrics and launch.is_main_rank():
+                shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+                out.write(f"trainer {index}: validation {shown}\n")
     return EXIT_OK
 
 

@@ -169,6 +169,10 @@ def run_file(
             val = build_component(registry, "dataloader", validate["val_dataloader"])
             metrics = trainer.validate(val, **_ckpt_argument(validate))
         results.append(metrics)
+    for backend in backends.values():
+        close = getattr(backend, "close", None)
+        if callable(close):  # e.g. leave a data-parallel process group together
+            close()
     return results
 
 

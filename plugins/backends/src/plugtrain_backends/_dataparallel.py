@@ -52,6 +52,11 @@ class DataParallelBackend:
             # Only the main process logs progress; the others report warnings and errors.
             logging.getLogger("plugtrain").setLevel(logging.WARNING)
 
+    def close(self) -> None:
+        """Leave the process group together with the other processes (end of a run)."""
+        if self._group is not None:
+            self._group.leave()
+
     def prepare_dataloader(self, loader: Any) -> Any:
         """The training data, sharded over the processes of a data-parallel run."""
         if self.world_size == 1:

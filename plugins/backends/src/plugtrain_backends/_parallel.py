@@ -99,6 +99,16 @@ class ProcessGroup:
             self.timeout,
         )
 
+    def leave(self) -> None:
+        """Wait for every process, then leave the process group (after a run that went well).
+
+        Leaving together matters: a process that tears its connections down while another
+        still uses them can abort it.
+        """
+        if self.distributed and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
     def reduce_sums(self, sums: Mapping[str, float]) -> dict[str, float]:
         """Sum each value over every process (one all-reduce); a single process returns a copy."""
         if not self.distributed:
@@ -114,6 +124,7 @@ class ProcessGroup:
 
 
 def _leave() -> None:
+    # At exit after an error: no barrier, the other processes may be gone.
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
