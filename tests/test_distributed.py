@@ -247,6 +247,18 @@ def test_launched_process_reads_torchruns_variables():
         launched_process({"RANK": "x", "WORLD_SIZE": "2"})
 
 
+@pytest.fixture
+def installed_plugins():
+    """The process-wide registry as users get it (earlier tests may have changed it)."""
+    from plugtrain import plugins
+
+    settings, extra = plugins.current_settings(), plugins.current_extra()
+    plugins.reset()
+    yield
+    plugins.reset(settings, extra=extra)
+
+
+@pytest.mark.usefixtures("installed_plugins")
 def test_trainers_of_one_file_must_agree_on_the_process_count(tmp_path):
     from plugtrain.run import check_run_file
 
