@@ -12,6 +12,7 @@ from typing import Any
 from plugtrain import plugins
 from plugtrain.config import check_run, load_run_file
 from plugtrain.config.validate import OPTIMIZER_TRAINER_KEYS, TrainerPlan
+from plugtrain.errors import PluginLoadError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Registry
 from plugtrain.schema import arg_infos
@@ -58,7 +59,27 @@ def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> 
         else:
             arguments[info.name] = build_component(registry, info.component, value, *child_context)
     count = _context_count(kind, implementation)
+    _check_signature(component, implementation, context[:count], arguments)
     return implementation(*context[:count], **arguments)
+
+
+def _check_signature(
+    component: Any, implementation: Any, context: Sequence[Any], arguments: Mapping[str, Any]
+) -> None:
+    """Name the provider when a constructor refuses what its own schema accepted."""
+    try:
+        signature = inspect.signature(implementation)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*context, **arguments)
+    except TypeError as exc:
+        message = (
+            f"{component.kind} {component.name!r} from {component.provider} does not accept "
+            f"arguments its schema allows ({exc}): the plugin's schema and constructor "
+            "disagree; plugtrain.testing.check_plugin_contract reports such mismatches"
+        )
+        raise PluginLoadError(message) from exc
 
 
 def _optimizer_factory(registry: Registry, spec: Mapping[str, Any]) -> Any:

@@ -332,7 +332,6 @@ def test_p03_a_disagreeing_schema_fails_at_build_time_without_a_traceback(disagr
     assert "unexpected keyword argument 'beta'" in fitted.err
 
 
-@pytest.mark.xfail(reason="a constructor's TypeError is not yet attributed to its distribution")
 def test_p03_a_disagreeing_schema_at_build_time_names_the_distribution(disagreeing_fit):
     assert "acme-disagreeing" in disagreeing_fit[1].err
 
