@@ -214,7 +214,10 @@ def test_a_killed_rank_fails_the_run_with_a_clear_message(tmp_path):
     assert done.returncode == 1
     assert "plugtrain: error: the data-parallel run of 2 processes failed: " in done.stderr
     assert "rank 1 (pid " in done.stderr
-    assert "was killed by signal SIGKILL (first failure)" in done.stderr
+    assert "was killed by signal SIGKILL" in done.stderr
+    # Which rank torchrun records first is a race: rank 0 may see the broken connection before
+    # rank 1's death is noticed, so only require that one failure is marked as the first.
+    assert "(first failure)" in done.stderr
 
 
 def test_a_hung_rank_fails_the_run_after_the_timeout_with_a_clear_message(tmp_path):

@@ -18,6 +18,7 @@ __all__ = [
     "DuplicateNameError",
     "PluginLoadError",
     "PlugtrainError",
+    "TrainingError",
     "UnknownNameError",
 ]
 
@@ -36,6 +37,10 @@ class DuplicateNameError(PlugtrainError, ValueError):
 
 class PluginLoadError(PlugtrainError, ImportError):
     """A plugin failed to import, to register, or to pass validation (strict mode only)."""
+
+
+class TrainingError(PlugtrainError, RuntimeError):
+    """Training cannot go on (a non-finite loss, a model directory that cannot be written)."""
 
 
 class BackendError(PlugtrainError, RuntimeError):

@@ -14,11 +14,8 @@ import errno
 import logging
 import math
 import os
-import random
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,9 @@ import torch
 from torch import nn
 
 from plugtrain import checkpoint as ckpt
+from plugtrain._disk import reserve
+from plugtrain._interrupt import InterruptRequest
+from plugtrain._resume import DataStream, rng_state, seed_everything, set_rng_state
 from plugtrain.backends import backend as make_backend
 from plugtrain.backends import claim_backend_type
 from plugtrain.config.sections import (
@@ -34,7 +34,7 @@ from plugtrain.config.sections import (
     LoggingSettings,
     LoopSettings,
 )
-from plugtrain.errors import ConfigError, ConfigIssue, PlugtrainError
+from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
 from plugtrain.metrics import MetricsLog, Progress
 from plugtrain.schema import validated_arguments
 
@@ -48,72 +48,12 @@ UNSET: Any = object()
 DEFAULT_LOG_STEPS = 50
 
 
-class TrainingError(PlugtrainError, RuntimeError):
-    """Training cannot go on (a non-finite loss, a model directory that cannot be written)."""
-
-
 class TrainingInterrupted(KeyboardInterrupt):
     """``fit`` stopped on SIGINT (Ctrl-C) after finishing the step and saving a checkpoint.
 
     It is a ``KeyboardInterrupt``, so code that does not expect it still stops; the message says
     where the checkpoint is. Fitting again with the same settings resumes from it exactly.
     """
-
-
-class _InterruptRequest:
-    """During ``fit``, SIGINT asks the loop to stop after the current step.
-
-    A second SIGINT stops at once. Installed on the main thread only, in a single process; the
-    previous handler is restored afterwards.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-        self._installed = False
-
-    def __enter__(self) -> _InterruptRequest:
-        if threading.current_thread() is not threading.main_thread() or _distributed():
-            return self
-        self._previous = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, self._handle)
-        self._installed = True
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._installed:
-            previous = signal.SIG_DFL if self._previous is None else self._previous
-            signal.signal(signal.SIGINT, previous)
-            self._installed = False
-
-
-def _reserve(descriptor: int, size: int, directory: Path) -> None:
-    """Make sure ``size`` bytes can be written: allocate them (then the probe is deleted)."""
-    if size <= 0:
-        return
-    try:
-        os.posix_fallocate(descriptor, 0, size)
-    except AttributeError:  # no posix_fallocate on this platform: compare with the free space
-        pass
-    except OSError as exc:
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
-    else:
-        return
-    stats = os.statvfs(directory)
-    if stats.f_bavail * stats.f_frsize < size:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
-def _distributed() -> bool:
-    """Whether several processes train together (they would have to agree on stopping)."""
-    dist = torch.distributed
-    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
 
 
 def _settings(cls: type, value: Any, owner: str) -> Any:
@@ -123,101 +63,6 @@ def _settings(cls: type, value: Any, owner: str) -> Any:
         message = f"{owner} must be a mapping or {cls.__name__}, got {type(value).__name__}"
         raise ConfigError([ConfigIssue(owner, message)])
     return cls(**validated_arguments(cls, value, owner=owner))
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's, numpy's (when installed) and torch's generators."""
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy as np
-    except ImportError:
-        return
-    np.random.seed(seed % 2**32)
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    try:
-        import numpy as np
-    except ImportError:
-        return state
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
-    return state
-
-
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
-
-
-class _DataStream:
-    """Endless batches over epochs, resumable exactly.
-
-    It records the RNG at each epoch start and how many batches of the epoch were consumed.
-    """
-
-    def __init__(self, loader: Iterable[Any], position: Mapping[str, Any] | None) -> None:
-        self.loader = loader
-        self.generator: torch.Generator | None = getattr(loader, "generator", None)
-        self.epoch = 0
-        self.consumed = 0
-        self._iterator: Iterator[Any] | None = None
-        self._epoch_rng: dict[str, Any] = {}
-        if position is not None:
-            self._resume(position)
-
-    def _start_epoch(self) -> None:
-        # A DistributedSampler (data parallel) draws each epoch's permutation from its epoch.
-        set_epoch = getattr(getattr(self.loader, "sampler", None), "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(self.epoch)
-        self._epoch_rng = {"torch": torch.get_rng_state()}
-        if self.generator is not None:
-            self._epoch_rng["generator"] = self.generator.get_state()
-        self._iterator = iter(self.loader)
-        self.consumed = 0
-
-    def _resume(self, position: Mapping[str, Any]) -> None:
-        current = torch.get_rng_state()
-        torch.set_rng_state(position["epoch_rng"]["torch"])
-        if self.generator is not None and "generator" in position["epoch_rng"]:
-            self.generator.set_state(position["epoch_rng"]["generator"])
-        self.epoch = int(position["epoch"])
-        self._start_epoch()
-        for _ in range(int(position["consumed"])):
-            next(self._iterator)  # type: ignore[arg-type]
-        self.consumed = int(position["consumed"])
-        torch.set_rng_state(current)
-
-    def next(self) -> Any:
-        """The next batch, starting a new epoch when one ends."""
-        if self._iterator is None:
-            self._start_epoch()
-        try:
-            batch = next(self._iterator)  # type: ignore[arg-type]
-        except StopIteration:
-            self.epoch += 1
-            self._start_epoch()
-            try:
-                batch = next(self._iterator)  # type: ignore[arg-type]
-            except StopIteration:
-                message = "the training data loader yields no batch"
-                raise TrainingError(message) from None
-        self.consumed += 1
-        return batch
-
-    def position(self) -> dict[str, Any]:
-        """Where the stream is, for a checkpoint."""
-        if self._iterator is None:
-            self._start_epoch()
-        return {"epoch": self.epoch, "consumed": self.consumed, "epoch_rng": self._epoch_rng}
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -391,7 +236,7 @@ class Trainer:
             return loss, correct, targets.numel()
         return loss, 0, 0
 
-    def _train_step(self, stream: _DataStream) -> tuple[float, int, int]:
+    def _train_step(self, stream: DataStream) -> tuple[float, int, int]:
         accum = self.loop.grad_accum_steps if self.loop else 1
         self.optimizer.zero_grad(set_to_none=True)
         if accum == 1:
@@ -502,7 +347,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
             "schedulers": [s.state_dict() for s in self.schedulers],
             "global_step": self.global_step,
-            "rng": _rng_state(),
+            "rng": rng_state(),
             "data": self._stream_position,
             "metadata": {
                 "plugtrain": __version__,
@@ -511,7 +356,7 @@ class Trainer:
             },
         }
 
-    def save_checkpoint(self, stream: _DataStream | None = None) -> Path | None:
+    def save_checkpoint(self, stream: DataStream | None = None) -> Path | None:
         """Write the checkpoint of the current step (on the main process only)."""
         if stream is not None:
             self._stream_position = stream.position()
@@ -539,7 +384,7 @@ class Trainer:
         self.global_step = int(state["global_step"])
         self._stream_position = state.get("data")
         if state.get("rng") is not None:
-            _set_rng_state(state["rng"])
+            set_rng_state(state["rng"])
         log.info("resumed from %s at step %d", path, self.global_step)
 
     def _restore(self, ckpt_path: Any) -> None:
@@ -559,7 +404,7 @@ class Trainer:
             with probe.open("wb") as handle:
                 handle.write(b"ok")
                 handle.flush()
-                _reserve(handle.fileno(), needed, self.model_dir)
+                reserve(handle.fileno(), needed, self.model_dir)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
                 message = (
@@ -625,7 +470,7 @@ class Trainer:
         if callable(prepare):
             train_dataloader = prepare(train_dataloader)
         target = self._target_step(train_dataloader)
-        stream = _DataStream(train_dataloader, self._stream_position)
+        stream = DataStream(train_dataloader, self._stream_position)
         self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
         show = self.logging.progress if self.is_main_process else False
         progress = Progress(target, self.global_step, show)
@@ -636,7 +481,7 @@ class Trainer:
                     callback.on_fit_start(self)
             if self.checkpoint.save_initial_checkpoint and self.global_step == 0:
                 self.save_checkpoint(stream)
-            with _InterruptRequest() as interrupt:
+            with InterruptRequest() as interrupt:
                 last_val = self._loop(stream, val_dataloader, target, progress, interrupt)
         finally:
             progress.close()
@@ -650,11 +495,11 @@ class Trainer:
 
     def _loop(
         self,
-        stream: _DataStream,
+        stream: DataStream,
         val_dataloader: Iterable[Any] | None,
         target: int,
         progress: Progress,
-        interrupt: _InterruptRequest | None = None,
+        interrupt: InterruptRequest | None = None,
     ) -> dict[str, float]:
         assert self.loop is not None
         log_steps = self.logging.log_steps
@@ -710,7 +555,7 @@ class Trainer:
             self._stop_interrupted(stream)
         return last_val
 
-    def _stop_interrupted(self, stream: _DataStream) -> None:
+    def _stop_interrupted(self, stream: DataStream) -> None:
         """Save the current step (unless just saved) and raise :class:`TrainingInterrupted`."""
         if self._saved_step != self.global_step:
             self.save_checkpoint(stream)

@@ -1,0 +1,108 @@
+"""What exact resumption needs: seeding, RNG snapshots, and a data stream that knows its place."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from plugtrain.errors import TrainingError
+
+__all__ = ["DataStream", "rng_state", "seed_everything", "set_rng_state"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's (when installed) and torch's generators."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    np.random.seed(seed % 2**32)
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+    except ImportError:
+        return state
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+
+
+class DataStream:
+    """Endless batches over epochs, resumable exactly.
+
+    It records the RNG at each epoch start and how many batches of the epoch were consumed.
+    """
+
+    def __init__(self, loader: Iterable[Any], position: Mapping[str, Any] | None) -> None:
+        self.loader = loader
+        self.generator: torch.Generator | None = getattr(loader, "generator", None)
+        self.epoch = 0
+        self.consumed = 0
+        self._iterator: Iterator[Any] | None = None
+        self._epoch_rng: dict[str, Any] = {}
+        if position is not None:
+            self._resume(position)
+
+    def _start_epoch(self) -> None:
+        # A DistributedSampler (data parallel) draws each epoch's permutation from its epoch.
+        set_epoch = getattr(getattr(self.loader, "sampler", None), "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(self.epoch)
+        self._epoch_rng = {"torch": torch.get_rng_state()}
+        if self.generator is not None:
+            self._epoch_rng["generator"] = self.generator.get_state()
+        self._iterator = iter(self.loader)
+        self.consumed = 0
+
+    def _resume(self, position: Mapping[str, Any]) -> None:
+        current = torch.get_rng_state()
+        torch.set_rng_state(position["epoch_rng"]["torch"])
+        if self.generator is not None and "generator" in position["epoch_rng"]:
+            self.generator.set_state(position["epoch_rng"]["generator"])
+        self.epoch = int(position["epoch"])
+        self._start_epoch()
+        for _ in range(int(position["consumed"])):
+            next(self._iterator)  # type: ignore[arg-type]
+        self.consumed = int(position["consumed"])
+        torch.set_rng_state(current)
+
+    def next(self) -> Any:
+        """The next batch, starting a new epoch when one ends."""
+        if self._iterator is None:
+            self._start_epoch()
+        try:
+            batch = next(self._iterator)  # type: ignore[arg-type]
+        except StopIteration:
+            self.epoch += 1
+            self._start_epoch()
+            try:
+                batch = next(self._iterator)  # type: ignore[arg-type]
+            except StopIteration:
+                message = "the training data loader yields no batch"
+                raise TrainingError(message) from None
+        self.consumed += 1
+        return batch
+
+    def position(self) -> dict[str, Any]:
+        """Where the stream is, for a checkpoint."""
+        if self._iterator is None:
+            self._start_epoch()
+        return {"epoch": self.epoch, "consumed": self.consumed, "epoch_rng": self._epoch_rng}
