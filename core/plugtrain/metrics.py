@@ -117,6 +117,8 @@ class Progress:
         """
         if values:
             values = _display(values)
+            if self._bar is not None:
+                values.pop("steps/s", None)  # the bar shows its own rate
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
             if values:
