@@ -112,7 +112,7 @@ def test_an_unknown_name_is_an_error_without_traceback():
     done = run_cli("show", "MLQ")
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
-    assert "Unknown model 'MLQ'. Did you mean 'MLP'?" in done.stderr
+    assert "No component named 'MLQ'. Did you mean 'MLP'?" in done.stderr
 
 
 def test_traceback_flag_shows_the_traceback():

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from plugtrain import plugins
-from plugtrain.errors import ConfigError, PlugtrainError
+from plugtrain._suggest import did_you_mean
+from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, ComponentInfo, Registry
 
@@ -95,8 +96,7 @@ def _cmd_show(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     else:
         found = registry.find(args.name)
         if not found:
-            # Raise the most helpful error: the one of the kind with the closest names.
-            registry.lookup(_likely_kind(registry, args.name), args.name)
+            raise UnknownNameError(_not_found_message(registry, args.name))
     infos = [c.describe() for c in found]
     if args.json:
         json.dump([i.to_dict() for i in infos], out, indent=2, default=repr)
@@ -109,17 +109,15 @@ def _cmd_show(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _likely_kind(registry: Registry, name: str) -> str:
-    import difflib
-
-    def score(kind: str) -> float:
-        ratios = [
-            difflib.SequenceMatcher(None, name.lower(), n.lower()).ratio()
-            for n in registry.names(kind)
-        ]
-        return max(ratios, default=0.0)
-
-    return max(KINDS, key=score)
+def _not_found_message(registry: Registry, name: str) -> str:
+    """No kind has ``name``: suggest close names of any kind and the plugins not installed."""
+    known = [n for kind in KINDS for n in registry.names(kind)]
+    message = f"No component named {name!r}.{did_you_mean(name, known)}"
+    empty = [k for k in KINDS.values() if not registry.names(k.name)]
+    if empty:
+        missing = ", ".join(f"{k.plural} (pip install {k.distribution})" for k in empty)
+        message += f" No installed plugin provides {missing}."
+    return message
 
 
 def _write_info(info: ComponentInfo, out: TextIO) -> None:
