@@ -42,6 +42,16 @@ def _cmd_list(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
         from plugtrain.reference import components_markdown
 
         return _write(components_markdown(registry, args.kind), args.output, out)
+    if args.output is not None:
+        import io
+
+        buffer = io.StringIO()
+        _list_components(args, registry, buffer)
+        return _write(buffer.getvalue(), args.output, out)
+    return _list_components(args, registry, out)
+
+
+def _list_components(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     components = registry.components(args.kind)
     if args.json:
         rows = [_list_row(c) for c in components]
@@ -287,7 +297,7 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument(
         "--markdown", action="store_true", help="print a Markdown reference with every argument"
     )
-    listing.add_argument("-o", "--output", metavar="FILE", help="with --markdown: write FILE")
+    listing.add_argument("-o", "--output", metavar="FILE", help="write FILE instead of printing")
     listing.set_defaults(handler=_cmd_list)
 
     show = commands.add_parser("show", help="describe one component")
