@@ -30,8 +30,14 @@ def rng_state() -> dict[str, Any]:
         import numpy as np
     except ImportError:
         return state
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    state["numpy"] = (
+        kind,
+        torch.from_numpy(np.asarray(keys, dtype="int64")),
+        pos,
+        has_gauss,
+        cached,
+    )
     return state
 
 

@@ -103,7 +103,7 @@ def find_latest(
     return best[1] if best else None
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` (tensors and plain data only)."""
     path = Path(path)
     if not path.is_file():

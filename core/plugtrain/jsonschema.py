@@ -293,7 +293,7 @@ class _Builder:
         result["additionalProperties"] = False
         return result
 
-    def argument(self, owner: type, field: attrs.Attribute, hint: Any) -> Schema:
+    def argument(self, owner: type, field: attrs.Attribute[Any], hint: Any) -> Schema:
         """The schema of one argument: its type, bounds, choices, default and help."""
         meta = _meta(field)
         special = _SPECIAL_ARGUMENTS.get((owner, field.name))
@@ -328,7 +328,7 @@ class _Builder:
         if field.default is not attrs.NOTHING:
             default = field.default
             if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-                default = default.factory()
+                default = default.factory()  # type: ignore[union-attr]
             ok, written = _json_value(default)
             if ok:
                 prop["default"] = written

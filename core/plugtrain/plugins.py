@@ -167,7 +167,7 @@ class _Loader:
             if self.settings.is_blocked(ep.name, dist_name, ep.value):
                 self.infos[ep.name] = attrs.evolve(info, status="blocked")
                 continue
-            wanted = {ep.name, dist_name, ep.value} & set(self.settings.explicit)
+            wanted = {n for n in (ep.name, dist_name, ep.value) if n} & set(self.settings.explicit)
             claimed |= wanted
             if not self.settings.autoload and not wanted:
                 self.infos[ep.name] = attrs.evolve(info, status="not loaded")

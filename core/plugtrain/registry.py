@@ -216,8 +216,8 @@ class ComponentRegistrar:
         if not module or not colon or not attribute:
             message = f"target must look like 'package.module:attribute', got {target!r}"
             raise ValueError(message)
-        if not isinstance(schema, type | str):
-            message = f"schema of {name!r} must be an attrs class or an import string"
+        if not isinstance(schema, type | str):  # plugins are not type-checked
+            message = f"schema of {name!r} must be an attrs class or an import string"  # type: ignore[unreachable]
             raise TypeError(message)
         if isinstance(schema, type) and not attrs.has(schema):
             message = f"schema of {name!r} must be an attrs class, got {schema!r}"
@@ -288,7 +288,7 @@ class Registry:
     def components(self, kind: str | None = None) -> list[Component]:
         """Every component (of ``kind``, if given), one entry per provider, sorted by name."""
         kinds = [kind_named(kind).name] if kind is not None else list(KINDS)
-        found = []
+        found: list[Component] = []
         for k in kinds:
             for key, providers in self._names[k].items():
                 found.extend(c for c in providers if c.name == key)
@@ -306,8 +306,8 @@ class Registry:
         :raises DuplicateNameError: two plugins provide it and none was chosen.
         """
         k = kind_named(kind)
-        if not isinstance(name, str):
-            message = f"{k.name} names are strings, got {type(name).__name__} {name!r}"
+        if not isinstance(name, str):  # run files can hold anything
+            message = f"{k.name} names are strings, got {type(name).__name__} {name!r}"  # type: ignore[unreachable]
             raise UnknownNameError(message)
         provider, sep, bare = name.rpartition(":")
         if sep:

@@ -91,7 +91,8 @@ class _Evaluator:
         def child_curve(child: Any) -> Callable[[int], float]:
             return self.curve(child, f"{where}.{name}[{next(counter)}]")[0]
 
-        return schema.curve(arguments, child_curve), arguments, schema
+        curve: Callable[[int], float] = schema.curve(arguments, child_curve)  # type: ignore[attr-defined]
+        return curve, arguments, schema
 
 
 def _tags_of(param_group_tags: Any) -> list[str | None]:
@@ -136,7 +137,7 @@ def schedule_curves(
         lengths = [n for *_, curve in built if (n := _natural_length(curve)) is not None]
         steps = max(lengths, default=DEFAULT_STEPS)
     points = tuple(range(steps)) if isinstance(steps, int) else tuple(steps)
-    found = []
+    found: list[ScheduleCurve] = []
     for index, name, key, tags, curve in built:
         values = tuple(float(curve(e)) for e in points)
         found.extend(ScheduleCurve(index, name, key, tag, points, values) for tag in _tags_of(tags))

@@ -188,7 +188,7 @@ def _jsonable(_inst: Any, _field: Any, value: Any) -> Any:
     return value
 
 
-def _meta(field: attrs.Attribute) -> _ArgMeta:
+def _meta(field: attrs.Attribute[Any]) -> _ArgMeta:
     meta = field.metadata.get(_META_KEY)
     if meta is None:
         return _ArgMeta("", _Constraint(), (), None, False)
@@ -203,15 +203,15 @@ def section_of(schema: type, name: str) -> type | None:
     return None
 
 
-def _default_of(field: attrs.Attribute) -> Any:
+def _default_of(field: attrs.Attribute[Any]) -> Any:
     default = field.default
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        return default.factory()
+        return default.factory()  # type: ignore[union-attr]
     return default
 
 
 @functools.cache
-def _fields(schema: type) -> tuple[tuple[attrs.Attribute, Any], ...]:
+def _fields(schema: type) -> tuple[tuple[attrs.Attribute[Any], Any], ...]:
     """The schema's fields with their resolved annotations (cached per schema)."""
     hints = typing.get_type_hints(schema)
     return tuple((field, hints.get(field.name, Any)) for field in attrs.fields(schema))
@@ -371,7 +371,9 @@ def check_arguments(
     return problems
 
 
-def _value_problem(value: Any, hint: Any, field: attrs.Attribute, meta: _ArgMeta) -> str | None:
+def _value_problem(
+    value: Any, hint: Any, field: attrs.Attribute[Any], meta: _ArgMeta
+) -> str | None:
     if meta.component is not None:
         if value is None and matches_type(None, hint):
             return None

@@ -279,7 +279,7 @@ if pytest is not None:
         added: list[tuple[str, object]] = []
 
         def register(plugin: object, name: str | None = None) -> None:
-            added.append((name or getattr(plugin, "__name__", type(plugin).__name__), plugin))
+            added.append((name or str(getattr(plugin, "__name__", type(plugin).__name__)), plugin))
             plugins.reset(settings, extra=(*saved_extra, *added))
 
         yield register

@@ -34,7 +34,7 @@ def digits_loader(
     shuffle: bool | None = None,
     seed: int = 0,
     drop_last: bool = False,
-) -> DataLoader:
+) -> DataLoader[tuple[torch.Tensor, ...]]:
     """A data loader over a seeded train/val split of the digits."""
     inputs, labels = load_digits()
     order = torch.randperm(DIGITS_EXAMPLES, generator=torch.Generator().manual_seed(seed))
@@ -63,7 +63,7 @@ def synthetic_loader(
     shuffle: bool | None = None,
     seed: int = 0,
     drop_last: bool = False,
-) -> DataLoader:
+) -> DataLoader[tuple[torch.Tensor, ...]]:
     """Seeded classification data whose labels a linear model can learn.
 
     The labelling map depends on ``seed`` only, the inputs on ``seed`` and ``split``, so the

@@ -41,4 +41,5 @@ class MLP(nn.Sequential):
         super().__init__(OrderedDict(layers))
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:  # noqa: D102 - nn.Module API
-        return super().forward(inputs.flatten(1))
+        outputs: torch.Tensor = super().forward(inputs.flatten(1))  # type: ignore[no-untyped-call]
+        return outputs

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from collections.abc import Sequence
 from typing import Any
 
 from plugtrain.config.overrides import apply_overrides
@@ -26,7 +27,7 @@ __all__ = [
 ]
 
 
-def load_run_file(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Any:
+def load_run_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Any:
     """Read a run file and apply ``--set`` overrides (``a.b.c=VALUE``) to it."""
     data = read_yaml_file(path)
     return apply_overrides(data, overrides) if overrides else data

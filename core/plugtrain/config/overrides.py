@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
 import yaml
@@ -28,7 +28,7 @@ def _parse(override: str) -> tuple[list[str], Any]:
 
 def _assign(target: Any, keys: list[str], value: Any, override: str) -> None:
     for key in keys[:-1]:
-        if not isinstance(target, Mapping):
+        if not isinstance(target, MutableMapping):
             message = f"--set {override!r}: {key!r} is not inside a mapping"
             raise ConfigError([ConfigIssue("", message)])
         if target.get(key) is None:

@@ -209,7 +209,7 @@ class _Checker:
             if found is not None:
                 arguments = _without(backend, ("backend_type",))
                 self.schema(found.schema_class, arguments, (*path, "backend"))
-                return found.name
+                return str(found.name)
             return None
         name = device if device is not None else "CPU"
         if not isinstance(name, str):
@@ -239,14 +239,12 @@ def _no_arguments(spec: Mapping[str, Any], name: Any) -> LocatedDict:
 
 
 def _without(mapping: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-    kept = type(mapping)() if isinstance(mapping, dict) else {}
+    kept: dict[str, Any] = type(mapping)() if isinstance(mapping, dict) else {}
     kept.update((k, v) for k, v in mapping.items() if k not in keys)
-    for attribute in ("key_marks", "value_marks"):
+    for attribute in ("key_marks", "value_marks", "mark"):  # keep the positions of a LocatedDict
         if hasattr(mapping, attribute):
             setattr(kept, attribute, getattr(mapping, attribute))
-    if hasattr(mapping, "mark"):
-        kept.mark = mapping.mark  # type: ignore[attr-defined]
-    return kept  # type: ignore[return-value]
+    return kept
 
 
 def _trainer_entries(
@@ -261,7 +259,7 @@ def _trainer_entries(
             ("trainer",), "must be a mapping or a non-empty list of {trainer: ...}", data, "trainer"
         )
         return []
-    entries = []
+    entries: list[tuple[Path, Any, Mapping[str, Any]]] = []
     for index, item in enumerate(trainer):
         if not isinstance(item, Mapping) or list(item) != ["trainer"]:
             checker.add(

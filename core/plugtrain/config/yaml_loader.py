@@ -10,6 +10,7 @@ characters; each with a position. Keys merged with ``<<: *anchor`` may be overri
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ class _Loader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         """Compose one node, refusing huge, deep or self-containing documents early."""
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         where = str(_mark(self.source, event.start_mark))
         self.composed += 1
         if self.composed > MAX_EXPANDED_NODES:
@@ -213,9 +214,10 @@ def load_yaml(text: str | bytes, source: str = "<string>") -> Any:
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            line = text[: exc.start].count(b"\n") + 1
-            column = exc.start - (text.rfind(b"\n", 0, exc.start) + 1) + 1
-            message = f"not valid UTF-8 (byte 0x{text[exc.start]:02x})"
+            raw: bytes = exc.object
+            line = raw[: exc.start].count(b"\n") + 1
+            column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+            message = f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})"
             raise ConfigError([ConfigIssue("", message, f"{source}:{line}:{column}")]) from None
     try:
         loader = _Loader(text)
@@ -254,7 +256,7 @@ def _reader_issue(exc: yaml.reader.ReaderError, text: str, source: str) -> Confi
     return ConfigIssue("", message, f"{source}:{line}:{column}")
 
 
-def read_yaml_file(path: str | Path) -> Any:
+def read_yaml_file(path: str | os.PathLike[str]) -> Any:
     """Read and parse a YAML file, with clear errors for missing files and directories."""
     path = Path(path)
     source = str(path)
