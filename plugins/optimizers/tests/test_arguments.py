@@ -38,6 +38,7 @@ BAD = [
     ("Muon", {"momentum": 1.0}, "momentum", "1.0"),
     ("Muon", {"ns_steps": 0}, "ns_steps", "0"),
     ("Muon", {"fallback": "sgd"}, "fallback", "'sgd'"),
+    ("Muon", {"ns_dtype": "float16"}, "ns_dtype", "'float16'"),
     ("SGD", {"lr": 0.1, "momentun": 0.9}, "momentun", "momentum"),
 ]
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import plugtrain
+from plugtrain_optimizers.muon import newton_schulz
 
 ALL = plugtrain.names("optimizer")
 SMALL = {"SGD": {"lr": 0.1, "momentum": 0.9}, "Adafactor": {"lr": 0.05}}
@@ -207,6 +208,30 @@ def test_muon_steps_on_cpu_and_lowers_the_loss(train, initial, grads_at):
     before = sum(g.pow(2).sum() for g in grads_at(start, 0).values())
     after = sum(g.pow(2).sum() for g in grads_at(params, 0).values())
     assert after < before
+
+
+def test_muon_bfloat16_newton_schulz_agrees_with_float32(train, initial, grads_at):
+    gen = torch.Generator().manual_seed(0)
+    for shape in [(3, 16, 32), (2, 64, 16)]:
+        stack = torch.randn(shape, generator=gen)
+        exact = newton_schulz(stack, 5)
+        fast = newton_schulz(stack, 5, torch.bfloat16)
+        assert fast.dtype == torch.bfloat16
+        # bfloat16 keeps 8 bits of mantissa: ~1 % relative error on the orthogonalised update.
+        assert float((fast.float() - exact).norm() / exact.norm()) < 0.03
+    ref, _ = train("Muon", {"lr": 0.01}, dtype=torch.float32, steps=3)
+    got, opt = train("Muon", {"lr": 0.01, "ns_dtype": "bfloat16"}, dtype=torch.float32, steps=3)
+    start = initial(torch.float32)
+    for key, value in got.items():
+        assert value.dtype == torch.float32
+        moved = (ref[key] - start[key]).norm()
+        assert float((value - ref[key]).norm()) <= 0.03 * float(moved), key
+    # ... and it still trains.
+    params, _ = train("Muon", {"lr": 0.01, "ns_dtype": "bfloat16"}, dtype=torch.float32)
+    before = sum(g.pow(2).sum() for g in grads_at(start, 0).values())
+    after = sum(g.pow(2).sum() for g in grads_at(params, 0).values())
+    assert after < before
+    assert opt.param_groups[0]["ns_dtype"] == "bfloat16"
 
 
 def test_a_deep_copy_of_an_optimizer_steps_on_its_own(initial):

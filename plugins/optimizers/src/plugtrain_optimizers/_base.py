@@ -16,6 +16,8 @@ from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
 
 __all__ = ["PlugtrainOptimizer", "as_float", "step_values"]
 
+_FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
 
 def as_float(value: float | torch.Tensor) -> float:
     """A hyperparameter as a Python float (schedulers may store 0-dim tensors in groups)."""
@@ -135,6 +137,15 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         """Whether ``group`` takes the multi-tensor path (default: yes unless switched off)."""
         foreach = group.get("foreach")
         return True if foreach is None else bool(foreach)
+
+    def can_fuse(self, group: dict[str, Any], params: Sequence[torch.Tensor]) -> bool:
+        """Whether ``group`` may use one of torch's fused kernels for ``params``.
+
+        Only on the multi-tensor path, for the floating dtypes and devices the kernels support.
+        """
+        return self.use_foreach(group) and all(
+            p.dtype in _FUSED_DTYPES and p.device.type in ("cpu", "cuda", "mps") for p in params
+        )
 
     def runs(
         self, group: dict[str, Any], lists: Sequence[Sequence[torch.Tensor]]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -127,6 +127,7 @@ class NAdam(PlugtrainOptimizer):
         states = [self.state[p] for p in params]
         lists = [params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]]
         lists.append([s["step"] for s in states])
+        fused = self.can_fuse(group, params)
         for ops, (ps, gs, ms, vs, steps), idx in self.runs(group, lists):
             ts = self.advance(ops, steps)
             gs = self.effective_grads(ops, ps, gs, weight_decay=wd, slot=1)  # noqa: PLW2901
@@ -138,16 +139,42 @@ class NAdam(PlugtrainOptimizer):
                 states[i]["mu_product"] = product
                 grad_coef.append(-lr * (1 - mu) / (1 - product))
                 mom_coef.append(-lr * mu_next / (1 - product * mu * mu_next))
-            ops.lerp_(ms, gs, 1 - beta1)
-            ops.mul_(vs, beta2)
-            ops.addcmul_(vs, gs, gs, 1 - beta2)
+            # sqrt(v / (1 - b2^t)) + eps = (sqrt(v) + c eps) / c with c = sqrt(1 - b2^t): the
+            # bias correction folds into eps and the coefficients (no pass over v for it).
+            cs = [math.sqrt(1 - beta2**t) for t in ts]
+            if fused:
+                # Moments and the momentum term in one pass: Adam's update is
+                # lr / (1 - b1^t) * m / (sqrt(v) / c + eps), NAdam's momentum term with
+                # lr = -mom_coef (1 - b1^t). The gradient's L2 decay is already in ``gs``.
+                keys = list(zip(ts, mom_coef, strict=True))
+                for key, where in self.split_by(keys):
+                    t, k = cast("tuple[float, float]", key)
+                    p_, g_, m_, v_, s_ = self.take([ps, gs, ms, vs, steps], where)
+                    torch._fused_adam_(
+                        p_,
+                        g_,
+                        m_,
+                        v_,
+                        [],
+                        s_,
+                        amsgrad=False,
+                        lr=-k * (1 - beta1**t),
+                        beta1=beta1,
+                        beta2=beta2,
+                        weight_decay=0.0,
+                        eps=eps,
+                        maximize=False,
+                    )
+            else:
+                ops.lerp_(ms, gs, 1 - beta1)
+                ops.mul_(vs, beta2)
+                ops.addcmul_(vs, gs, gs, 1 - beta2)
             denom = self.scratch(ps, 0)
-            ops.copy_(denom, vs)
-            ops.mul_(denom, [1 / (1 - beta2**t) for t in ts])
-            ops.sqrt_(denom)
-            ops.add_scalar_(denom, eps)
-            ops.addcdiv_(ps, gs, denom, grad_coef)
-            ops.addcdiv_(ps, ms, denom, mom_coef)
+            ops.sqrt_into(denom, vs)
+            ops.add_scalar_(denom, [c * eps for c in cs])
+            ops.addcdiv_(ps, gs, denom, [k * c for k, c in zip(grad_coef, cs, strict=True)])
+            if not fused:
+                ops.addcdiv_(ps, ms, denom, [k * c for k, c in zip(mom_coef, cs, strict=True)])
 
 
 class RAdam(PlugtrainOptimizer):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
+from plugtrain_optimizers._ops import FOREACH
 from plugtrain_optimizers.schemas import AdadeltaArgs, AdagradArgs, ASGDArgs, RMSpropArgs
 
 __all__ = ["ASGD", "Adadelta", "Adagrad", "RMSprop"]
@@ -261,6 +263,9 @@ class RMSprop(PlugtrainOptimizer):
         centered = bool(group["centered"])
         states = [self.state[p] for p in params]
         lists = [params, grads, [s["square_avg"] for s in states], [s["step"] for s in states]]
+        if momentum == 0 and not centered and alpha < 1 and self.can_fuse(group, params):
+            self._fused(lists, lr=lr, alpha=alpha, eps=eps, wd=wd)
+            return
         if momentum > 0:
             lists.append([s["momentum_buffer"] for s in states])
         if centered:
@@ -272,12 +277,14 @@ class RMSprop(PlugtrainOptimizer):
             ops.mul_(sqs, alpha)
             ops.addcmul_(sqs, gs, gs, 1 - alpha)
             avg = self.scratch(ps, 0)
-            ops.copy_(avg, sqs)
             if centered:
                 gavg = run[-1]
                 ops.lerp_(gavg, gs, 1 - alpha)
+                ops.copy_(avg, sqs)
                 ops.addcmul_(avg, gavg, gavg, -1.0)
-            ops.sqrt_(avg)
+                ops.sqrt_(avg)
+            else:
+                ops.sqrt_into(avg, sqs)
             ops.add_scalar_(avg, eps)
             if momentum > 0:
                 bufs = run[4]
@@ -286,3 +293,38 @@ class RMSprop(PlugtrainOptimizer):
                 ops.add_(ps, bufs, alpha=-lr)
             else:
                 ops.addcdiv_(ps, gs, avg, -lr)
+
+    def _fused(
+        self, lists: list[list[torch.Tensor]], *, lr: float, alpha: float, eps: float, wd: float
+    ) -> None:
+        """Plain RMSprop through torch's fused Adam kernel (one pass over memory).
+
+        With ``beta1 = 0`` the kernel's first moment is the (L2-decayed) gradient and its second
+        moment is RMSprop's square average (``beta2 = alpha``). It divides ``sqrt(s)`` by
+        ``c = sqrt(1 - alpha^t)``; ``lr / c`` and ``eps / c`` undo that:
+        ``lr/c * g / (sqrt(s)/c + eps/c) = lr * g / (sqrt(s) + eps)``. The first moment lives in
+        scratch, zeroed at each step (``0 * m`` must not carry a non-finite value over).
+        """
+        for run in self.foreach_groups(lists):
+            ps, gs, sqs, steps = run
+            ts = self.advance(FOREACH, steps)
+            firsts = self.scratch(ps, 3)
+            torch._foreach_zero_(firsts)
+            for t, where in self.split_by(ts):
+                p_, g_, m_, s_, t_ = self.take([ps, gs, firsts, sqs, steps], where)
+                c = math.sqrt(1 - alpha ** float(t))  # type: ignore[arg-type]
+                torch._fused_adam_(
+                    p_,
+                    g_,
+                    m_,
+                    s_,
+                    [],
+                    t_,
+                    amsgrad=False,
+                    lr=lr / c,
+                    beta1=0.0,
+                    beta2=alpha,
+                    weight_decay=wd,
+                    eps=eps / c,
+                    maximize=False,
+                )

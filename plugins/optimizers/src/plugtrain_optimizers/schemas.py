@@ -278,6 +278,14 @@ class MuonArgs:
     momentum: float = arg(0.95, help="momentum factor", ge=0, lt=1)
     nesterov: bool = arg(True, help="use Nesterov momentum")
     ns_steps: int = arg(5, help="Newton-Schulz iterations", ge=1)
+    ns_dtype: str = arg(
+        "float32",
+        help=(
+            "precision of the Newton-Schulz iterations: float32 (float64 parameters stay float64)"
+            " or bfloat16 (as torch.optim.Muon; faster where bfloat16 matmuls are)"
+        ),
+        choices=("float32", "bfloat16"),
+    )
     fallback: str | None = arg(
         "adamw", help="update of 0-D/1-D parameters", choices=("adamw", None)
     )
