@@ -7,7 +7,7 @@ the measured memory-copy bandwidth needs for the bytes the algorithm must read a
 (parameter-sized tensors touched per step x element size). Third-party packages
 (pytorch-optimizer, lion-pytorch) are used when installed and skipped otherwise.
 
-    python bench/optimizers.py [--reps 5] [--only Adam,Lion] [--write bench/optimizers.md]
+    python bench/optimizers.py [--reps 5] [--only Adam Lion] [--write bench/optimizers.md]
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ def contestants(name: str, shape: str) -> dict[str, Callable[[], torch.optim.Opt
     found: dict[str, Callable[[], torch.optim.Optimizer]] = {
         "plugtrain": lambda: ours(make_params(shape), **OURS.get(name, {}))
     }
+    if name == "Muon":
+        found["plugtrain ns_dtype=bfloat16"] = lambda: ours(make_params(shape), ns_dtype="bfloat16")
     theirs = getattr(torch.optim, name, None)
     if theirs is not None:
         kwargs = {**TORCH_ARGS.get(name, {}), "foreach": True}
@@ -111,10 +113,13 @@ def time_steps(optimizers: dict[str, torch.optim.Optimizer], reps: int) -> dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--only", default="")
+    parser.add_argument(
+        "--only", nargs="*", default=[], help="optimizer names (space or comma separated)"
+    )
     parser.add_argument("--write", default="")
     args = parser.parse_args()
-    names = args.only.split(",") if args.only else plugtrain.names("optimizer")
+    only = [n for arg in args.only for n in arg.split(",") if n]
+    names = only or plugtrain.names("optimizer")
     bandwidth = copy_bandwidth()
     rows = []
     for shape, dims in SHAPES.items():
