@@ -113,3 +113,40 @@ def test_arg_infos_describe_types_defaults_and_constraints():
     assert infos["betas"].type == "tuple[float, float]"
     assert infos["betas"].constraint == ">= 0, < 1"
     assert infos["count"].default == 1
+
+
+def test_constructor_signature_follows_the_schema():
+    import inspect
+
+    from plugtrain.schema import REQUIRED, constructor_signature
+
+    signature = constructor_signature(Args, ("params",))
+    parameters = list(signature.parameters.values())
+    assert [p.name for p in parameters] == [
+        "params",
+        "lr",
+        "betas",
+        "mode",
+        "count",
+        "tags",
+        "fn",
+        "kwargs",
+    ]
+    assert parameters[0].default is inspect.Parameter.empty
+    assert signature.parameters["lr"].default is REQUIRED
+    assert signature.parameters["betas"].default == (0.9, 0.999)
+    assert parameters[-1].kind is inspect.Parameter.VAR_KEYWORD  # Args has an alias
+
+
+def test_bind_arguments_keeps_only_what_was_given():
+    from plugtrain.schema import bind_arguments, constructor_signature
+
+    signature = constructor_signature(Args, ("params",))
+    bound = bind_arguments(signature, ["P", 0.5], {"count": 2, "learning_rat": 1})
+    assert bound == {"params": "P", "lr": 0.5, "count": 2, "learning_rat": 1}
+    assert bind_arguments(signature, ["P"], {"learning_rate": 0.1}) == {
+        "params": "P",
+        "learning_rate": 0.1,
+    }
+    with pytest.raises(TypeError):
+        bind_arguments(signature, ["P", 0.1], {"lr": 0.2})

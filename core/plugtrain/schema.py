@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import collections.abc
 import functools
+import inspect
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -32,8 +33,10 @@ __all__ = [
     "ArgInfo",
     "arg",
     "arg_infos",
+    "bind_arguments",
     "canonical_arguments",
     "check_arguments",
+    "constructor_signature",
     "matches_type",
     "validated_arguments",
 ]
@@ -423,3 +426,40 @@ def validated_arguments(
 
 def _join(owner: str, key: str) -> str:
     return f"{owner}.{key}" if key else owner
+
+
+def constructor_signature(schema: type, context: Sequence[str] = ()) -> inspect.Signature:
+    """The constructor signature a schema implies: ``(context..., <fields>, **kwargs)``.
+
+    Components set it as their class's ``__signature__`` so that signature and schema cannot
+    drift apart; ``**kwargs`` is present only when some argument has aliases.
+
+    :param context: leading parameters supplied by the caller (``params``, ``optimizer``).
+    """
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    parameters = [inspect.Parameter(name, positional) for name in context]
+    has_aliases = False
+    for field, _hint in _fields(schema):
+        parameters.append(inspect.Parameter(field.name, positional, default=_default_of(field)))
+        has_aliases = has_aliases or bool(_meta(field).aliases)
+    if has_aliases:
+        parameters.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(parameters)
+
+
+def bind_arguments(
+    signature: inspect.Signature, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The arguments actually given, by name (positional ones in the signature's order).
+
+    Defaults are not filled in (the schema does that), values equal to :data:`REQUIRED` count
+    as not given, and unknown keywords are kept for :func:`validated_arguments` to report with
+    suggestions.
+
+    :raises TypeError: for too many positional arguments or one given twice.
+    """
+    named = {k: v for k, v in kwargs.items() if k in signature.parameters and k != "kwargs"}
+    arguments = dict(signature.bind_partial(*args, **named).arguments)
+    arguments.update(arguments.pop("kwargs", {}))
+    arguments.update((k, v) for k, v in kwargs.items() if k not in named)
+    return {k: v for k, v in arguments.items() if v is not REQUIRED}

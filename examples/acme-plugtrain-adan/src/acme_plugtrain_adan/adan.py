@@ -20,28 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from acme_plugtrain_adan.schemas import DEFAULT_BETAS, DEFAULT_LR, AdanArgs
-from plugtrain.schema import validated_arguments
+from acme_plugtrain_adan.schemas import AdanArgs
+from plugtrain.schema import bind_arguments, constructor_signature, validated_arguments
 
 __all__ = ["Adan"]
-
-
-class _DefaultLR(float):
-    """The default learning rate, told apart by identity from an ``lr`` the caller gave.
-
-    It lets ``learning_rate=`` (the schema's alias) stand in for ``lr`` while the signature
-    still shows the real default, as the plugin contract requires.
-    """
-
-    __slots__ = ()
-
-
-_LR_NOT_GIVEN = _DefaultLR(DEFAULT_LR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,27 +98,18 @@ class Adan(torch.optim.Optimizer):
     :raises plugtrain.ConfigError: naming every bad argument.
     """
 
-    def __init__(
-        self,
-        params: Iterable[Any],
-        lr: float = _LR_NOT_GIVEN,
-        betas: tuple[float, float, float] = DEFAULT_BETAS,
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        no_prox: bool = False,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        given: dict[str, Any] = {
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "no_prox": no_prox,
-            "foreach": foreach,
-        }
-        if lr is not _LR_NOT_GIVEN:
-            given["lr"] = lr
-        defaults = validated_arguments(AdanArgs, {**given, **aliases}, owner="Adan")
+    # The signature is derived from the schema, so the two cannot disagree:
+    # Adan(params, lr=0.001, betas=(0.98, 0.92, 0.99), eps=1e-08, weight_decay=0.0,
+    #      no_prox=False, foreach=None, **aliases)
+    __signature__ = constructor_signature(AdanArgs, ("params",))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        given = bind_arguments(self.__signature__, args, kwargs)
+        if "params" not in given:
+            message = "Adan needs the parameters to optimize as its first argument"
+            raise TypeError(message)
+        params = given.pop("params")
+        defaults = validated_arguments(AdanArgs, given, owner="Adan")
         defaults["lr"] = float(defaults["lr"])
         defaults["betas"] = tuple(float(b) for b in defaults["betas"])
         super().__init__(params, defaults)

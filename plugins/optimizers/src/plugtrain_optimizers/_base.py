@@ -11,7 +11,12 @@ import torch
 from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype
 
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.schema import arg_infos, check_arguments, validated_arguments
+from plugtrain.schema import (
+    bind_arguments,
+    check_arguments,
+    constructor_signature,
+    validated_arguments,
+)
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
 
 __all__ = ["PlugtrainOptimizer", "as_float", "step_values"]
@@ -45,28 +50,24 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
     schema: ClassVar[type]
     name: ClassVar[str]
 
-    def __init__(self, params: Iterable[Any], **arguments: Any) -> None:
-        arguments = self._without_defaulted_canonicals(arguments)
+    __signature__: ClassVar[inspect.Signature]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "schema" in cls.__dict__:
+            cls.__signature__ = constructor_signature(cls.schema, ("params",))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        arguments = bind_arguments(type(self).__signature__, args, kwargs)
+        if "params" not in arguments:
+            message = f"{self.name} needs the parameters to optimize as its first argument"
+            raise TypeError(message)
+        params = arguments.pop("params")
         defaults = self.prepare_defaults(
             validated_arguments(self.schema, arguments, owner=self.name)
         )
         self._scratch_views: dict[int, dict[torch.Tensor, torch.Tensor]] | None = None
         super().__init__(params, defaults)
-
-    def _without_defaulted_canonicals(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Let ``learning_rate=`` stand in for ``lr`` when ``lr`` was left at its default.
-
-        The constructor passes every parameter on, so ``lr`` always arrives; it was left out by
-        the caller exactly when it is the signature's own default object (identity, not value:
-        an explicit ``lr=1e-3`` plus ``learning_rate=`` is still reported as a conflict).
-        """
-        signature = inspect.signature(type(self).__init__).parameters
-        for info in arg_infos(self.schema):
-            given = [a for a in info.aliases if a in arguments]
-            parameter = signature.get(info.name)
-            if given and parameter is not None and arguments.get(info.name) is parameter.default:
-                arguments = {k: v for k, v in arguments.items() if k != info.name}
-        return arguments
 
     # -- groups and state -----------------------------------------------------------------
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from plugtrain.schema import REQUIRED
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
 from plugtrain_optimizers.schemas import AdafactorArgs
 
@@ -27,36 +26,6 @@ class Adafactor(PlugtrainOptimizer):
 
     schema = AdafactorArgs
     name = "Adafactor"
-
-    def __init__(
-        self,
-        params: Any,
-        lr: float = REQUIRED,
-        eps: tuple[float, float] = (1e-30, 1e-3),
-        clip_threshold: float = 1.0,
-        decay_rate: float = -0.8,
-        beta1: float | None = None,
-        weight_decay: float = 0.0,
-        scale_parameter: bool = True,
-        relative_step: bool = False,
-        warmup_init: bool = False,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            eps=eps,
-            clip_threshold=clip_threshold,
-            decay_rate=decay_rate,
-            beta1=beta1,
-            weight_decay=weight_decay,
-            scale_parameter=scale_parameter,
-            relative_step=relative_step,
-            warmup_init=warmup_init,
-            foreach=foreach,
-            **aliases,
-        )
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and zero second-moment statistics (factored for >= 2-D tensors)."""

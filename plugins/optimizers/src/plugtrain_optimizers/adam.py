@@ -149,30 +149,6 @@ class Adam(_AdamBase):
     schema = AdamArgs
     name = "Adam"
 
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-        amsgrad: bool = False,
-        foreach: bool | None = None,
-        fused: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            betas=betas,
-            eps=eps,
-            weight_decay=weight_decay,
-            amsgrad=amsgrad,
-            foreach=foreach,
-            fused=fused,
-            **aliases,
-        )
-
     def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Move the L2 rate out of ``weight_decay`` (which then starts at 0)."""
         defaults["l2_regularization_rate"] = defaults["weight_decay"]
@@ -201,29 +177,3 @@ class AdamW(_AdamBase):
 
     schema = AdamWArgs
     name = "AdamW"
-
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-        correct_bias: bool = True,
-        amsgrad: bool = False,
-        foreach: bool | None = None,
-        fused: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            betas=betas,
-            eps=eps,
-            weight_decay=weight_decay,
-            correct_bias=correct_bias,
-            amsgrad=amsgrad,
-            foreach=foreach,
-            fused=fused,
-            **aliases,
-        )

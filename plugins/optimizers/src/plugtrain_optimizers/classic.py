@@ -28,28 +28,6 @@ class Adadelta(PlugtrainOptimizer):
     schema = AdadeltaArgs
     name = "Adadelta"
 
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 1.0,
-        rho: float = 0.9,
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-        maximize: bool = False,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            rho=rho,
-            eps=eps,
-            weight_decay=weight_decay,
-            maximize=maximize,
-            foreach=foreach,
-            **aliases,
-        )
-
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and zero running averages."""
         state["step"] = self.new_step()
@@ -92,30 +70,6 @@ class Adagrad(PlugtrainOptimizer):
     schema = AdagradArgs
     name = "Adagrad"
 
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 0.01,
-        lr_decay: float = 0.0,
-        weight_decay: float = 0.0,
-        initial_accumulator_value: float = 0.0,
-        eps: float = 1e-6,
-        maximize: bool = False,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            lr_decay=lr_decay,
-            weight_decay=weight_decay,
-            initial_accumulator_value=initial_accumulator_value,
-            eps=eps,
-            maximize=maximize,
-            foreach=foreach,
-            **aliases,
-        )
-
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and the sum of squares at ``initial_accumulator_value``."""
         state["step"] = self.new_step()
@@ -152,30 +106,6 @@ class ASGD(PlugtrainOptimizer):
 
     schema = ASGDArgs
     name = "ASGD"
-
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 0.01,
-        lambd: float = 1e-4,
-        alpha: float = 0.75,
-        t0: float = 1e6,
-        weight_decay: float = 0.0,
-        maximize: bool = False,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            lambd=lambd,
-            alpha=alpha,
-            t0=t0,
-            weight_decay=weight_decay,
-            maximize=maximize,
-            foreach=foreach,
-            **aliases,
-        )
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter, ``eta = lr``, ``mu = 1`` and a zero average."""
@@ -220,30 +150,6 @@ class RMSprop(PlugtrainOptimizer):
 
     schema = RMSpropArgs
     name = "RMSprop"
-
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 0.01,
-        alpha: float = 0.99,
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        momentum: float = 0.0,
-        centered: bool = False,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            alpha=alpha,
-            eps=eps,
-            weight_decay=weight_decay,
-            momentum=momentum,
-            centered=centered,
-            foreach=foreach,
-            **aliases,
-        )
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter, square average, and the momentum buffer / gradient average in use."""

@@ -23,28 +23,6 @@ class Lamb(PlugtrainOptimizer):
     schema = LambArgs
     name = "Lamb"
 
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-        adam: bool = False,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            betas=betas,
-            eps=eps,
-            weight_decay=weight_decay,
-            adam=adam,
-            foreach=foreach,
-            **aliases,
-        )
-
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and zero moments."""
         state["step"] = self.new_step()

@@ -18,19 +18,6 @@ class Lion(PlugtrainOptimizer):
     schema = LionArgs
     name = "Lion"
 
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 1e-4,
-        betas: tuple[float, float] = (0.9, 0.99),
-        weight_decay: float = 0.0,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params, lr=lr, betas=betas, weight_decay=weight_decay, foreach=foreach, **aliases
-        )
-
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """A zero momentum."""
         state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)

@@ -60,36 +60,6 @@ class Muon(PlugtrainOptimizer):
     schema = MuonArgs
     name = "Muon"
 
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 0.02,
-        weight_decay: float = 0.01,
-        momentum: float = 0.95,
-        nesterov: bool = True,
-        ns_steps: int = 5,
-        ns_dtype: str = "float32",
-        fallback: str | None = "adamw",
-        fallback_betas: tuple[float, float] = (0.9, 0.95),
-        fallback_eps: float = 1e-8,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            weight_decay=weight_decay,
-            momentum=momentum,
-            nesterov=nesterov,
-            ns_steps=ns_steps,
-            ns_dtype=ns_dtype,
-            fallback=fallback,
-            fallback_betas=fallback_betas,
-            fallback_eps=fallback_eps,
-            foreach=foreach,
-            **aliases,
-        )
-
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """A zero momentum buffer, or AdamW state for a fallback parameter."""
         if param.dim() >= 2:

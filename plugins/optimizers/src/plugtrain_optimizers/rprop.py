@@ -24,19 +24,6 @@ class Rprop(PlugtrainOptimizer):
     schema = RpropArgs
     name = "Rprop"
 
-    def __init__(
-        self,
-        params: Any,
-        lr: float = 1e-3,
-        etas: tuple[float, float] = (0.5, 1.2),
-        step_sizes: tuple[float, float] = (1e-6, 50.0),
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params, lr=lr, etas=etas, step_sizes=step_sizes, foreach=foreach, **aliases
-        )
-
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter, zero previous gradient, step sizes at lr."""
         state["step"] = self.new_step()

@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 
-from plugtrain.schema import REQUIRED
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
 from plugtrain_optimizers.schemas import SGDArgs
 
@@ -24,30 +23,6 @@ class SGD(PlugtrainOptimizer):
 
     schema = SGDArgs
     name = "SGD"
-
-    def __init__(
-        self,
-        params: Any,
-        lr: float = REQUIRED,
-        momentum: float = 0.0,
-        dampening: float = 0.0,
-        weight_decay: float = 0.0,
-        nesterov: bool = False,
-        maximize: bool = False,
-        foreach: bool | None = None,
-        **aliases: Any,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            momentum=momentum,
-            dampening=dampening,
-            weight_decay=weight_decay,
-            nesterov=nesterov,
-            maximize=maximize,
-            foreach=foreach,
-            **aliases,
-        )
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Momentum buffers start at zero (cstorch), so they exist before the first step."""

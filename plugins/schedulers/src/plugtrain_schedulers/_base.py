@@ -11,31 +11,14 @@ import inspect
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import attrs
 import torch
 
-from plugtrain.schema import REQUIRED, validated_arguments
+from plugtrain.schema import bind_arguments, constructor_signature, validated_arguments
 from plugtrain_schedulers._schema_base import ScheduleSchema
 from plugtrain_schedulers._tags import select_param_groups
 from plugtrain_schedulers.curves import Curve
 
 __all__ = ["Scheduler"]
-
-
-def _signature(schema: type, context: tuple[str, ...]) -> inspect.Signature:
-    """``(optimizer, <schema fields with their defaults>, **kwargs if the schema has aliases)``."""
-    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    parameters = [inspect.Parameter(name, positional) for name in context]
-    has_aliases = False
-    for field in attrs.fields(schema):
-        default = field.default
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            default = default.factory()
-        parameters.append(inspect.Parameter(field.name, positional, default=default))
-        has_aliases = has_aliases or bool(field.metadata["plugtrain"].aliases)
-    if has_aliases:
-        parameters.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
-    return inspect.Signature(parameters)
 
 
 class Scheduler:
@@ -59,7 +42,7 @@ class Scheduler:
         super().__init_subclass__(**kwargs)
         if "schema" in cls.__dict__:
             context = ("optimizer",) if cls.takes_optimizer else ()
-            cls.__signature__ = _signature(cls.schema, context)
+            cls.__signature__ = constructor_signature(cls.schema, context)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         arguments = self._bind(args, kwargs)
@@ -94,12 +77,7 @@ class Scheduler:
 
         Unknown keywords are kept for the schema to report, with suggestions.
         """
-        signature = type(self).__signature__
-        named = {k: v for k, v in kwargs.items() if k in signature.parameters}
-        arguments = dict(signature.bind(*args, **named).arguments)
-        arguments.update(arguments.pop("kwargs", {}))
-        arguments.update((k, v) for k, v in kwargs.items() if k not in named)
-        return {k: v for k, v in arguments.items() if v is not REQUIRED}
+        return bind_arguments(type(self).__signature__, args, kwargs)
 
     def _build_curve(self) -> Curve:
         """The closed form; wrappers override this to build their children first."""
