@@ -26,7 +26,7 @@ import torch
 import plugtrain
 from plugtrain.builtin.data import digits_loader
 from plugtrain.builtin.models import MLP
-from plugtrain.trainer import Trainer
+from plugtrain.train.trainer import Trainer
 
 LOG_STEPS = 50
 
@@ -86,7 +86,7 @@ def hand_loop(steps: int, directory: Path) -> float:
 def trainer_loop(steps: int, directory: Path) -> float:
     """The same work through ``Trainer.fit``; returns seconds for the whole fit."""
     model, optimizer, scheduler = _components()
-    from plugtrain.backends import release_backend_type
+    from plugtrain.train.backends import release_backend_type
 
     release_backend_type()
     trainer = Trainer(

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import plugtrain
-from plugtrain.launch import LaunchedProcess, launched_process, processes_wanted
+from plugtrain.train.launch import LaunchedProcess, launched_process, processes_wanted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ def _reference_weights() -> list[list[torch.Tensor]]:
     """One process taking, at each step, the union of both ranks' batches (2 x BATCH)."""
     from plugtrain.builtin.data import synthetic_loader
     from plugtrain.builtin.models import MLP
-    from plugtrain.trainer import seed_everything
+    from plugtrain.train.trainer import seed_everything
 
     seed_everything(11)
     model = MLP(in_features=16, hidden=32, out_features=4)
@@ -263,7 +263,7 @@ def installed_plugins():
 
 @pytest.mark.usefixtures("installed_plugins")
 def test_trainers_of_one_file_must_agree_on_the_process_count(tmp_path):
-    from plugtrain.run import check_run_file
+    from plugtrain.train.run import check_run_file
 
     body = textwrap.dedent(
         """\

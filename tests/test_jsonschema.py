@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 import plugtrain
+from plugtrain.authoring.jsonschema import DRAFT, run_file_schema, type_schema
 from plugtrain.cli import main
 from plugtrain.config import check_run
 from plugtrain.errors import ConfigError
-from plugtrain.jsonschema import DRAFT, run_file_schema, type_schema
 from plugtrain.schema import arg
 
 jsonschema = pytest.importorskip("jsonschema")

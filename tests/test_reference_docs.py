@@ -2,7 +2,8 @@
 
 ``docs/reference.md`` is generated from the built-in distributions only (third-party plugins
 installed in the test environment are ignored) and ``docs/plugin-hooks.md`` from the hook
-specifications; when either test fails, run ``python -m plugtrain.reference docs`` and commit.
+specifications; when either test fails, run
+``python -m plugtrain.authoring.reference docs`` and commit.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from plugtrain.cli import main
-from plugtrain.reference import (
+from plugtrain.authoring.reference import (
     BUILTIN_DISTRIBUTIONS,
     REGENERATE,
     builtin_registry,
     components_markdown,
     hooks_markdown,
 )
+from plugtrain.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

@@ -1,4 +1,4 @@
-"""plugtrain.schedule_plot: schedules evaluated and drawn from their schemas, without torch."""
+"""plugtrain.authoring.schedule_plot: schedules evaluated and drawn from schemas, without torch."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from plugtrain.authoring.schedule_plot import plot_schedules, schedule_curves
 from plugtrain.errors import ConfigError
-from plugtrain.schedule_plot import plot_schedules, schedule_curves
 
 pytest.importorskip("plugtrain_schedulers", reason="plugtrain-schedulers is not installed")
 
@@ -105,7 +105,7 @@ def test_plot_writes_an_image_with_separate_axes(tmp_path):
 def test_evaluating_and_plotting_import_no_torch(tmp_path):
     script = (
         "import json, sys\n"
-        "from plugtrain.schedule_plot import plot_schedules, schedule_curves\n"
+        "from plugtrain.authoring.schedule_plot import plot_schedules, schedule_curves\n"
         f"specs = json.loads({json.dumps(json.dumps(SEED))})\n"
         "schedule_curves(specs)\n"
         "try:\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from plugtrain import _moved
 from plugtrain.errors import (
     BackendError,
     ConfigError,
@@ -24,12 +25,14 @@ from plugtrain.registry import Component, ComponentInfo, PluginInfo, Registry
 from plugtrain.schema import arg
 
 if TYPE_CHECKING:
-    from plugtrain import distributed, optim
-    from plugtrain.backends import backend
-    from plugtrain.params import configure_param_groups, partition_params_group_with_tags
-    from plugtrain.trainer import Trainer
+    from plugtrain.train import distributed, optim
+    from plugtrain.train.backends import backend
+    from plugtrain.train.params import configure_param_groups, partition_params_group_with_tags
+    from plugtrain.train.trainer import Trainer
 
     ClusterConfig: Any  # the CSX backend plugin's class, found through the registry
+
+_moved.install()  # plugtrain.trainer, plugtrain.optim ... still import
 
 __version__ = "0.1.0"
 
@@ -90,13 +93,16 @@ def describe(kind: str, name: str) -> ComponentInfo:
 
 
 _LAZY = {
-    "optim": ("plugtrain.optim", None),
-    "backend": ("plugtrain.backends", "backend"),
-    "distributed": ("plugtrain.distributed", None),
-    "ClusterConfig": ("plugtrain.distributed", "ClusterConfig"),
-    "partition_params_group_with_tags": ("plugtrain.params", "partition_params_group_with_tags"),
-    "configure_param_groups": ("plugtrain.params", "configure_param_groups"),
-    "Trainer": ("plugtrain.trainer", "Trainer"),
+    "optim": ("plugtrain.train.optim", None),
+    "backend": ("plugtrain.train.backends", "backend"),
+    "distributed": ("plugtrain.train.distributed", None),
+    "ClusterConfig": ("plugtrain.train.distributed", "ClusterConfig"),
+    "partition_params_group_with_tags": (
+        "plugtrain.train.params",
+        "partition_params_group_with_tags",
+    ),
+    "configure_param_groups": ("plugtrain.train.params", "configure_param_groups"),
+    "Trainer": ("plugtrain.train.trainer", "Trainer"),
 }
 
 

@@ -39,7 +39,7 @@ def _registry(args: argparse.Namespace) -> Registry:
 
 def _cmd_list(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     if args.markdown:
-        from plugtrain.reference import components_markdown
+        from plugtrain.authoring.reference import components_markdown
 
         return _write(components_markdown(registry, args.kind), args.output, out)
     if args.output is not None:
@@ -180,7 +180,7 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
 
 
 def _cmd_check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
-    from plugtrain.run import check_run_file
+    from plugtrain.train.run import check_run_file
 
     plans = check_run_file(args.run_file, args.set)
     for plan in plans:
@@ -203,8 +203,8 @@ def _configure_logging() -> None:
 
 
 def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
-    from plugtrain import launch
-    from plugtrain.run import run_file
+    from plugtrain.train import launch
+    from plugtrain.train.run import run_file
 
     _configure_logging()
     # Several processes asked for: torchrun starts them, each runs this same command line.
@@ -224,8 +224,8 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
 def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     from pathlib import Path
 
-    from plugtrain.run import check_run_file
-    from plugtrain.schedule_plot import plot_schedules
+    from plugtrain.authoring.schedule_plot import plot_schedules
+    from plugtrain.train.run import check_run_file
 
     plans = check_run_file(args.run_file, args.set)
     target = Path(args.output)
@@ -250,7 +250,7 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
-    from plugtrain.jsonschema import dumps, run_file_schema
+    from plugtrain.authoring.jsonschema import dumps, run_file_schema
 
     return _write(dumps(run_file_schema(registry)), args.output, out)
 

@@ -262,7 +262,7 @@ if pytest is not None:
     @pytest.fixture
     def fresh_backend() -> Iterator[None]:
         """Forget the process's backend type before and after the test (one type per process)."""
-        from plugtrain.backends import release_backend_type
+        from plugtrain.train.backends import release_backend_type
 
         release_backend_type()
         yield

@@ -31,9 +31,9 @@ from reliability_support import HANG_GUARD_S, Outcome
 import plugtrain
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
-from plugtrain.checkpoint import CheckpointError, find_latest, load_checkpoint
 from plugtrain.errors import ConfigError
-from plugtrain.trainer import Trainer, TrainingError, TrainingInterrupted
+from plugtrain.train.checkpoint import CheckpointError, find_latest, load_checkpoint
+from plugtrain.train.trainer import Trainer, TrainingError, TrainingInterrupted
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
 

@@ -13,7 +13,7 @@ import plugtrain
 from plugtrain.cli import main as plugtrain_main
 from plugtrain.errors import BackendError, ConfigError
 from plugtrain.testing import assert_plugin_contract, assert_plugin_installed
-from plugtrain.trainer import Trainer
+from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
 

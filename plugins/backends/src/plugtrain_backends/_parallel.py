@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 from plugtrain.errors import BackendError
-from plugtrain.launch import LaunchedProcess, launched_process
+from plugtrain.train.launch import LaunchedProcess, launched_process
 
 __all__ = ["ProcessGroup", "shard_eval_batches", "shard_train_loader"]
 

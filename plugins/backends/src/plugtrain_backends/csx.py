@@ -10,9 +10,9 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from plugtrain.backends import claim_backend_type
 from plugtrain.errors import BackendError, ConfigError, ConfigIssue
 from plugtrain.schema import validated_arguments
+from plugtrain.train.backends import claim_backend_type
 from plugtrain_backends.schemas import ClusterConfig, CSXArgs
 
 __all__ = ["CSXBackend", "ClusterConfig"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from plugtrain.backends import claim_backend_type
 from plugtrain.errors import BackendError
 from plugtrain.schema import validated_arguments
+from plugtrain.train.backends import claim_backend_type
 from plugtrain_backends._dataparallel import DataParallelBackend
 from plugtrain_backends.schemas import DEFAULT_DIST_TIMEOUT, GPUArgs
 

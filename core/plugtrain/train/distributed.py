@@ -1,4 +1,4 @@
-"""``plugtrain.distributed`` mirrors ``cerebras.pytorch.distributed``: ``ClusterConfig``.
+"""``plugtrain.train.distributed`` mirrors ``cerebras.pytorch.distributed``: ``ClusterConfig``.
 
 The cluster configuration belongs to the plugin that provides the ``CSX`` backend (the core never
 imports a plugin), so ``ClusterConfig`` is that backend class's ``ClusterConfig`` attribute,
@@ -33,5 +33,5 @@ def cluster_config_class() -> Any:
 def __getattr__(name: str) -> Any:
     if name == "ClusterConfig":
         return cluster_config_class()
-    message = f"module 'plugtrain.distributed' has no attribute {name!r}"
+    message = f"module 'plugtrain.train.distributed' has no attribute {name!r}"
     raise AttributeError(message)

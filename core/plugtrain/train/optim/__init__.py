@@ -1,4 +1,4 @@
-"""``plugtrain.optim`` mirrors ``cerebras.pytorch.optim``: optimizers resolved through the registry.
+"""``plugtrain.optim`` mirrors ``cerebras.pytorch.optim``: optimizers resolved by the registry.
 
 ``plugtrain.optim.SGD`` is ``plugtrain.resolve("optimizer", "SGD")``; the scheduler submodules
 ``lr_scheduler`` and ``weight_decay_scheduler`` resolve schedulers the same way.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugtrain.optim import lr_scheduler, weight_decay_scheduler
-from plugtrain.optim._resolve import resolve_attribute
+from plugtrain.train.optim import lr_scheduler, weight_decay_scheduler
+from plugtrain.train.optim._resolve import resolve_attribute
 
 __all__ = ["lr_scheduler", "weight_decay_scheduler"]
 

@@ -3,9 +3,9 @@
 - :func:`components_markdown`: every component with its arguments (``plugtrain list --markdown``).
 - :func:`hooks_markdown`: every hook, from the docstrings of :mod:`plugtrain.hookspecs`.
 
-``python -m plugtrain.reference docs`` regenerates the repository's ``docs/reference.md`` (from
-the built-in distributions only, whatever else is installed) and ``docs/plugin-hooks.md``; a test
-fails when the committed pages differ from what this produces.
+``python -m plugtrain.authoring.reference docs`` regenerates the repository's
+``docs/reference.md`` (from the built-in distributions only, whatever else is installed) and
+``docs/plugin-hooks.md``; a test fails when the committed pages differ from what this produces.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ __all__ = [
 BUILTIN_DISTRIBUTIONS = ("plugtrain-optimizers", "plugtrain-schedulers", "plugtrain-backends")
 """The plugin distributions shipped with plugtrain (the core's own plugin is always loaded)."""
 
-REGENERATE = "python -m plugtrain.reference docs"
+REGENERATE = "python -m plugtrain.authoring.reference docs"
 """The command that rewrites the committed pages."""
 
 _SECTIONS: tuple[tuple[str, type], ...] = (
@@ -289,7 +289,7 @@ def write_docs(directory: str | Path) -> list[Path]:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    """``python -m plugtrain.reference [DIRECTORY]`` (default ``docs``)."""
+    """``python -m plugtrain.authoring.reference [DIRECTORY]`` (default ``docs``)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     for path in write_docs(arguments[0] if arguments else "docs"):
         sys.stdout.write(f"wrote {path}\n")

@@ -90,7 +90,7 @@ def _optimizer_factory(registry: Registry, spec: Mapping[str, Any]) -> Any:
     rest = {k: v for k, v in arguments.items() if k not in OPTIMIZER_TRAINER_KEYS}
 
     def make(model: Any) -> Any:
-        from plugtrain.params import build_param_groups
+        from plugtrain.train.params import build_param_groups
 
         groups = build_param_groups(model, filters, exclude_from_weight_decay=exclude)
         return build_component(registry, "optimizer", {name: rest}, groups)
@@ -100,7 +100,7 @@ def _optimizer_factory(registry: Registry, spec: Mapping[str, Any]) -> Any:
 
 def _backend_for(plan: TrainerPlan, shared: dict[str, Any]) -> Any:
     """One backend object per distinct backend configuration; the same type throughout."""
-    from plugtrain.backends import backend as make_backend
+    from plugtrain.train.backends import backend as make_backend
 
     init = plan.init
     if init.get("backend") is not None:
@@ -114,9 +114,9 @@ def _backend_for(plan: TrainerPlan, shared: dict[str, Any]) -> Any:
 
 
 def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any]) -> Any:
-    """A :class:`~plugtrain.trainer.Trainer` for one validated trainer of a run file."""
-    from plugtrain.checkpoint import plain
-    from plugtrain.trainer import Trainer
+    """A :class:`~plugtrain.train.trainer.Trainer` for one validated trainer of a run file."""
+    from plugtrain.train.checkpoint import plain
+    from plugtrain.train.trainer import Trainer
 
     init = plan.init
     schedulers = [
@@ -206,7 +206,7 @@ def _plot_schedules(plan: TrainerPlan, trainer: Any) -> None:
         import matplotlib  # noqa: F401 - optional
     except ImportError:
         return
-    from plugtrain.schedule_plot import plot_schedules
+    from plugtrain.authoring.schedule_plot import plot_schedules
 
     target = Path(trainer.model_dir) / "schedule.png"
     plot_schedules(specs, target, steps=trainer.global_step or None)

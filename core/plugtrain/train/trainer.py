@@ -22,12 +22,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from plugtrain import checkpoint as ckpt
-from plugtrain._disk import reserve
-from plugtrain._interrupt import InterruptRequest
-from plugtrain._resume import DataStream, rng_state, seed_everything, set_rng_state
-from plugtrain.backends import backend as make_backend
-from plugtrain.backends import claim_backend_type
 from plugtrain.config.sections import (
     MUTUALLY_EXCLUSIVE,
     CheckpointSettings,
@@ -35,8 +29,14 @@ from plugtrain.config.sections import (
     LoopSettings,
 )
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
-from plugtrain.metrics import MetricsLog, Progress
 from plugtrain.schema import validated_arguments
+from plugtrain.train import checkpoint as ckpt
+from plugtrain.train.backends import backend as make_backend
+from plugtrain.train.backends import claim_backend_type
+from plugtrain.train.disk import reserve
+from plugtrain.train.interrupt import InterruptRequest
+from plugtrain.train.metrics import MetricsLog, Progress
+from plugtrain.train.resume import DataStream, rng_state, seed_everything, set_rng_state
 
 __all__ = ["Trainer", "TrainingError", "TrainingInterrupted"]
 

@@ -103,7 +103,7 @@ def launch_if_needed(run_file: str, overrides: Sequence[str], argv: Sequence[str
     if launched_process() is not None:
         return None
     from plugtrain import plugins
-    from plugtrain.run import check_run_file
+    from plugtrain.train.run import check_run_file
 
     count = processes_wanted(check_run_file(run_file, overrides), plugins.get_registry())
     if count <= 1:

@@ -25,6 +25,7 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
+    """The Python, torch and numpy RNG states, as plain values and tensors (weights-only safe)."""
     state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
     try:
         import numpy as np
@@ -42,6 +43,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if "numpy" in state:
