@@ -13,7 +13,8 @@ does not import torch, so listing, describing and validating never import an imp
 The field's annotation is its type (checked as in :func:`matches_type`), :func:`arg`'s keywords
 are its constraints. A schema may define ``cross_check(arguments) -> Iterable[str]`` (a
 staticmethod) for rules that involve several arguments; it receives every argument with defaults
-filled in and yields one message per broken rule.
+filled in and yields one message per broken rule, or ``(key, message)`` to report it at one
+argument (a run file then points at that argument's value).
 """
 
 from __future__ import annotations
@@ -370,7 +371,8 @@ def check_arguments(
     if not problems:
         cross_check = getattr(schema, "cross_check", None)
         if cross_check is not None:
-            problems.extend(("", message) for message in cross_check(complete))
+            for problem in cross_check(complete):
+                problems.append(problem if isinstance(problem, tuple) else ("", problem))
     return problems
 
 

@@ -7,12 +7,18 @@ runs ``torch.distributed.run`` (torchrun) in this process with
 torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and runs the file itself. A process that
 already has those variables (started by an outside ``torchrun``, possibly on several machines)
 is never launched again. Nothing here imports torch until a launch is needed.
+
+SIGTERM, SIGINT or SIGHUP to the launcher is forwarded by torchrun to every worker; the workers
+agree on a step, save it once and stop, and the launcher exits ``128 + signal`` naming the newest
+checkpoint. torchrun kills workers that take longer than its shutdown timeout (30 s, or
+``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -105,24 +111,78 @@ def launch_if_needed(run_file: str, overrides: Sequence[str], argv: Sequence[str
     from plugtrain import plugins
     from plugtrain.train.run import check_run_file
 
-    count = processes_wanted(check_run_file(run_file, overrides), plugins.get_registry())
+    plans = check_run_file(run_file, overrides)
+    count = processes_wanted(plans, plugins.get_registry())
     if count <= 1:
         return None
-    return torchrun(count, ["-m", "plugtrain", *argv])
+    return torchrun(count, ["-m", "plugtrain", *argv], _checkpoint_places(plans))
 
 
-def torchrun(nproc_per_node: int, command: Sequence[str]) -> int:
-    """Run ``command`` (torchrun's script arguments) on ``nproc_per_node`` local processes."""
+def _checkpoint_places(plans: Sequence[Any]) -> list[tuple[str, str]]:
+    places = []
+    for plan in plans:
+        checkpoint = plan.init.get("checkpoint") or {}
+        name = checkpoint.get("checkpoint_name", "checkpoint_{step}.mdl")
+        places.append((str(plan.init.get("model_dir", "./model_dir")), str(name)))
+    return places
+
+
+_TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+def torchrun(
+    nproc_per_node: int, command: Sequence[str], checkpoints: Sequence[tuple[str, str]] = ()
+) -> int:
+    """Run ``command`` (torchrun's script arguments) on ``nproc_per_node`` local processes.
+
+    :param checkpoints: ``(model_dir, checkpoint_name)`` of the run's trainers, named in the
+        message when the run is stopped by a signal.
+    :raises TrainingInterrupted: when a signal stopped the run (after the workers saved).
+    """
     from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from plugtrain.train.interrupt import TrainingInterrupted
 
     arguments = ["--standalone", f"--nproc-per-node={nproc_per_node}", *command]
     log.info("starting %d processes with torchrun", nproc_per_node)
+    handlers = {name: signal.getsignal(getattr(signal, name)) for name in _TORCHRUN_SIGNALS}
     try:
         torch_run.run(torch_run.parse_args(arguments))
+    except SignalException as exc:  # torchrun forwarded it to the workers, which saved
+        message = _stopped(exc.sigval, f"the {nproc_per_node} processes", checkpoints)
+        raise TrainingInterrupted(message, exc.sigval) from None
     except ChildFailedError as exc:
+        stopped = _stopped_by_signal(exc)
+        if stopped is not None:  # the workers themselves were signalled and stopped cleanly
+            message = _stopped(stopped, "the processes", checkpoints)
+            raise TrainingInterrupted(message, stopped) from None
         raise BackendError(_describe_failures(nproc_per_node, exc)) from None
+    finally:
+        for name, handler in handlers.items():
+            signal.signal(getattr(signal, name), signal.SIG_DFL if handler is None else handler)
     return 0
+
+
+def _stopped_by_signal(error: Any) -> int | None:
+    """The signal when the first failed worker exited ``128 + SIGINT/SIGTERM/SIGHUP``."""
+    _rank, first = error.get_first_failure()
+    stops = {128 + int(s): int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    return stops.get(first.exitcode)
+
+
+def _stopped(signal_number: int, who: str, checkpoints: Sequence[tuple[str, str]]) -> str:
+    from plugtrain.train.checkpoint import find_latest
+    from plugtrain.train.interrupt import signal_name
+
+    newest = [find_latest(model_dir, name) for model_dir, name in checkpoints]
+    found = ", ".join(str(path) for path in newest if path is not None)
+    kept = f"the newest checkpoint is {found}" if found else "no checkpoint was saved"
+    return (
+        f"interrupted by {signal_name(signal_number)}: {who} were asked to save their step "
+        f"and stop; {kept}; run the same command again to resume"
+    )
 
 
 def _describe_failures(count: int, error: Any) -> str:
@@ -156,16 +216,30 @@ def exit_worker_when_done() -> Iterator[None]:
     Works around a torch bug: a DDP-over-gloo worker sometimes aborts while the interpreter
     shuts down ("terminate called without an active exception", SIGABRT) after its work is
     done; reproduced with torch 2.13 and a ten-line script in about one run of ten. Output is
-    flushed and logging shut down first; errors leave through the normal path.
+    flushed and logging shut down first; errors leave through the normal path, except a stop on
+    a signal (:class:`~plugtrain.train.interrupt.TrainingInterrupted`): rank 0 prints where it
+    saved, and the worker exits ``128 + signal`` at once too.
     """
-    yield
     launched = launched_process()
-    if launched is None or launched.world_size == 1:
-        return
+    several = launched is not None and launched.world_size > 1
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        status = getattr(exc, "exit_status", None)
+        if not several or status is None:
+            raise
+        if launched is not None and launched.rank == 0:
+            sys.stderr.write(f"plugtrain: {exc}\n")
+        _exit_now(int(status))
+    if several:
+        _exit_now(0)
+
+
+def _exit_now(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
-    os._exit(0)
+    os._exit(status)
 
 
 _COLLECTIVE_HINTS = ("gloo", "nccl", "connection closed by peer", "timed out", "connection reset")
