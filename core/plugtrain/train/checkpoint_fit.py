@@ -57,12 +57,14 @@ def _model_mismatch(saved: Mapping[str, Any], expected: Mapping[str, torch.Tenso
 def _optimizer_mismatch(
     saved: Mapping[str, Any], optimizer: torch.optim.Optimizer, saved_class: Any
 ) -> str | None:
+    """The first difference; hyperparameters are compared when another (or no) class is named.
+
+    The same class may lack a hyperparameter that a newer torch added: its ``__setstate__``
+    fills that in, so a checkpoint of the same class is not refused for it.
+    """
     this_class = type(optimizer).__name__
-    written_by = (
-        f" (written by {saved_class}, this run uses {this_class})"
-        if isinstance(saved_class, str) and saved_class != this_class
-        else ""
-    )
+    known = isinstance(saved_class, str)
+    written_by = f" (written by {saved_class}, this run uses {this_class})" if known else ""
     groups = saved["param_groups"]
     if not isinstance(groups, list) or len(groups) != len(optimizer.param_groups):
         count = len(groups) if isinstance(groups, list) else "no list of"
@@ -76,13 +78,16 @@ def _optimizer_mismatch(
                 f"optimizer.param_groups.{index}.params: another number of parameters "
                 f"than this optimizer's {len(new['params'])}{written_by}"
             )
-        for key in new:
-            if key != "params" and key not in old:
+    if known and saved_class == this_class:
+        return None
+    for index, old in enumerate(groups):
+        for key in optimizer.defaults:
+            if key not in old:
                 return (
                     f"optimizer.param_groups.{index}.{key}: missing from the checkpoint, "
                     f"which holds another optimizer's state{written_by}"
                 )
-    if written_by:
+    if known:
         return f"optimizer: another optimizer's state{written_by}"
     return None
 

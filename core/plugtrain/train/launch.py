@@ -156,7 +156,7 @@ def torchrun(
     except ChildFailedError as exc:
         stopped = _stopped_by_signal(exc)
         if stopped is not None:  # the workers themselves were signalled and stopped cleanly
-            message = _stopped(stopped, "the processes", checkpoints)
+            message = _stopped(stopped, f"the {nproc_per_node} processes", checkpoints)
             raise TrainingInterrupted(message, stopped) from None
         raise BackendError(_describe_failures(nproc_per_node, exc)) from None
     finally:
