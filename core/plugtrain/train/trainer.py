@@ -344,7 +344,7 @@ class Trainer:
         if callable(reduce):
             totals = reduce(totals)
         if not totals["examples"]:
-            message = "the evaluation data yields no examples: a loss over nothing means nothing"
+            message = "the evaluation data (val_dataloader) is empty: it yields no example"
             raise TrainingError(message)
         metrics = {"loss": totals["loss_sum"] / max(totals["examples"], 1)}
         if totals["count"]:
@@ -523,7 +523,7 @@ class Trainer:
             raise ConfigError([ConfigIssue("optimizer", message)])
         self._check_model_dir()
         if _is_empty(val_dataloader):
-            message = "the evaluation data (val_dataloader) yields no batch"
+            message = "the evaluation data (val_dataloader) is empty: it yields no example"
             raise TrainingError(message)
         lock = ModelDirLock(self.model_dir) if self.is_main_process else contextlib.nullcontext()
         with lock:
@@ -656,7 +656,7 @@ class Trainer:
         loaded = self._restore(ckpt_path)
         if ckpt_path is UNSET and loaded is None and self._last_good is None:
             name = self.checkpoint.checkpoint_name
-            where = "" if self.model_dir.is_dir() else " (the folder does not exist)"
+            where = "" if self.model_dir.is_dir() else "; the folder does not exist"
             message = (
                 f"{self.model_dir}: no checkpoint to validate (no sound file named {name}"
                 f"{where}); give ckpt_path a checkpoint, or ckpt_path: null to evaluate the "
