@@ -625,7 +625,7 @@ class Trainer:
             last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
             progress.message(f"step {self.global_step}: validation " + _describe(last_val))
         self.save_checkpoint(stream)
-        if interrupt is not None and interrupt.agreed():
+        if interrupt is not None and interrupt.agreed(final=True):
             self._stop_interrupted(stream, interrupt)
         return last_val
 
