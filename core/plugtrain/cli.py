@@ -180,13 +180,12 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
 
 
 def _cmd_check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
-    from plugtrain.train.run import check_run_file
+    from plugtrain.config import load_plan
 
-    plans = check_run_file(args.run_file, args.set)
-    for plan in plans:
-        steps = [name for name in ("fit", "validate") if getattr(plan, name) is not None]
-        out.write(f"{plan.path}: backend {plan.backend_type}; {', '.join(steps)}\n")
-    count = len(plans)
+    plan, _run_registry = load_plan(args.run_file, args.set)
+    for trainer in plan.trainers:
+        out.write(f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}\n")
+    count = len(plan.trainers)
     out.write(f"{args.run_file}: OK ({count} trainer{'s' if count != 1 else ''})\n")
     return EXIT_OK
 
@@ -203,17 +202,19 @@ def _configure_logging() -> None:
 
 
 def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from plugtrain.config import load_plan
     from plugtrain.train import launch
-    from plugtrain.train.run import run_file
+    from plugtrain.train.run import run_plan
 
     _configure_logging()
+    plan, run_registry = load_plan(args.run_file, args.set)  # validated once, used throughout
     # Several processes asked for: torchrun starts them, each runs this same command line.
-    status = launch.launch_if_needed(args.run_file, args.set, args.argv)
+    status = launch.launch_if_needed(plan, run_registry, args.argv)
     if status is not None:
         return status
     with launch.exit_worker_when_done():
         with launch.collective_errors():
-            results = run_file(args.run_file, args.set, mode=args.command)
+            results = run_plan(plan, run_registry, mode=args.command)
         for index, metrics in enumerate(results):
             if metrics and launch.is_main_rank():
                 shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
@@ -225,21 +226,20 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     from pathlib import Path
 
     from plugtrain.authoring.schedule_plot import plot_schedules
-    from plugtrain.train.run import check_run_file
+    from plugtrain.config import load_plan
 
-    plans = check_run_file(args.run_file, args.set)
+    plan, run_registry = load_plan(args.run_file, args.set)
     target = Path(args.output)
     drawn = 0
-    for index, plan in enumerate(plans):
-        specs = plan.init.get("schedulers") or []
-        specs = [specs] if isinstance(specs, dict) else list(specs)
-        if not specs:
+    for index, trainer in enumerate(plan.trainers):
+        if not trainer.schedulers:
             continue
-        path = target if len(plans) == 1 else target.with_stem(f"{target.stem}-{index}")
-        loop = plan.init.get("loop") or {}
-        steps = args.steps or loop.get("max_steps") or loop.get("num_steps")
-        plot_schedules(specs, path, steps=steps, registry=plugins.get_registry())
-        out.write(f"{plan.path}: schedules drawn in {path}\n")
+        path = target if len(plan.trainers) == 1 else target.with_stem(f"{target.stem}-{index}")
+        loop = trainer.loop
+        steps = args.steps or (loop and (loop.max_steps or loop.num_steps))
+        specs = [spec.to_mapping() for spec in trainer.schedulers]
+        plot_schedules(specs, path, steps=steps or None, registry=run_registry)
+        out.write(f"{trainer.path}: schedules drawn in {path}\n")
         drawn += 1
     if not drawn:
         out.write(f"{args.run_file}: no schedulers to draw\n")

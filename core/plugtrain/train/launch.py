@@ -1,7 +1,7 @@
 """Starting a data-parallel run through PyTorch's elastic launcher (torchrun).
 
-``plugtrain fit RUN.yaml`` asks each trainer's backend how many processes it wants on this
-machine (a backend class may define ``processes_per_node(arguments) -> int``). Above one, it
+``plugtrain fit RUN.yaml`` asks each trainer's backend class how many processes it wants on this
+machine (``processes_per_node(arguments) -> int`` of the Backend protocol). Above one, it
 runs ``torch.distributed.run`` (torchrun) in this process with
 ``--standalone --nproc-per-node N -m plugtrain <the same command line>``; each worker sees
 torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and runs the file itself. A process that
@@ -14,13 +14,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from plugtrain.errors import BackendError, ConfigError, ConfigIssue
+
+if TYPE_CHECKING:
+    from plugtrain.config.plan import RunPlan, TrainerPlan
+    from plugtrain.registry import Registry
 
 __all__ = [
     "LaunchedProcess",
@@ -73,18 +77,27 @@ def is_main_rank() -> bool:
     return launched is None or launched.rank == 0
 
 
-def processes_wanted(plans: Sequence[Any], registry: Any) -> int:
+def processes_wanted(plans: Iterable[TrainerPlan], registry: Registry) -> int:
     """How many processes on this machine the run's trainers ask for (they must agree).
 
+    Each trainer's backend class answers through the Backend protocol's
+    ``processes_per_node(arguments)``.
+
     :raises ConfigError: when two trainers ask for different numbers.
+    :raises BackendError: when a backend class does not implement ``processes_per_node``.
     """
     wanted: dict[int, str] = {}
     for plan in plans:
-        backend = plan.init.get("backend")
-        arguments = {k: v for k, v in (backend or {}).items() if k != "backend_type"}
+        component = registry.lookup("backend", plan.backend_type)
         implementation = registry.resolve("backend", plan.backend_type)
-        ask = getattr(implementation, "processes_per_node", None)
-        count = int(ask(arguments)) if callable(ask) else 1
+        if not callable(getattr(implementation, "processes_per_node", None)):
+            message = (
+                f"backend {component.name!r} from {component.provider} does not implement "
+                "processes_per_node(arguments) of the Backend protocol "
+                "(plugtrain.protocols.Backend); subclass plugtrain.backend_base.BackendBase"
+            )
+            raise BackendError(message)
+        count = int(implementation.processes_per_node(plan.backend.call_arguments()))
         wanted.setdefault(count, plan.path)
     if len(wanted) > 1:
         listed = ", ".join(f"{path} asks for {count}" for count, path in wanted.items())
@@ -93,19 +106,18 @@ def processes_wanted(plans: Sequence[Any], registry: Any) -> int:
     return next(iter(wanted), 1)
 
 
-def launch_if_needed(run_file: str, overrides: Sequence[str], argv: Sequence[str]) -> int | None:
+def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> int | None:
     """Start the run under torchrun when it asks for several processes and nobody launched it.
 
+    :param plan: the validated run; each worker validates the file again on its own.
+    :param registry: the registry the plan was validated with.
     :param argv: this command line without the program name; each worker runs it again.
     :returns: ``None`` when this process should run the file itself, else the exit status.
     :raises BackendError: when a worker fails, naming each failed rank and how it ended.
     """
     if launched_process() is not None:
         return None
-    from plugtrain import plugins
-    from plugtrain.train.run import check_run_file
-
-    count = processes_wanted(check_run_file(run_file, overrides), plugins.get_registry())
+    count = processes_wanted(plan.trainers, registry)
     if count <= 1:
         return None
     return torchrun(count, ["-m", "plugtrain", *argv])

@@ -31,8 +31,9 @@ from plugtrain.config.sections import (
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
 from plugtrain.schema import validated_arguments
 from plugtrain.train import checkpoint as ckpt
+from plugtrain.backend_base import check_backend, claim_backend_type
 from plugtrain.train.backends import backend as make_backend
-from plugtrain.train.backends import claim_backend_type
+from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.disk import reserve
 from plugtrain.train.interrupt import InterruptRequest
 from plugtrain.train.metrics import MetricsLog, Progress
@@ -116,9 +117,9 @@ class Trainer:
     :param loop: :class:`LoopSettings` or its mapping.
     :param checkpoint: :class:`CheckpointSettings` or its mapping.
     :param logging: :class:`LoggingSettings` or its mapping.
-    :param callbacks: objects with any of ``on_fit_start(trainer)``,
-        ``on_train_step_end(trainer, metrics)``, ``on_validate_end(trainer, metrics)``,
-        ``on_fit_end(trainer)``.
+    :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`:
+        ``on_fit_start(trainer)``, ``on_train_step_end(trainer, metrics)``,
+        ``on_validate_end(trainer, metrics)``, ``on_fit_end(trainer)``.
     :param seed: seeds Python, numpy and torch before the model is built.
     :param loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy for class labels.
     :param config: the resolved run configuration, stored in checkpoints' metadata.
@@ -144,9 +145,7 @@ class Trainer:
         if device is not None and backend is not None:
             raise ValueError(MUTUALLY_EXCLUSIVE)
         self.backend = self._make_backend(device, backend)
-        check = getattr(self.backend, "check_runnable", None)
-        if callable(check):
-            check()
+        self.backend.check_runnable()
         self.model_dir = Path(model_dir)
         self.loop: LoopSettings | None = _settings(LoopSettings, loop, "loop")
         self.checkpoint: CheckpointSettings = (
@@ -156,16 +155,16 @@ class Trainer:
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
         self.callbacks = list(callbacks or [])
+        self._callbacks = Callbacks(self.callbacks)
         self.seed = seed
         self.loss_fn = loss_fn or default_loss
         self.config = config
         if seed is not None:
             seed_everything(seed)
-        self.device: torch.device = getattr(self.backend, "device", torch.device("cpu"))
+        self.device: torch.device = self.backend.device
         self._move_batches = self.device.type != "cpu"
         built = model if isinstance(model, nn.Module) else model()
-        prepare = getattr(self.backend, "prepare_model", None)
-        self.model: nn.Module = prepare(built) if callable(prepare) else built.to(self.device)
+        self.model: nn.Module = self.backend.prepare_model(built)
         self.optimizer = self._make_optimizer(optimizer)
         self.schedulers = [
             s if hasattr(s, "step") else s(self.optimizer) for s in _as_list(schedulers)
@@ -180,20 +179,20 @@ class Trainer:
 
     @staticmethod
     def _make_backend(device: str | None, backend: Any) -> Any:
+        """The backend object, checked against the Backend protocol."""
         if backend is None:
-            return make_backend(device or "CPU")
-        if isinstance(backend, str):
-            return make_backend(backend)
-        if isinstance(backend, Mapping):
+            backend = make_backend(device or "CPU")
+        elif isinstance(backend, str):
+            backend = make_backend(backend)
+        elif isinstance(backend, Mapping):
             arguments = dict(backend)
             backend_type = arguments.pop("backend_type", None)
             if not isinstance(backend_type, str):
                 message = "a backend mapping needs backend_type (CPU, GPU or CSX)"
                 raise ConfigError([ConfigIssue("backend", message)])
-            return make_backend(backend_type, **arguments)
-        backend_type = getattr(backend, "backend_type", None)
-        if backend_type is not None:
-            claim_backend_type(backend_type)
+            backend = make_backend(backend_type, **arguments)
+        check_backend(backend)
+        claim_backend_type(backend.backend_type)
         return backend
 
     def _make_optimizer(self, optimizer: Any) -> Any:
@@ -211,7 +210,7 @@ class Trainer:
     @property
     def is_main_process(self) -> bool:
         """Whether this process writes checkpoints and metrics (rank 0)."""
-        return bool(getattr(self.backend, "is_main_process", True))
+        return bool(self.backend.is_main_process)
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -294,16 +293,13 @@ class Trainer:
         self, dataloader: Iterable[Any], max_batches: int | None = None
     ) -> dict[str, float]:
         """Mean loss (and accuracy, for class labels) over ``dataloader``."""
-        shard = getattr(self.backend, "prepare_eval_dataloader", None)
-        if callable(shard):  # this process's share of the first max_batches batches
-            dataloader, max_batches = shard(dataloader, max_batches), None
+        # This process's share of the first max_batches batches.
+        dataloader = self.backend.prepare_eval_dataloader(dataloader, max_batches)
         was_training = self.model.training
         self.model.eval()
         loss_sum = 0.0
         correct = count = examples = 0
-        for batches, batch in enumerate(dataloader):
-            if max_batches is not None and batches >= max_batches:
-                break
+        for batch in dataloader:
             # The unwrapped model: ranks may see different numbers of evaluation batches, and
             # a DDP forward could wait on the others.
             loss, batch_correct, batch_count = self._forward(batch, self._unwrapped_model)
@@ -314,9 +310,7 @@ class Trainer:
             count += batch_count
         self.model.train(was_training)
         totals = {"loss_sum": loss_sum, "examples": examples, "correct": correct, "count": count}
-        reduce = getattr(self.backend, "reduce_sums", None)
-        if callable(reduce):
-            totals = reduce(totals)
+        totals = self.backend.reduce_sums(totals)
         metrics = {"loss": totals["loss_sum"] / max(totals["examples"], 1)}
         if totals["count"]:
             metrics["accuracy"] = totals["correct"] / totals["count"]
@@ -326,10 +320,7 @@ class Trainer:
         metrics = self.evaluate(dataloader, max_batches)
         if self._metrics is not None:
             self._metrics.write(self.global_step, "val", metrics)
-        for callback in self.callbacks:
-            hook = getattr(callback, "on_validate_end", None)
-            if hook:
-                hook(self, metrics)
+        self._callbacks.on_validate_end(self, metrics)
         return metrics
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -466,9 +457,7 @@ class Trainer:
             raise ConfigError([ConfigIssue("optimizer", message)])
         self._check_model_dir()
         self._restore(ckpt_path)
-        prepare = getattr(self.backend, "prepare_dataloader", None)
-        if callable(prepare):
-            train_dataloader = prepare(train_dataloader)
+        train_dataloader = self.backend.prepare_dataloader(train_dataloader)
         target = self._target_step(train_dataloader)
         stream = DataStream(train_dataloader, self._stream_position)
         self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
@@ -476,9 +465,7 @@ class Trainer:
         progress = Progress(target, self.global_step, show)
         last_val: dict[str, float] = {}
         try:
-            for callback in self.callbacks:
-                if hasattr(callback, "on_fit_start"):
-                    callback.on_fit_start(self)
+            self._callbacks.on_fit_start(self)
             if self.checkpoint.save_initial_checkpoint and self.global_step == 0:
                 self.save_checkpoint(stream)
             with InterruptRequest() as interrupt:
@@ -488,9 +475,7 @@ class Trainer:
             if self._metrics is not None:
                 self._metrics.close()
                 self._metrics = None
-        for callback in self.callbacks:
-            if hasattr(callback, "on_fit_end"):
-                callback.on_fit_end(self)
+        self._callbacks.on_fit_end(self)
         return last_val
 
     def _loop(
@@ -531,9 +516,7 @@ class Trainer:
                 values.update(self.group_values())
                 if self._metrics is not None:
                     self._metrics.write(step, "train", values)
-                for callback in self.callbacks:
-                    if hasattr(callback, "on_train_step_end"):
-                        callback.on_train_step_end(self, values)
+                self._callbacks.on_train_step_end(self, values)
                 window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
                 window_skipped = 0
                 window_start = time.perf_counter()
