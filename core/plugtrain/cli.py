@@ -162,9 +162,15 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
         json.dump(rows, out, indent=2)
         out.write("\n")
         return EXIT_OK
+    from plugtrain import PLUGIN_API_VERSION, __version__
+
+    out.write(f"plugtrain {__version__} provides plugin API {PLUGIN_API_VERSION}\n")
     for row in rows:
         provider = f"{row['distribution']} {row['version']}" if row["distribution"] else "local"
         out.write(f"{row['name']}: {provider} [{row['status']}] ({row['module']})\n")
+        if row["api"] is not None:
+            declared = ", ".join(row["api"]) or "not declared"
+            out.write(f"    plugin API: {declared}\n")
         if row["error"]:
             out.write(f"    error: {row['error']}\n")
         if row["hooks"]:

@@ -330,7 +330,9 @@ def use_plugins(modules: Iterable[str]) -> None:
 
 
 def plugin_summary(registry: Registry) -> list[dict[str, Any]]:
-    """Each plugin with provider, status, hooks and contributed names (``plugtrain plugins``)."""
+    """Each plugin with provider, status, hooks, contributed names and the plugin API versions
+    its distribution declares (``api``: ``[]`` when undeclared, ``None`` for a local module), as
+    ``plugtrain plugins`` shows them."""
     contributed: dict[str, dict[str, list[str]]] = {}
     for component in registry.components():
         per_kind = contributed.setdefault(component.plugin.name, {})
@@ -340,5 +342,20 @@ def plugin_summary(registry: Registry) -> list[dict[str, Any]]:
         row = attrs.asdict(info)
         row["hooks"] = list(info.hooks)
         row["components"] = contributed.get(info.name, {})
+        row["api"] = _declared_api(info.distribution)
         rows.append(row)
     return rows
+
+
+def _declared_api(distribution: str | None) -> list[str] | None:
+    """The plugin API versions ``distribution`` declares; ``None`` for a local module."""
+    if distribution is None:
+        return None
+    if distribution == "plugtrain":  # the core's own plugin is written for the API it provides
+        from plugtrain import PLUGIN_API_VERSION
+
+        return [PLUGIN_API_VERSION]
+    try:
+        return compat.declared_api(importlib.metadata.distribution(distribution))
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -11,6 +11,7 @@ is never launched again. Nothing here imports torch until a launch is needed.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LaunchedProcess",
     "collective_errors",
+    "exit_after_atexit_handlers",
     "exit_worker_when_done",
     "is_main_rank",
     "launch_if_needed",
@@ -161,22 +163,42 @@ def _describe_failures(count: int, error: Any) -> str:
     )
 
 
+_exit_reason: str | None = None
+
+
+def exit_after_atexit_handlers(reason: str) -> None:
+    """Ask ``plugtrain fit`` to end this process once its work is done and atexit handlers ran.
+
+    For a backend whose teardown is known to crash the interpreter's own shutdown: the process
+    then skips only what comes after the ``atexit`` handlers (module and C++ teardown). Called by
+    the gloo process group of ``plugtrain-backends`` when it leaves, on the torch versions that
+    need it.
+
+    :param reason: why, for the debug log.
+    """
+    global _exit_reason  # noqa: PLW0603 - one process, one way to end it
+    _exit_reason = reason
+
+
 @contextmanager
 def exit_worker_when_done() -> Iterator[None]:
-    """In a launched worker of several, end the process at once after the block succeeds.
+    """End the process right after the block succeeds, when a backend asked for it.
 
-    Works around a torch bug: a DDP-over-gloo worker sometimes aborts while the interpreter
-    shuts down ("terminate called without an active exception", SIGABRT) after its work is
-    done; reproduced with torch 2.13 and a ten-line script in about one run of ten. Output is
-    flushed and logging shut down first; errors leave through the normal path.
+    Only after :func:`exit_after_atexit_handlers` was called (otherwise the process ends as
+    usual): output is flushed, every ``atexit`` handler runs, logging is shut down, and the
+    process exits with status 0 without the interpreter's teardown. Errors leave through the
+    normal path.
     """
     yield
-    launched = launched_process()
-    if launched is None or launched.world_size == 1:
+    if _exit_reason is None:
         return
+    log.debug("ending the process after its atexit handlers: %s", _exit_reason)
     sys.stdout.flush()
     sys.stderr.flush()
+    atexit._run_exitfuncs()  # noqa: SLF001 - CPython's own exit path: each handler, once
     logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)
 
 
