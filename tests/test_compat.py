@@ -242,3 +242,21 @@ def test_plugins_shows_the_api_each_plugin_declared(site):
     assert lines[future + 1] == "    plugin API: 2.0"
     legacy = lines.index("legacy_plugin: legacy-plugin 0.3 [loaded] (legacy_plugin.plugin)")
     assert lines[legacy + 1] == "    plugin API: not declared"
+
+
+def _in_repo_distributions() -> list[Path]:
+    repo = Path(__file__).resolve().parents[1]
+    return sorted([*repo.glob("plugins/*/pyproject.toml"), *repo.glob("examples/*/pyproject.toml")])
+
+
+@pytest.mark.parametrize("pyproject", _in_repo_distributions(), ids=lambda p: p.parent.name)
+def test_every_distribution_here_requires_the_core_by_the_one_rule(pyproject):
+    import tomllib
+
+    from plugtrain.compat import core_requirement
+
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    declared = list(project["entry-points"][API_GROUP])
+    oldest = min(declared, key=parse_api_version)
+    required = [d for d in project["dependencies"] if d.startswith("plugtrain")]
+    assert required == [core_requirement(oldest)]
