@@ -210,9 +210,7 @@ def test_launched_workers_run_their_atexit_handlers_with_the_exit_workaround_swi
     tmp_path,
 ):
     run = _setup(tmp_path, "backend: {backend_type: CPU, num_processes: 2, dist_timeout: 30}")
-    done = _run(
-        tmp_path, ["-m", "plugtrain", "fit", str(run)], PLUGTRAIN_GLOO_EXIT_WORKAROUND="0"
-    )
+    done = _run(tmp_path, ["-m", "plugtrain", "fit", str(run)], PLUGTRAIN_GLOO_EXIT_WORKAROUND="0")
     _assert_data_parallel_run(tmp_path, done)
 
 

@@ -75,7 +75,9 @@ def test_the_plan_is_typed(registry, tmp_path):
     (trainer,) = _plan(registry, tmp_path).trainers
     assert trainer.backend.backend_type == "CPU"
     assert trainer.backend.path == "trainer.init.device"
-    assert trainer.model == ComponentSpec("model", "MLP", trainer.model.arguments, "trainer.init.model")
+    assert trainer.model == ComponentSpec(
+        "model", "MLP", trainer.model.arguments, "trainer.init.model"
+    )
     assert trainer.model.location == "run.yaml:7:7"
     assert isinstance(trainer.optimizer, OptimizerPlan)
     assert trainer.optimizer.param_filters == (ParamFilter(("*fc1*",), "first"),)

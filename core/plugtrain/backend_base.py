@@ -140,9 +140,8 @@ class BackendBase(abc.ABC):
         """Whether this process writes checkpoints, metrics and logs: yes, on its own."""
         return True
 
-    def check_runnable(self) -> None:
-        """Raise :class:`~plugtrain.errors.BackendError` if the run cannot start (one process:
-        nothing to check)."""
+    def check_runnable(self) -> None:  # noqa: B027 - a default, not an abstract method
+        """Raise :class:`~plugtrain.errors.BackendError` if the run cannot start (here: never)."""
 
     def prepare_model(self, model: Any) -> Any:
         """The model on :attr:`device`."""
@@ -160,7 +159,7 @@ class BackendBase(abc.ABC):
         """Sums over every process: on one process, a copy."""
         return dict(sums)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a default, not an abstract method
         """Release what the backend holds at the end of a run: nothing here."""
 
     @classmethod
@@ -202,4 +201,3 @@ def check_backend(backend: Any) -> None:
             "plugtrain.backend_base.BackendBase, which provides the single-process defaults"
         )
         raise BackendError(message)
-

@@ -330,9 +330,11 @@ def use_plugins(modules: Iterable[str]) -> None:
 
 
 def plugin_summary(registry: Registry) -> list[dict[str, Any]]:
-    """Each plugin with provider, status, hooks, contributed names and the plugin API versions
-    its distribution declares (``api``: ``[]`` when undeclared, ``None`` for a local module), as
-    ``plugtrain plugins`` shows them."""
+    """Each plugin with provider, status, hooks and names, as ``plugtrain plugins`` shows them.
+
+    ``api`` is the list of plugin API versions its distribution declares (``[]`` when it declares
+    none, ``None`` for a local module).
+    """
     contributed: dict[str, dict[str, list[str]]] = {}
     for component in registry.components():
         per_kind = contributed.setdefault(component.plugin.name, {})

@@ -122,7 +122,12 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     plugin = _write_plugin(root / "plugin", core_requirement(plugtrain.PLUGIN_API_VERSION))
     installed = root / "plugin-site"
     _pip_install(plugin, installed)
-    return {"root": root, "plugin": plugin, "plugin_site": installed, "core": _core_source(root / "core")}
+    return {
+        "root": root,
+        "plugin": plugin,
+        "plugin_site": installed,
+        "core": _core_source(root / "core"),
+    }
 
 
 def _core_versions(sources: dict[str, Path], which: str, target: Path, project: Path):

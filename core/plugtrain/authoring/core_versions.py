@@ -41,7 +41,7 @@ def core_requirement_of(project: Path) -> str:
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib
     dependencies = tomllib.loads(text).get("project", {}).get("dependencies", [])
     for dependency in dependencies:
         if Requirement(dependency).name.lower() == "plugtrain":
@@ -57,7 +57,9 @@ def lowest_allowed(requirement: str) -> str:
     """
     from packaging.requirements import Requirement
 
-    bounds = [s.version for s in Requirement(requirement).specifier if s.operator in (">=", "==", "~=")]
+    bounds = [
+        s.version for s in Requirement(requirement).specifier if s.operator in (">=", "==", "~=")
+    ]
     if not bounds:
         message = f"{requirement!r} has no lower bound; require plugtrain>=VERSION"
         raise ValueError(message)

@@ -105,9 +105,7 @@ class BackendPlan:
     """
 
     backend_type: str
-    arguments: Mapping[str, Any] = attrs.field(
-        factory=dict, converter=_frozen_mapping, hash=False
-    )
+    arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
     path: str = ""
     location: str | None = attrs.field(default=None, eq=False)
 

@@ -34,7 +34,7 @@ from plugtrain.config.sections import (
 from plugtrain.config.yaml_loader import LocatedDict, location_of
 from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
 from plugtrain.registry import Registry
-from plugtrain.schema import arg_infos, check_arguments, validated_arguments
+from plugtrain.schema import ArgInfo, arg_infos, check_arguments, validated_arguments
 
 _S = TypeVar("_S")
 
@@ -96,9 +96,9 @@ class _Checker:
                 self.add((*path, key), message, mapping)
             else:
                 self.add(path, message, mapping)
-        by_name = {}
-        for info in arg_infos(schema):
-            by_name.update(dict.fromkeys((info.name, *info.aliases), info))
+        by_name: dict[str, ArgInfo] = {}
+        for argument in arg_infos(schema):
+            by_name.update(dict.fromkeys((argument.name, *argument.aliases), argument))
         checked: dict[str, Any] = {}
         for key, value in mapping.items():
             info = by_name.get(key)
@@ -212,9 +212,8 @@ class _Checker:
                         key,
                         of_key=True,
                     )
-            globs = item.get("params")
-            if isinstance(globs, str):
-                globs = [globs]
+            written = item.get("params")
+            globs: list[Any] = [written] if isinstance(written, str) else list(written or ())
             good_globs = bool(globs) and all(isinstance(g, str) and g for g in globs)
             if not good_globs:
                 self.add((*where, "params"), "must be a glob or a list of globs", item, "params")
@@ -397,9 +396,7 @@ def _fit_plan(fit: Mapping[str, Any], written: Mapping[str, Any]) -> FitPlan:
 
 
 def _validate_plan(section: Mapping[str, Any], written: Mapping[str, Any]) -> ValidatePlan:
-    return ValidatePlan(
-        section["val_dataloader"], section.get("ckpt_path"), "ckpt_path" in written
-    )
+    return ValidatePlan(section["val_dataloader"], section.get("ckpt_path"), "ckpt_path" in written)
 
 
 def _trainer_plan(

@@ -1,4 +1,4 @@
-"""Calling a Trainer's callbacks through the Callback protocol (:class:`plugtrain.protocols.Callback`).
+"""Calling a Trainer's callbacks through :class:`plugtrain.protocols.Callback`.
 
 Which protocol methods each callback defines is read once, when the Trainer is created; the loop
 then calls the collected methods in the order the callbacks were given.

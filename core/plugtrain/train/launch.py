@@ -195,7 +195,7 @@ def exit_worker_when_done() -> Iterator[None]:
     log.debug("ending the process after its atexit handlers: %s", _exit_reason)
     sys.stdout.flush()
     sys.stderr.flush()
-    atexit._run_exitfuncs()  # noqa: SLF001 - CPython's own exit path: each handler, once
+    atexit._run_exitfuncs()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

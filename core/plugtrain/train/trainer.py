@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from plugtrain.backend_base import check_backend, claim_backend_type
 from plugtrain.config.sections import (
     MUTUALLY_EXCLUSIVE,
     CheckpointSettings,
@@ -31,7 +32,6 @@ from plugtrain.config.sections import (
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
 from plugtrain.schema import validated_arguments
 from plugtrain.train import checkpoint as ckpt
-from plugtrain.backend_base import check_backend, claim_backend_type
 from plugtrain.train.backends import backend as make_backend
 from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.disk import reserve
