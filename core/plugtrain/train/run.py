@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> 
     component = registry.lookup(kind, name)
     implementation = registry.resolve(kind, name)
     arguments = dict(arguments or {})
+    restore = _group_values_restorer(kind, context)
     for info in arg_infos(component.schema_class):
         if info.component is None or arguments.get(info.name) is None:
             continue
@@ -58,9 +59,28 @@ def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> 
             ]
         else:
             arguments[info.name] = build_component(registry, info.component, value, *child_context)
+    restore()
     count = _context_count(kind, implementation)
     _check_signature(component, implementation, context[:count], arguments)
     return implementation(*context[:count], **arguments)
+
+
+def _group_values_restorer(kind: str, context: Sequence[Any]) -> Callable[[], None]:
+    """Undoes what nested schedulers write into the optimizer's groups on construction.
+
+    A child built for a wrapper writes its first value into the groups it targets (a torch
+    scheduler: every group); only the wrapper's own writes may remain.
+    """
+    if kind != "scheduler" or not context:
+        return lambda: None
+    groups = context[0].param_groups
+    saved = [{k: g[k] for k in ("lr", "weight_decay") if k in g} for g in groups]
+
+    def restore() -> None:
+        for group, values in zip(groups, saved, strict=False):
+            group.update(values)
+
+    return restore
 
 
 def _check_signature(
@@ -209,5 +229,6 @@ def _plot_schedules(plan: TrainerPlan, trainer: Any) -> None:
     from plugtrain.authoring.schedule_plot import plot_schedules
 
     target = Path(trainer.model_dir) / "schedule.png"
-    plot_schedules(specs, target, steps=trainer.global_step or None)
+    optimizer = plan.init.get("optimizer")
+    plot_schedules(specs, target, steps=trainer.global_step or None, optimizer=optimizer)
     log.info("schedule plot written to %s", target)
