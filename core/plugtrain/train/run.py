@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,6 @@ def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> 
     component = registry.lookup(kind, name)
     implementation = registry.resolve(kind, name)
     arguments = dict(arguments or {})
-    restore = _group_values_restorer(kind, context)
     for info in arg_infos(component.schema_class):
         if info.component is None or arguments.get(info.name) is None:
             continue
@@ -55,32 +54,27 @@ def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> 
         child_context = context if info.component == kind else ()
         if info.many and isinstance(value, list | tuple):
             arguments[info.name] = [
-                build_component(registry, info.component, item, *child_context) for item in value
+                _build_nested(registry, info.component, item, child_context) for item in value
             ]
         else:
-            arguments[info.name] = build_component(registry, info.component, value, *child_context)
-    restore()
+            arguments[info.name] = _build_nested(registry, info.component, value, child_context)
     count = _context_count(kind, implementation)
     _check_signature(component, implementation, context[:count], arguments)
     return implementation(*context[:count], **arguments)
 
 
-def _group_values_restorer(kind: str, context: Sequence[Any]) -> Callable[[], None]:
-    """Undoes what nested schedulers write into the optimizer's groups on construction.
+def _build_nested(registry: Registry, kind: str, spec: Any, context: Sequence[Any]) -> Any:
+    """Build a nested component; a nested scheduler's first writes into the groups are undone.
 
     A child built for a wrapper writes its first value into the groups it targets (a torch
-    scheduler: every group); only the wrapper's own writes may remain.
+    scheduler: every group); neither its siblings nor other schedulers may see that.
     """
     if kind != "scheduler" or not context:
-        return lambda: None
-    groups = context[0].param_groups
-    saved = [{k: g[k] for k in ("lr", "weight_decay") if k in g} for g in groups]
+        return build_component(registry, kind, spec, *context)
+    from plugtrain.scheduler import keep_group_values
 
-    def restore() -> None:
-        for group, values in zip(groups, saved, strict=False):
-            group.update(values)
-
-    return restore
+    with keep_group_values(context[0]):
+        return build_component(registry, kind, spec, *context)
 
 
 def _check_signature(

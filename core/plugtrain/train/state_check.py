@@ -22,7 +22,11 @@ import torch
 from plugtrain.attribution import describe_owner
 from plugtrain.train.checkpoint import CheckpointError
 
-__all__ = ["verify_first_checkpoint", "weights_only_problem"]
+__all__ = [
+    "round_trip_problems",
+    "verify_first_checkpoint",
+    "weights_only_problem",
+]
 
 RULE = (
     "keep only tensors, numbers, strings, None and lists, tuples and dicts of them in state_dict()"
@@ -40,19 +44,23 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
 
 
-def weights_only_problem(state: Any) -> str | None:
-    """Why ``state`` would not load back with ``weights_only=True``, or ``None`` when it does."""
+def _reloaded(state: Any) -> tuple[Any, str | None]:
+    """``state`` after ``torch.save`` and ``torch.load(weights_only=True)``, or why it fails."""
     buffer = io.BytesIO()
     try:
         torch.save(state, buffer)
     except Exception as exc:  # noqa: BLE001 - reported with the component's name
-        return f"it cannot be saved: {type(exc).__name__}: {exc}"
+        return None, f"it cannot be saved: {type(exc).__name__}: {exc}"
     buffer.seek(0)
     try:
-        torch.load(buffer, map_location="cpu", weights_only=True)
+        return torch.load(buffer, map_location="cpu", weights_only=True), None
     except Exception as exc:  # noqa: BLE001
-        return _reason(exc)
-    return None
+        return None, _reason(exc)
+
+
+def weights_only_problem(state: Any) -> str | None:
+    """Why ``state`` would not load back with ``weights_only=True``, or ``None`` when it does."""
+    return _reloaded(state)[1]
 
 
 def _loads(path: Path) -> bool:
@@ -101,3 +109,120 @@ def verify_first_checkpoint(
         f"from it (it was removed): " + "; ".join(found) + f". {RULE[0].upper()}{RULE[1:]}."
     )
     raise CheckpointError(message)
+
+
+# -- the contract check's round trip (plugtrain.testing) -----------------------------------
+
+
+def _tags_in(arguments: Mapping[str, Any]) -> list[str]:
+    tags = arguments.get("param_group_tags")
+    if isinstance(tags, str):
+        return [tags]
+    if isinstance(tags, list | tuple | set | frozenset):
+        return sorted(t for t in tags if isinstance(t, str))
+    return []
+
+
+def _optimizer_for(arguments: Mapping[str, Any]) -> torch.optim.Optimizer:
+    """SGD with an untagged group and one group per tag the scheduler asks for."""
+    groups: list[dict[str, Any]] = [{"params": [torch.zeros(2, requires_grad=True)]}]
+    groups += [
+        {"params": [torch.zeros(2, requires_grad=True)], "tags": tag} for tag in _tags_in(arguments)
+    ]
+    return torch.optim.SGD(groups, lr=0.1, weight_decay=0.01)
+
+
+def _values(optimizer: torch.optim.Optimizer) -> list[tuple[Any, Any]]:
+    return [(g.get("lr"), g.get("weight_decay")) for g in optimizer.param_groups]
+
+
+def _scheduler_round_trip(build: Any, arguments: Mapping[str, Any], steps: int) -> list[str]:
+    first = _optimizer_for(arguments)
+    scheduler = build(first, **arguments)
+    for _ in range(steps):
+        first.step()
+        scheduler.step()
+    loaded, problem = _reloaded(scheduler.state_dict())
+    if problem is not None:
+        return [f"its state_dict() does not load with weights_only=True: {problem}; {RULE}"]
+    second = _optimizer_for(arguments)
+    resumed = build(second, **arguments)
+    # as from a checkpoint: the optimizer (its groups' values) first, then the scheduler
+    second.load_state_dict(first.state_dict())
+    resumed.load_state_dict(loaded)
+    problems = []
+    for step in range(steps, 2 * steps + 1):
+        if _values(first) != _values(second):
+            problems.append(
+                f"after load_state_dict() at step {steps} it writes {_values(second)} at step "
+                f"{step}, the uninterrupted scheduler {_values(first)}: resume is not exact"
+            )
+            break
+        first.step()
+        scheduler.step()
+        second.step()
+        resumed.step()
+    return problems
+
+
+def _optimizer_round_trip(build: Any, arguments: Mapping[str, Any], steps: int) -> list[str]:
+    generator = torch.Generator().manual_seed(0)
+    start = torch.randn(4, 3, generator=generator)
+    gradients = [torch.randn(4, 3, generator=generator) for _ in range(2 * steps)]
+
+    def run(parameter: torch.Tensor, optimizer: Any, chosen: Sequence[torch.Tensor]) -> None:
+        for gradient in chosen:
+            parameter.grad = gradient.clone()
+            optimizer.step()
+
+    weight = start.clone().requires_grad_()
+    optimizer = build([weight], **arguments)
+    run(weight, optimizer, gradients[:steps])
+    loaded, problem = _reloaded(optimizer.state_dict())
+    if problem is not None:
+        return [f"its state_dict() does not load with weights_only=True: {problem}; {RULE}"]
+    copy = weight.detach().clone().requires_grad_()
+    resumed = build([copy], **arguments)
+    resumed.load_state_dict(loaded)
+    run(weight, optimizer, gradients[steps:])
+    run(copy, resumed, gradients[steps:])
+    if not torch.equal(weight.detach(), copy.detach()):
+        return [f"after load_state_dict() at step {steps} its updates differ: resume is not exact"]
+    return []
+
+
+def _model_round_trip(build: Any, arguments: Mapping[str, Any], steps: int) -> list[str]:
+    model = build(**arguments)
+    loaded, problem = _reloaded(model.state_dict())
+    if problem is not None:
+        return [f"its state_dict() does not load with weights_only=True: {problem}; {RULE}"]
+    build(**arguments).load_state_dict(loaded)
+    return []
+
+
+_ROUND_TRIPS = {
+    "scheduler": _scheduler_round_trip,
+    "optimizer": _optimizer_round_trip,
+    "model": _model_round_trip,
+}
+
+
+def round_trip_problems(
+    kind: str, build: Any, arguments: Mapping[str, Any], steps: int = 3
+) -> list[str] | None:
+    """What goes wrong when a component's state goes through a checkpoint and back.
+
+    The component is built from ``arguments`` (a scheduler on an SGD optimizer with a group per
+    tag it asks for, an optimizer on one 4x3 tensor), advanced ``steps`` steps, its
+    ``state_dict()`` saved and loaded with ``weights_only=True`` and loaded into a fresh one;
+    schedulers and optimizers must then continue exactly as the uninterrupted one.
+
+    :returns: the problems, or ``None`` for a kind whose state does not go into checkpoints.
+    """
+    check = _ROUND_TRIPS.get(kind)
+    if check is None:
+        return None
+    try:
+        return check(build, arguments, steps)
+    except Exception as exc:  # noqa: BLE001 - a contract check reports, it does not raise
+        return [f"cannot be built and stepped for the round trip: {type(exc).__name__}: {exc}"]
