@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from plugtrain import plugins
 from plugtrain._suggest import did_you_mean
+from plugtrain.attribution import attribute_error
 from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, ComponentInfo, Registry
@@ -244,7 +245,9 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
         loop = trainer.loop
         steps = args.steps or (loop and (loop.max_steps or loop.num_steps))
         specs = [spec.to_mapping() for spec in trainer.schedulers]
-        plot_schedules(specs, path, steps=steps or None, registry=run_registry)
+        # a stepped scheduler starts from the optimizer's lr
+        optimizer = trainer.optimizer.spec.to_mapping() if trainer.optimizer else None
+        plot_schedules(specs, path, steps or None, run_registry, optimizer=optimizer)
         out.write(f"{trainer.path}: schedules drawn in {path}\n")
         drawn += 1
     if not drawn:
@@ -364,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.traceback:
             raise
+        blamed = attribute_error(exc)  # a plugin's own code raised: name it, not plugtrain
+        if blamed is not None:
+            return _fail(args, blamed, EXIT_ERROR)
         sys.stderr.write(
             f"plugtrain: internal error: {type(exc).__name__}: {exc}\n"
             "(run again with --traceback for details)\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from plugtrain.config.nesting import nested_scheduler_problems
 from plugtrain.config.plan import (
     BackendPlan,
     ComponentSpec,
@@ -38,7 +39,7 @@ from plugtrain.schema import ArgInfo, arg_infos, check_arguments, validated_argu
 
 _S = TypeVar("_S")
 
-__all__ = ["TrainerPlan", "check_run", "plan_run", "render_path"]
+__all__ = ["TrainerPlan", "check_run", "plan_component", "plan_run", "render_path"]
 
 Path = tuple[str | int, ...]
 
@@ -160,7 +161,13 @@ class _Checker:
         if kind == "optimizer":
             tagging = self.tagging(arguments, (*path, name))
             arguments = _without(arguments, OPTIMIZER_TRAINER_KEYS)
+        before = len(self.issues)
         checked = self.schema(component.schema_class, arguments, (*path, name))
+        if kind == "scheduler" and len(self.issues) == before:  # children a wrapper refuses
+            for below, message, container, key in nested_scheduler_problems(
+                self.registry, str(name), component.schema_class, arguments, spec
+            ):
+                self.add((*path, name, *below), message, container, key, of_key=True)
         built = ComponentSpec(
             kind,
             str(name),
@@ -362,6 +369,20 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
         raise ConfigError(checker.issues)
     modules = data.get("plugins") or ()
     return RunPlan(source, tuple(plans), tuple(str(m) for m in modules))
+
+
+def plan_component(registry: Registry, kind: str, spec: Any, path: str = "") -> ComponentSpec:
+    """Validate one component written as ``{Name: {arguments}}`` (from Python) into its spec.
+
+    :param path: where it is, for messages (default: the kind).
+    :raises ConfigError: listing every problem.
+    """
+    checker = _Checker(registry)
+    where: Path = (path or kind,)
+    found = checker.component(kind, spec, where, None, None)
+    if checker.issues:
+        raise ConfigError(checker.issues)
+    return found.spec if isinstance(found, OptimizerPlan) else found
 
 
 def check_run(data: Any, registry: Registry, source: str = "<run>") -> list[TrainerPlan]:

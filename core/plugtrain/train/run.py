@@ -23,6 +23,7 @@ from plugtrain.config.plan import (
     ValidatePlan,
     plain,
 )
+from plugtrain.config.validate import plan_component
 from plugtrain.errors import PluginLoadError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
@@ -52,14 +53,18 @@ def _context_count(kind: str, implementation: Any) -> int:
     return len(context) if names == list(context) else 0
 
 
-def build_component(registry: Registry, spec: Any, *context: Any) -> Any:
-    """Build a validated component; nested components are built first.
+def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> Any:
+    """Build a component of ``kind``; nested components are built first.
 
-    :param spec: a :class:`~plugtrain.config.plan.ComponentSpec`; anything else (an object
-        already built, from Python) is returned as it is.
+    :param spec: a validated :class:`~plugtrain.config.plan.ComponentSpec` (from a plan), or a
+        ``{Name: {arguments}}`` mapping from Python, validated here first; anything else (an
+        object already built) is returned as it is.
     :param context: what the kind's constructors take first (the params of an optimizer, the
         optimizer of a scheduler); handed on to nested components of the same kind.
+    :raises ConfigError: for a mapping that does not validate, naming every problem.
     """
+    if isinstance(spec, Mapping):
+        spec = plan_component(registry, kind, spec)
     if not isinstance(spec, ComponentSpec):
         return spec
     component = registry.lookup(spec.kind, spec.name)
@@ -78,8 +83,19 @@ def build_component(registry: Registry, spec: Any, *context: Any) -> Any:
 def _build_child(
     registry: Registry, parent: ComponentSpec, child: Any, context: Sequence[Any]
 ) -> Any:
-    same_kind = isinstance(child, ComponentSpec) and child.kind == parent.kind
-    return build_component(registry, child, *(context if same_kind else ()))
+    """Build a nested component; a nested scheduler's first writes into the groups are undone.
+
+    A child built for a wrapper writes its first value into the groups it targets (a torch
+    scheduler: every group); neither its siblings nor other schedulers may see that.
+    """
+    if not isinstance(child, ComponentSpec) or child.kind != parent.kind:
+        return build_component(registry, getattr(child, "kind", ""), child)
+    if child.kind != "scheduler" or not context:
+        return build_component(registry, child.kind, child, *context)
+    from plugtrain.scheduler import keep_group_values
+
+    with keep_group_values(context[0]):
+        return build_component(registry, child.kind, child, *context)
 
 
 def _check_signature(
@@ -117,7 +133,7 @@ def _optimizer_factory(registry: Registry, plan: OptimizerPlan) -> Any:
         groups = build_param_groups(
             model, filters, exclude_from_weight_decay=plan.exclude_from_weight_decay
         )
-        return build_component(registry, plan.spec, groups)
+        return build_component(registry, "optimizer", plan.spec, groups)
 
     return make
 
@@ -144,14 +160,14 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
     from plugtrain.train.trainer import Trainer
 
     schedulers = [
-        (lambda optimizer, spec=spec: build_component(registry, spec, optimizer))
+        (lambda optimizer, spec=spec: build_component(registry, "scheduler", spec, optimizer))
         for spec in plan.schedulers
     ]
     optimizer = _optimizer_factory(registry, plan.optimizer) if plan.optimizer else None
     return Trainer(
         backend=_backend_for(plan.backend, registry, backends),
         model_dir=plan.model_dir,
-        model=lambda: build_component(registry, plan.model),
+        model=lambda: build_component(registry, "model", plan.model),
         optimizer=optimizer,
         schedulers=schedulers,
         loop=plan.loop,
@@ -189,15 +205,19 @@ def run_plan(plan: RunPlan, registry: Registry, *, mode: str = "fit") -> list[di
         metrics: dict[str, float] = {}
         fit = trainer_plan.fit
         if mode == "fit" and fit is not None:
-            train = build_component(registry, fit.train_dataloader)
-            val = build_component(registry, fit.val_dataloader) if fit.val_dataloader else None
+            train = build_component(registry, "dataloader", fit.train_dataloader)
+            val = (
+                build_component(registry, "dataloader", fit.val_dataloader)
+                if fit.val_dataloader
+                else None
+            )
             metrics = trainer.fit(train, val, **_ckpt_argument(fit))
             _plot_schedules(trainer_plan, trainer, registry)
         validate = trainer_plan.validate
         if validate is None and mode == "validate" and fit and fit.val_dataloader:
             validate = ValidatePlan(fit.val_dataloader)
         if validate is not None:
-            val = build_component(registry, validate.val_dataloader)
+            val = build_component(registry, "dataloader", validate.val_dataloader)
             metrics = trainer.validate(val, **_ckpt_argument(validate))
         results.append(metrics)
     for backend in backends.values():
@@ -225,5 +245,7 @@ def _plot_schedules(plan: TrainerPlan, trainer: Any, registry: Registry) -> None
 
     target = Path(trainer.model_dir) / "schedule.png"
     specs = [spec.to_mapping() for spec in plan.schedulers]
-    plot_schedules(specs, target, steps=trainer.global_step or None, registry=registry)
+    optimizer = plan.optimizer.spec.to_mapping() if plan.optimizer else None
+    steps = trainer.global_step or None
+    plot_schedules(specs, target, steps=steps, registry=registry, optimizer=optimizer)
     log.info("schedule plot written to %s", target)
