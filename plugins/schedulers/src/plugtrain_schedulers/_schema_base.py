@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.schema import Problem, about, arg
 from plugtrain_schedulers._tags import tag_problems
 from plugtrain_schedulers.curves import Curve
 
@@ -74,14 +74,15 @@ class ScheduleSchema:
         raise NotImplementedError
 
     @staticmethod
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str | Problem]:
         """Messages for broken rules that involve several arguments (learning-rate names)."""
         return ()
 
     @classmethod
-    def cross_check(cls, arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(cls, arguments: Mapping[str, Any]) -> Iterator[str | Problem]:
         """Every rule across arguments, with ``param_group_tags`` checked first."""
-        yield from tag_problems(arguments.get("param_group_tags"))
+        for message in tag_problems(arguments.get("param_group_tags")):
+            yield about("param_group_tags", message)
         yield from cls.rules(arguments, _same_name)
 
 
@@ -117,7 +118,7 @@ def weight_decay_twin(lr_schema: type[ScheduleSchema], name: str) -> type[Schedu
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
         return lr_curve({to_lr.get(k, k): v for k, v in arguments.items()}, child_curve)
 
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str | Problem]:
         renamed = {to_lr.get(k, k): v for k, v in arguments.items()}
         return lr_rules(renamed, lambda key: to_wd.get(key, key))
 
