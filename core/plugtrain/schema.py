@@ -398,8 +398,8 @@ def argument_problems(
         meta = _meta(field)
         if field.name not in renamed:
             if field.default is attrs.NOTHING:
-                message = f"missing required argument '{field.name}'"
-                problems.append(ArgumentProblem(field.name, message))
+                missing = f"missing required argument '{field.name}'"
+                problems.append(ArgumentProblem(field.name, missing))
             else:
                 complete[field.name] = _default_of(field)
             continue
