@@ -150,3 +150,65 @@ def test_bind_arguments_keeps_only_what_was_given():
     }
     with pytest.raises(TypeError):
         bind_arguments(signature, ["P", 0.1], {"lr": 0.2})
+
+
+@attrs.frozen
+class RuleArgs:
+    """A schema whose rules name the arguments they are about."""
+
+    low: float = arg(0.0, aliases=("minimum",))
+    high: float = arg(1.0)
+    mode: str = arg("a")
+
+    @staticmethod
+    def cross_check(arguments):
+        from plugtrain.schema import about
+
+        if arguments["low"] > arguments["high"]:
+            yield about(("high", "low"), "high must not be below low")
+        if arguments["mode"] == "b":
+            yield about("mode", "mode 'b' is retired")
+        if arguments["mode"] == "c":
+            yield "mode 'c' needs the whole component"
+
+
+def test_a_cross_check_message_is_keyed_by_the_first_given_argument_it_names():
+    from plugtrain.schema import argument_problems
+
+    assert argument_problems(RuleArgs, {"low": 3.0, "high": 2.0}) == [
+        ("high", "high must not be below low", True)
+    ]
+    # high left at its default: the message goes to low, under the alias it was written as.
+    assert check_arguments(RuleArgs, {"minimum": 3.0}) == [
+        ("minimum", "high must not be below low")
+    ]
+    assert check_arguments(RuleArgs, {"mode": "b"}) == [("mode", "mode 'b' is retired")]
+    assert check_arguments(RuleArgs, {"mode": "c"}) == [("", "mode 'c' needs the whole component")]
+
+
+def test_a_named_argument_left_at_its_default_places_the_message_at_the_component():
+    @attrs.frozen
+    class Defaults:
+        """A rule that fires on defaults."""
+
+        x: int = arg(1)
+
+        @staticmethod
+        def cross_check(arguments):
+            from plugtrain.schema import about
+
+            yield about("x", "x is never right")
+
+    assert check_arguments(Defaults, {}) == [("", "x is never right")]
+    with pytest.raises(ConfigError, match=r"^Defaults: x is never right$"):
+        validated_arguments(Defaults, {}, owner="Defaults")
+
+
+def test_a_bad_value_given_under_an_alias_is_keyed_by_the_alias():
+    from plugtrain.schema import argument_problems
+
+    assert argument_problems(Args, {"learning_rate": -1}) == [
+        ("learning_rate", "must be >= 0, got -1", False)
+    ]
+    with pytest.raises(ConfigError, match=r"Opt\.learning_rate: must be >= 0, got -1"):
+        validated_arguments(Args, {"learning_rate": -1}, owner="Opt")

@@ -11,9 +11,16 @@ does not import torch, so listing, describing and validating never import an imp
         momentum: float = arg(0.0, ge=0)
 
 The field's annotation is its type (checked as in :func:`matches_type`), :func:`arg`'s keywords
-are its constraints. A schema may define ``cross_check(arguments) -> Iterable[str]`` (a
-staticmethod) for rules that involve several arguments; it receives every argument with defaults
-filled in and yields one message per broken rule.
+are its constraints. A schema may define ``cross_check(arguments)`` (a staticmethod) for rules
+that involve several arguments; it receives every argument (canonical names, defaults filled in)
+and yields one message per broken rule: :func:`about` when the message is about particular
+arguments (a run file then places it at the first of them that is written), a plain string when
+it is about the component as a whole::
+
+        @staticmethod
+        def cross_check(arguments):
+            if arguments["nesterov"] and arguments["momentum"] <= 0:
+                yield about(("nesterov", "momentum"), "nesterov=True needs momentum > 0")
 """
 
 from __future__ import annotations
@@ -28,11 +35,17 @@ from typing import Any
 
 import attrs
 
+from plugtrain._problems import ArgumentProblem, Problem, about, cross_check_problem
+
 __all__ = [
     "REQUIRED",
     "ArgInfo",
+    "ArgumentProblem",
+    "Problem",
+    "about",
     "arg",
     "arg_infos",
+    "argument_problems",
     "bind_arguments",
     "canonical_arguments",
     "check_arguments",
@@ -302,6 +315,14 @@ def canonical_arguments(
     :returns: the renamed arguments and a list of ``(key, message)`` problems: an argument given
         under two names, or a key the schema does not know (with a suggestion).
     """
+    renamed, _written, _alias_of, problems = _canonical(schema, arguments)
+    return renamed, problems
+
+
+def _canonical(
+    schema: type, arguments: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str], dict[str, str], list[tuple[str, str]]]:
+    """Renamed arguments, canonical name -> key as written, alias -> canonical, problems."""
     alias_of: dict[str, str] = {}
     names = []
     for field, _hint in _fields(schema):
@@ -309,7 +330,7 @@ def canonical_arguments(
         for alias in _meta(field).aliases:
             alias_of[alias] = field.name
     renamed: dict[str, Any] = {}
-    origin: dict[str, str] = {}
+    written: dict[str, str] = {}
     problems: list[tuple[str, str]] = []
     for key, value in arguments.items():
         if value is REQUIRED:
@@ -320,12 +341,12 @@ def canonical_arguments(
             continue
         if canonical in renamed:
             problems.append(
-                (key, f"'{key}' and '{origin[canonical]}' name the same argument; give only one")
+                (key, f"'{key}' and '{written[canonical]}' name the same argument; give only one")
             )
             continue
         renamed[canonical] = value
-        origin[canonical] = key
-    return renamed, problems
+        written[canonical] = key
+    return renamed, written, alias_of, problems
 
 
 def _unknown_argument_message(key: str, known: list[str]) -> str:
@@ -348,29 +369,54 @@ def check_arguments(
     :param arguments: argument name to value, as written (aliases allowed).
     :param nested: called as ``nested(kind, value, key)`` for each nested-component argument;
         returns problems as ``(dotted key relative to this component, message)``.
-    :returns: ``(key, message)`` pairs; empty when the arguments are valid.
+    :returns: ``(key, message)`` pairs (as :func:`argument_problems`, without ``of_key``); empty
+        when the arguments are valid.
     """
-    renamed, problems = canonical_arguments(schema, arguments)
+    return [(p.key, p.message) for p in argument_problems(schema, arguments, nested=nested)]
+
+
+def argument_problems(
+    schema: type,
+    arguments: Mapping[str, Any],
+    *,
+    nested: Callable[[str, Any, str], list[tuple[str, str]]] | None = None,
+) -> list[ArgumentProblem]:
+    """Every problem of ``arguments``, each keyed by the argument it is about, as written.
+
+    Field checks come first; ``cross_check`` runs only when they all pass, and each of its
+    :func:`about` messages is keyed by the first of its arguments that was given (a plain string,
+    or none of them given: key ``""``).
+
+    :param schema: the component's attrs schema class.
+    :param arguments: argument name to value, as written (aliases allowed).
+    :param nested: as for :func:`check_arguments`.
+    """
+    renamed, written, alias_of, found = _canonical(schema, arguments)
+    problems = [ArgumentProblem(key, message, of_key=True) for key, message in found]
     complete: dict[str, Any] = {}
     for field, hint in _fields(schema):
         meta = _meta(field)
         if field.name not in renamed:
             if field.default is attrs.NOTHING:
-                problems.append((field.name, f"missing required argument '{field.name}'"))
+                missing = f"missing required argument '{field.name}'"
+                problems.append(ArgumentProblem(field.name, missing))
             else:
                 complete[field.name] = _default_of(field)
             continue
         value = renamed[field.name]
         complete[field.name] = value
+        key = written[field.name]
         message = _value_problem(value, hint, field, meta)
         if message is not None:
-            problems.append((field.name, message))
+            problems.append(ArgumentProblem(key, message))
         elif meta.component is not None and nested is not None:
-            problems.extend(nested(meta.component, value, field.name))
+            problems.extend(ArgumentProblem(k, m) for k, m in nested(meta.component, value, key))
     if not problems:
         cross_check = getattr(schema, "cross_check", None)
         if cross_check is not None:
-            problems.extend(("", message) for message in cross_check(complete))
+            problems.extend(
+                cross_check_problem(found, written, alias_of) for found in cross_check(complete)
+            )
     return problems
 
 

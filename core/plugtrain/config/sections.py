@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.schema import Problem, about, arg
 
 __all__ = [
     "CheckpointSettings",
@@ -70,11 +70,12 @@ class CheckpointSettings:
     checkpoint_name: str = arg("checkpoint_{step}.mdl", help="file name; must contain {step}")
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """The file name must distinguish steps."""
         name = arguments["checkpoint_name"]
         if "{step}" not in name or "/" in name:
-            yield f"checkpoint_name must contain '{{step}}' and no '/', got {name!r}"
+            message = f"checkpoint_name must contain '{{step}}' and no '/', got {name!r}"
+            yield about("checkpoint_name", message)
 
 
 @attrs.frozen

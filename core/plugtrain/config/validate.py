@@ -35,7 +35,13 @@ from plugtrain.config.sections import (
 from plugtrain.config.yaml_loader import LocatedDict, location_of
 from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
 from plugtrain.registry import Registry
-from plugtrain.schema import ArgInfo, arg_infos, check_arguments, validated_arguments
+from plugtrain.schema import (
+    ArgInfo,
+    arg_infos,
+    argument_problems,
+    check_arguments,
+    validated_arguments,
+)
 
 _S = TypeVar("_S")
 
@@ -89,10 +95,9 @@ class _Checker:
             where = mapping if parent is None else parent
             self.add(path, f"must be a mapping, got {type(mapping).__name__}", where, name)
             return None
-        for key, message in check_arguments(schema, mapping):
+        for key, message, of_key in argument_problems(schema, mapping):
             if key and key in mapping:
-                is_key_problem = message.startswith(("unknown argument", f"'{key}' and"))
-                self.add((*path, key), message, mapping, key, of_key=is_key_problem)
+                self.add((*path, key), message, mapping, key, of_key=of_key)
             elif key:
                 self.add((*path, key), message, mapping)
             else:
