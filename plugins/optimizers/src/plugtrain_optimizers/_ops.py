@@ -121,6 +121,52 @@ class ListOps:
         for out, x in zip(outs, xs, strict=True):
             torch.sqrt(x, out=out)
 
+    def _into(self, outs: Tensors, xs: Tensors, inplace: str, *args: object) -> None:
+        """``out = op(x, *args)``: per tensor with ``out=`` for one tensor, else copy + in place."""
+        if self.foreach and len(outs) > 1:
+            torch._foreach_copy_(outs, xs)  # type: ignore[arg-type]
+            getattr(torch, f"_foreach_{inplace}_")(outs, *args)
+            return
+        op = getattr(torch, inplace)
+        for i, (out, x) in enumerate(zip(outs, xs, strict=True)):
+            values = [a[i] if isinstance(a, list | tuple) else a for a in args]
+            op(x, *values, out=out)
+
+    def lerp_into(self, outs: Tensors, xs: Tensors, ys: Tensors, weight: float) -> None:
+        """``out = x + weight * (y - x)``."""
+        self._into(outs, xs, "lerp", list(ys), weight)
+
+    def add_scalar_into(self, outs: Tensors, xs: Tensors, scalar: float) -> None:
+        """``out = x + s``."""
+        self._into(outs, xs, "add", scalar)
+
+    def mul_into(self, outs: Tensors, xs: Tensors, ys: Tensors) -> None:
+        """``out = x * y`` elementwise."""
+        self._into(outs, xs, "mul", list(ys))
+
+    def div_into(self, outs: Tensors, xs: Tensors, ys: Tensors) -> None:
+        """``out = x / y`` elementwise."""
+        self._into(outs, xs, "div", list(ys))
+
+    def abs_into(self, outs: Tensors, xs: Tensors) -> None:
+        """``out = |x|``."""
+        self._into(outs, xs, "abs")
+
+    def sign_into(self, outs: Tensors, xs: Tensors) -> None:
+        """``out = sign(x)``."""
+        self._into(outs, xs, "sign")
+
+    def clamp_(self, xs: Tensors, low: float | None, high: float | None) -> None:
+        """``x = min(max(x, low), high)``."""
+        if self.foreach:
+            if low is not None:
+                torch._foreach_clamp_min_(xs, low)  # type: ignore[arg-type]
+            if high is not None:
+                torch._foreach_clamp_max_(xs, high)  # type: ignore[arg-type]
+        else:
+            for x in xs:
+                x.clamp_(low, high)
+
     def reciprocal_(self, xs: Tensors) -> None:
         """``x = 1 / x``."""
         if self.foreach:

@@ -40,6 +40,16 @@ def _foreach() -> Any:
     return arg(None, help="multi-tensor (foreach) path; None or True: yes, False: per tensor")
 
 
+def _flat() -> Any:
+    return arg(
+        False,
+        help=(
+            "keep each param group's parameters, gradients and state in one buffer per device "
+            "and dtype (faster with many small tensors)"
+        ),
+    )
+
+
 def _fused() -> Any:
     return arg(None, help="torch's fused Adam kernel; None: where it gives the same numbers")
 
@@ -59,6 +69,7 @@ class SGDArgs:
     nesterov: bool = arg(False, help="use Nesterov momentum (needs momentum > 0, dampening 0)")
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
@@ -85,6 +96,7 @@ class AdamArgs:
     weight_decay: float = _wd()
     amsgrad: bool = arg(False, help="keep the running maximum of the second moment")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
     fused: bool | None = _fused()
 
 
@@ -99,6 +111,7 @@ class AdamWArgs:
     correct_bias: bool = arg(True, help="apply the bias correction of both moments")
     amsgrad: bool = arg(False, help="keep the running maximum of the second moment")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
     fused: bool | None = _fused()
 
     @staticmethod
@@ -118,6 +131,7 @@ class AdamaxArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -130,6 +144,7 @@ class AdadeltaArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -143,6 +158,7 @@ class AdagradArgs:
     eps: float = _eps(1e-6)
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -156,6 +172,7 @@ class ASGDArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -168,6 +185,7 @@ class NAdamArgs:
     weight_decay: float = _wd()
     momentum_decay: float = arg(4e-3, help="momentum decay psi", ge=0)
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -179,6 +197,7 @@ class RAdamArgs:
     eps: float = _eps(1e-6)
     weight_decay: float = _wd()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -192,6 +211,7 @@ class RMSpropArgs:
     momentum: float = arg(0.0, help="momentum factor", ge=0)
     centered: bool = arg(False, help="normalise by the estimated variance of the gradient")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -202,6 +222,7 @@ class RpropArgs:
     etas: tuple[float, float] = arg((0.5, 1.2), help="(decrease, increase) factors", gt=0)
     step_sizes: tuple[float, float] = arg((1e-6, 50.0), help="(minimal, maximal) step", ge=0)
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
@@ -224,6 +245,7 @@ class LambArgs:
     weight_decay: float = _wd("weight decay added to the Adam ratio before the trust ratio")
     adam: bool = arg(False, help="use a trust ratio of 1 (plain Adam-style update)")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -234,6 +256,7 @@ class LionArgs:
     betas: tuple[float, float] = _betas((0.9, 0.99))
     weight_decay: float = _wd("decoupled weight decay: p *= 1 - lr * weight_decay")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -250,6 +273,7 @@ class AdafactorArgs:
     relative_step: bool = arg(False, help="time-dependent learning rate (only False)")
     warmup_init: bool = arg(False, help="warm-up initialisation (only False)")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
@@ -279,10 +303,10 @@ class MuonArgs:
     nesterov: bool = arg(True, help="use Nesterov momentum")
     ns_steps: int = arg(5, help="Newton-Schulz iterations", ge=1)
     ns_dtype: str = arg(
-        "float32",
+        "bfloat16",
         help=(
-            "precision of the Newton-Schulz iterations: float32 (float64 parameters stay float64)"
-            " or bfloat16 (as torch.optim.Muon; faster where bfloat16 matmuls are)"
+            "precision of the Newton-Schulz iterations: bfloat16 (as torch.optim.Muon) or "
+            "float32 (float64 parameters stay float64)"
         ),
         choices=("float32", "bfloat16"),
     )
@@ -292,6 +316,7 @@ class MuonArgs:
     fallback_betas: tuple[float, float] = _betas((0.9, 0.95), "fallback AdamW moment")
     fallback_eps: float = _eps(1e-8)
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
