@@ -72,7 +72,8 @@ def test_flat_layout_gives_the_same_numbers(train, name):
         assert sorted(a[i]) == sorted(b[i])
         for key, value in a[i].items():
             if isinstance(value, torch.Tensor):
-                assert b[i][key].shape == value.shape and b[i][key].dtype == value.dtype
+                assert b[i][key].shape == value.shape
+                assert b[i][key].dtype == value.dtype
 
 
 def _saved(opt) -> io.BytesIO:

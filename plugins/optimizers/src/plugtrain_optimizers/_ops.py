@@ -136,6 +136,10 @@ class ListOps:
         """``out = x + weight * (y - x)``."""
         self._into(outs, xs, "lerp", list(ys), weight)
 
+    def mul_scalar_into(self, outs: Tensors, xs: Tensors, scalar: float) -> None:
+        """``out = x * s``."""
+        self._into(outs, xs, "mul", scalar)
+
     def add_scalar_into(self, outs: Tensors, xs: Tensors, scalar: float) -> None:
         """``out = x + s``."""
         self._into(outs, xs, "add", scalar)
@@ -148,6 +152,15 @@ class ListOps:
         """``out = x / y`` elementwise."""
         self._into(outs, xs, "div", list(ys))
 
+    def rdiv_(self, xs: Tensors, ys: Tensors) -> None:
+        """``x = y / x`` (one division per tensor; reciprocal and product for many)."""
+        if self.foreach and len(xs) > 1:
+            torch._foreach_reciprocal_(xs)  # type: ignore[arg-type]
+            torch._foreach_mul_(xs, ys)  # type: ignore[arg-type]
+            return
+        for x, y in zip(xs, ys, strict=True):
+            torch.div(y, x, out=x)
+
     def abs_into(self, outs: Tensors, xs: Tensors) -> None:
         """``out = |x|``."""
         self._into(outs, xs, "abs")
@@ -156,13 +169,11 @@ class ListOps:
         """``out = sign(x)``."""
         self._into(outs, xs, "sign")
 
-    def clamp_(self, xs: Tensors, low: float | None, high: float | None) -> None:
-        """``x = min(max(x, low), high)``."""
-        if self.foreach:
-            if low is not None:
-                torch._foreach_clamp_min_(xs, low)  # type: ignore[arg-type]
-            if high is not None:
-                torch._foreach_clamp_max_(xs, high)  # type: ignore[arg-type]
+    def clamp_(self, xs: Tensors, low: float, high: float) -> None:
+        """``x = min(max(x, low), high)`` (one pass per tensor; two foreach calls for many)."""
+        if self.foreach and len(xs) > 4:
+            torch._foreach_clamp_min_(xs, low)  # type: ignore[arg-type]
+            torch._foreach_clamp_max_(xs, high)  # type: ignore[arg-type]
         else:
             for x in xs:
                 x.clamp_(low, high)

@@ -137,36 +137,42 @@ class Adafactor(PlugtrainOptimizer):
             torch.cat([x.reshape(-1, rows_n, cols_n) for x in gs], out=g)
         step = rows_n if not dense else max(1, block_elements() // (batch * cols_n))
         spans = [(r, min(r + step, rows_n)) for r in range(0, rows_n, step)]
-        row_factor, col_factor = self._factors(g, spans, states, beta, hyper.eps1, k)
-
-        def update(r0: int, r1: int) -> torch.Tensor:
-            out = self._work((batch, r1 - r0, cols_n), g, 1)
-            torch.mul(row_factor[:, r0:r1], col_factor, out=out)
-            return out.mul_(g[:, r0:r1])
-
-        # Pass 2: the RMS of each tensor's update.
-        squares = torch.zeros(k, dtype=torch.float64)
-        for r0, r1 in spans:
-            norms = torch.linalg.vector_norm(
-                update(r0, r1).view(k, -1), dim=-1, dtype=_norm_dtype(g)
-            )
-            squares += norms.double().square().cpu()
-        update_rms = [math.sqrt(sq) / r for sq, r in zip(squares.tolist(), roots, strict=True)]
+        row_factor, col_factor, squares = self._factors(g, spans, states, beta, hyper.eps1, k)
+        # Pass 2 (several row blocks only; one block keeps g^2 from pass 1): the update's RMS,
+        # sum_r rf_r^2 sum_c cf_c^2 g_rc^2, as a matrix-vector product per row block.
+        col_sq = col_factor.to(_acc_dtype(g)).square().mT  # (batch, C, 1)
+        row_sq = row_factor.to(_acc_dtype(g)).square()  # (batch, R, 1)
+        if squares is None:
+            total = torch.zeros(batch, dtype=col_sq.dtype, device=g.device)
+            for r0, r1 in spans:
+                u = self._work((batch, r1 - r0, cols_n), g, 0, _acc_dtype(g))
+                torch.mul(g[:, r0:r1], g[:, r0:r1], out=u)
+                total += (torch.bmm(u, col_sq) * row_sq[:, r0:r1]).sum(dim=(-2, -1))
+            squares = total
+        per_tensor = squares.view(k, -1).sum(-1).tolist()
+        update_rms = [math.sqrt(sq) / r for sq, r in zip(per_tensor, roots, strict=True)]
         scales = [-rho / max(u / hyper.clip, 1.0) for rho, u in zip(rhos, update_rms, strict=True)]
-        # Pass 3: the decay and the update.
+        # Pass 3: the decay, then p += (scale * rf) (x) cf * g.
         if hyper.wd != 0:
             torch._foreach_mul_(ps, [1 - hyper.wd * rho for rho in rhos])
-        if len(spans) == 1:
-            out = update(0, rows_n).view(k, -1)
-            if k == 1:
-                ps[0].add_(out.view(shape), alpha=scales[0])
-            else:
-                out.mul_(torch.tensor(scales, dtype=out.dtype, device=out.device).unsqueeze(-1))
-                torch._foreach_add_(ps, [x.view(shape) for x in out.unbind(0)])
+        scale = torch.tensor(scales, dtype=row_factor.dtype, device=g.device)
+        scaled_rows = (row_factor.view(k, -1, rows_n, 1) * scale.view(k, 1, 1, 1)).view(
+            batch, rows_n, 1
+        )
+        if k > 1:
+            out = self._work((batch, rows_n, cols_n), g, 1)
+            torch.mul(g, scaled_rows, out=out)
+            out.mul_(col_factor)
+            torch._foreach_add_(ps, [x.view(shape) for x in out.view(k, -1).unbind(0)])
             return
-        target = ps[0].view(batch, rows_n, cols_n)
+        target = ps[0].view(batch, rows_n, cols_n) if dense else None
         for r0, r1 in spans:
-            target[:, r0:r1].add_(update(r0, r1), alpha=scales[0])
+            out = self._work((batch, r1 - r0, cols_n), g, 1)
+            torch.mul(g[:, r0:r1], scaled_rows[:, r0:r1], out=out)
+            if target is None:
+                ps[0].addcmul_(out.view(shape), col_factor.view(*shape[:-2], 1, cols_n))
+            else:
+                target[:, r0:r1].addcmul_(out, col_factor)
 
     def _factors(
         self,
@@ -176,28 +182,29 @@ class Adafactor(PlugtrainOptimizer):
         beta: float,
         eps1: float,
         k: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pass 1: update the row/column statistics from ``u = g^2 + eps1``; their factors."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Pass 1: update the row/column statistics of ``u = g^2 + eps1``; return the factors.
+
+        ``mean(g^2) + eps1`` stands for ``mean(g^2 + eps1)`` (equal up to rounding). With a single
+        row block, ``g^2`` is still in cache for the update's RMS, which is returned too.
+        """
         batch, rows_n, cols_n = g.shape
         row_state = [s["exp_avg_sq_row"] for s in states]
         col_state = [s["exp_avg_sq_col"] for s in states]
         row = torch.cat([r.reshape(-1, rows_n) for r in row_state])
         col = torch.cat([c.reshape(-1, cols_n) for c in col_state])
-        # Pass 1: row and column means of u = g^2 + eps1.
-        row_mean = torch.empty_like(row)
-        col_mean = None
+        row_mean = torch.empty(batch, rows_n, dtype=_acc_dtype(g), device=g.device)
+        col_mean = torch.zeros(batch, cols_n, dtype=_acc_dtype(g), device=g.device)
+        u = g
         for r0, r1 in spans:
-            u = self._work((batch, r1 - r0, cols_n), g, 0)
+            u = self._work((batch, r1 - r0, cols_n), g, 0, _acc_dtype(g))
             torch.mul(g[:, r0:r1], g[:, r0:r1], out=u)
-            u.add_(eps1)
-            row_mean[:, r0:r1] = u.mean(dim=-1)
-            part = u.mean(dim=-2) if len(spans) == 1 else u.sum(dim=-2)
-            col_mean = part if col_mean is None else col_mean.add_(part)
-        assert col_mean is not None
+            torch.mean(u, dim=-1, out=row_mean[:, r0:r1])
+            col_mean += u.sum(dim=-2) if len(spans) > 1 else u.mean(dim=-2)
         if len(spans) > 1:
             col_mean.div_(rows_n)
-        row.mul_(beta).add_(row_mean, alpha=1 - beta)
-        col.mul_(beta).add_(col_mean, alpha=1 - beta)
+        row.mul_(beta).add_(row_mean.add_(eps1), alpha=1 - beta)
+        col.mul_(beta).add_(col_mean.add_(eps1), alpha=1 - beta)
         torch._foreach_copy_(
             row_state, [x.view_as(r) for x, r in zip(row.chunk(k), row_state, strict=True)]
         )
@@ -206,12 +213,23 @@ class Adafactor(PlugtrainOptimizer):
         )
         row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt_().unsqueeze(-1)
         col_factor = col.unsqueeze(-2).rsqrt()
+        squares = None
+        if len(spans) == 1:
+            weights = col_factor.to(u.dtype).square().mT
+            rows_sq = row_factor.to(u.dtype).square()
+            squares = (torch.bmm(u, weights) * rows_sq).sum(dim=(-2, -1))
+        return row_factor, col_factor, squares
 
-        return row_factor, col_factor
-
-    def _work(self, shape: tuple[int, ...], like: torch.Tensor, slot: int) -> torch.Tensor:
+    def _work(
+        self,
+        shape: tuple[int, ...],
+        like: torch.Tensor,
+        slot: int,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
         """A cache-resident work buffer of ``shape`` (block scratch ``slot``)."""
-        return self.work_buffer(math.prod(shape), like.device, like.dtype, slot).view(shape)
+        dtype = dtype or like.dtype
+        return self.work_buffer(math.prod(shape), like.device, dtype, slot + 8).view(shape)
 
 
 @attrs.frozen
@@ -221,5 +239,6 @@ class _Hyper:
     clip: float
 
 
-def _norm_dtype(x: torch.Tensor) -> torch.dtype:
+def _acc_dtype(x: torch.Tensor) -> torch.dtype:
+    """Sums of squares in float32 at least (float64 for float64 tensors)."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32

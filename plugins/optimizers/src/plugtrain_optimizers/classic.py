@@ -49,11 +49,11 @@ class Adadelta(PlugtrainOptimizer):
             ops.mul_(sqs, rho)
             ops.addcmul_(sqs, gs, gs, 1 - rho)
             std, delta = self.block_scratch(ps, 0), self.block_scratch(ps, 1)
+            # sqrt(a + eps) / sqrt(s + eps) as one root of the quotient (equal up to rounding).
             ops.add_scalar_into(std, sqs, eps)
-            ops.sqrt_(std)
             ops.add_scalar_into(delta, accs, eps)
-            ops.sqrt_(delta)
             ops.div_t_(delta, std)
+            ops.sqrt_(delta)
             ops.mul_t_(delta, gs)
             ops.mul_(accs, rho)
             ops.addcmul_(accs, delta, delta, 1 - rho)

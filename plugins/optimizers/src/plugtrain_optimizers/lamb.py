@@ -78,8 +78,7 @@ class Lamb(PlugtrainOptimizer):
         """``out = m / (sqrt(v) + eps) + wd p``."""
         ops.sqrt_into(out, vs)
         ops.add_scalar_(out, eps)
-        ops.reciprocal_(out)
-        ops.mul_t_(out, ms)
+        ops.rdiv_(out, ms)
         if wd != 0:
             ops.add_(out, ps, alpha=wd)
 
