@@ -22,10 +22,23 @@ __all__ = ["BLOCK_ELEMENTS", "FlatLayout", "block_elements", "split_blocks"]
 
 BLOCK_ELEMENTS = 1 << 19
 """Elements of each list per block (2 MiB of float32: a few lists fit the last-level cache)."""
+_DEFAULT_BLOCK = BLOCK_ELEMENTS
+
+
+UNBLOCKED = 1 << 62
+"""Block size with several intra-op threads: tensors are not cut (:func:`block_elements`)."""
 
 
 def block_elements() -> int:
-    """The block size in force (read at each call, so tests can make blocks tiny)."""
+    """The block size in force (read at each call, so tests can make blocks tiny).
+
+    :data:`BLOCK_ELEMENTS` with one intra-op thread. With several, every operation on a block
+    is a parallel region whose threads must all be scheduled before it ends; on a busy machine
+    thousands of them per step cost far more than the cache saves (measured: 10-30x slower on
+    the 2-core benchmark machine under load), so tensors are then not cut.
+    """
+    if torch.get_num_threads() > 1 and BLOCK_ELEMENTS == _DEFAULT_BLOCK:
+        return UNBLOCKED
     return BLOCK_ELEMENTS
 
 

@@ -37,9 +37,9 @@ class Lamb(PlugtrainOptimizer):
         """One Lamb step over ``params``.
 
         Tensors that fit a cache block are done a block at a time: moments, ``r`` (in block
-        scratch), both norms, the update. A larger tensor is cut into blocks and passed twice:
-        the first pass updates the moments and sums ``|r|^2`` per block, the second recomputes
-        ``r`` from the moments and applies it, so nothing parameter-sized is ever stored.
+        scratch), both norms, the update. A larger tensor is cut into blocks: one pass
+        updates the moments, writes ``r`` into a parameter-sized work buffer (kept between
+        steps, never saved) and sums ``|r|^2`` per block; then ``r`` is applied.
         """
         lr, eps = as_float(group["lr"]), as_float(group["eps"])
         beta1, beta2 = (as_float(b) for b in group["betas"])
@@ -116,18 +116,17 @@ class Lamb(PlugtrainOptimizer):
             [[t[start : start + block]] for t in flat] for start in range(0, p.numel(), block)
         ]
         weight_norm = 0.0 if adam else ops.norms([p])[0]
+        # r goes to a parameter-sized work buffer a block at a time (pass 1), then into p.
+        ratio = self.work_buffer(p.numel(), p.device, p.dtype, 4)
         squares = 0.0
-        for ps, gs, ms, vs in pieces:
+        for start, (ps, gs, ms, vs) in zip(range(0, p.numel(), block), pieces, strict=True):
             self._moments(ops, gs, ms, vs, beta1, beta2)
+            out = [ratio[start : start + ps[0].numel()]]
+            self._ratio(ops, out, ps, ms, vs, eps, wd)
             if not adam:
-                ratio = self.block_scratch(ps, 0)
-                self._ratio(ops, ratio, ps, ms, vs, eps, wd)
-                squares += ops.norms(ratio)[0] ** 2
+                squares += ops.norms(out)[0] ** 2
         scale = -lr if adam else -lr * _trust(weight_norm, squares**0.5)
-        for ps, _, ms, vs in pieces:
-            ratio = self.block_scratch(ps, 0)
-            self._ratio(ops, ratio, ps, ms, vs, eps, wd)
-            ops.add_(ps, ratio, alpha=scale)
+        p.add_(ratio.view(p.shape), alpha=scale)
 
 
 def _trust(weight_norm: float, ratio_norm: float) -> float:
