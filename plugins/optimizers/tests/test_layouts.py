@@ -137,3 +137,34 @@ def test_backward_writes_gradients_into_the_flat_buffer():
     saved = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(saved)
     assert all(start <= p.grad.data_ptr() < stop for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", ["Adafactor", "Lamb", "Muon", "Rprop", "AdamW"])
+def test_same_shaped_parameters_batched_flat_and_per_tensor_agree(name):
+    """Several parameters of one shape: stacked (plain), viewed in place (flat), one by one."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(4, 6)] * 5 + [(6,), (3, 2, 6)]
+    start = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
+    grads = [[torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes] for _ in range(4)]
+    kwargs = {"lr": 0.05} if name == "Rprop" else {"lr": 0.05, "weight_decay": 0.01}
+    if name == "Muon":
+        kwargs["ns_dtype"] = "float32"
+    results = {}
+    for label, extra in {
+        "per tensor": {"foreach": False},
+        "plain": {},
+        "flat": {"flat": True},
+    }.items():
+        params = [torch.nn.Parameter(t.clone()) for t in start]
+        opt = plugtrain.resolve("optimizer", name)(params, **kwargs, **extra)
+        for step in grads:
+            for p, g in zip(params, step, strict=True):
+                if p.grad is None:
+                    p.grad = g.clone()
+                else:
+                    p.grad.copy_(g)  # flat: the gradient lives in the group's buffer
+            opt.step()
+        results[label] = [p.detach().clone() for p in params]
+    for label in ("plain", "flat"):
+        for got, expected in zip(results[label], results["per tensor"], strict=True):
+            torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12, msg=label)

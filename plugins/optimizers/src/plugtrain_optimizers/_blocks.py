@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["BLOCK_ELEMENTS", "FlatLayout", "block_elements", "split_blocks"]
+__all__ = ["BLOCK_ELEMENTS", "FlatLayout", "block_elements", "consecutive", "split_blocks"]
 
 BLOCK_ELEMENTS = 1 << 19
 """Elements of each list per block (2 MiB of float32: a few lists fit the last-level cache)."""
@@ -142,7 +142,11 @@ class FlatLayout:
         return key
 
     def flatten_state(self, state: Any) -> None:
-        """Move each state key's tensors of a bucket into one buffer (after init or load)."""
+        """Move each state key's tensors of a bucket into one buffer (after init or load).
+
+        Tensors keep their own shapes (Adafactor's row and column statistics too); a key whose
+        tensors differ in dtype or device is left as it is.
+        """
         for old in self.state_keys:
             self.bases.pop(old, None)
         self.state_keys = []
@@ -158,14 +162,12 @@ class FlatLayout:
                 if all(v.dim() == 0 for v in values):
                     base = torch.stack(values)
                     views = list(base.unbind())
-                elif all(v.shape == p.shape for v, p in zip(values, bucket, strict=True)):
+                else:
                     base = torch.cat([v.reshape(-1) for v in values])
                     views, offset = [], 0
-                    for p in bucket:
-                        views.append(base[offset : offset + p.numel()].view(p.shape))
-                        offset += p.numel()
-                else:
-                    continue
+                    for v in values:
+                        views.append(base[offset : offset + v.numel()].view(v.shape))
+                        offset += v.numel()
                 for p, view in zip(bucket, views, strict=True):
                     state[p][key] = view
                 self.state_keys.append(self._register(views, base))
@@ -200,6 +202,25 @@ class FlatLayout:
         if entry is None or entry[0] is not tensors[0] or entry[1] is not tensors[-1]:
             return None
         return entry[2]
+
+
+def consecutive(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """``tensors`` as one ``(len, *shape)`` view if they lie back to back in one storage."""
+    first = tensors[0]
+    if not first.is_contiguous():
+        return None
+    numel, last = first.numel(), tensors[-1]
+    step, start = numel * first.element_size(), first.data_ptr()
+    if last.shape != first.shape or last.dtype != first.dtype:
+        return None
+    if first.untyped_storage().data_ptr() != last.untyped_storage().data_ptr():
+        return None
+    if [t.data_ptr() for t in tensors] != list(range(start, start + len(tensors) * step, step)):
+        return None
+    if not all(t.is_contiguous() and t.shape == first.shape for t in tensors):
+        return None
+    stride = (numel, *first.stride())
+    return first.as_strided((len(tensors), *first.shape), stride, first.storage_offset())
 
 
 def _key(tensors: Sequence[torch.Tensor]) -> tuple[int, int, int]:

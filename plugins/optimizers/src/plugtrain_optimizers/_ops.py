@@ -113,13 +113,11 @@ class ListOps:
                 x.sqrt_()
 
     def sqrt_into(self, outs: Tensors, xs: Tensors) -> None:
-        """``out = sqrt(x)``: one pass instead of ``copy_`` then ``sqrt_``.
+        """``out = sqrt(x)``: ``torch.sqrt(out=)`` per tensor, or copy and root for several.
 
-        Per tensor on both back ends: ``torch._foreach_sqrt.out`` takes a slow path on CPU
-        (several times slower than a loop of ``torch.sqrt(out=)`` on large tensors).
+        ``torch._foreach_sqrt.out`` takes a slow path on CPU, several times slower than either.
         """
-        for out, x in zip(outs, xs, strict=True):
-            torch.sqrt(x, out=out)
+        self._into(outs, xs, "sqrt")
 
     def _into(self, outs: Tensors, xs: Tensors, inplace: str, *args: object) -> None:
         """``out = op(x, *args)``: per tensor with ``out=`` for one tensor, else copy + in place."""

@@ -9,7 +9,7 @@ import attrs
 import torch
 
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
-from plugtrain_optimizers._blocks import block_elements
+from plugtrain_optimizers._blocks import block_elements, consecutive
 from plugtrain_optimizers.schemas import AdafactorArgs
 
 __all__ = ["Adafactor"]
@@ -130,11 +130,17 @@ class Adafactor(PlugtrainOptimizer):
         rows_n, cols_n = shape[-2], shape[-1]
         batch = k * (ps[0].numel() // (rows_n * cols_n))
         dense = all(t.is_contiguous() for t in (*ps, *gs))
+        together = consecutive(gs) if k > 1 else None  # a flat group: a view, no copy
         if k == 1:
             g = gs[0].reshape(batch, rows_n, cols_n)
+        elif together is not None:
+            g = together.view(batch, rows_n, cols_n)
         else:
             g = self._work((batch, rows_n, cols_n), gs[0], 2)
-            torch.cat([x.reshape(-1, rows_n, cols_n) for x in gs], out=g)
+            if len(shape) == 2:
+                torch.stack(gs, out=g)
+            else:
+                torch.cat([x.reshape(-1, rows_n, cols_n) for x in gs], out=g)
         step = rows_n if not dense else max(1, block_elements() // (batch * cols_n))
         spans = [(r, min(r + step, rows_n)) for r in range(0, rows_n, step)]
         row_factor, col_factor, squares = self._factors(g, spans, states, beta, hyper.eps1, k)
@@ -162,8 +168,13 @@ class Adafactor(PlugtrainOptimizer):
         if k > 1:
             out = self._work((batch, rows_n, cols_n), g, 1)
             torch.mul(g, scaled_rows, out=out)
+            params = consecutive(ps)
+            if params is not None:
+                params.view(batch, rows_n, cols_n).addcmul_(out, col_factor)
+                return
             out.mul_(col_factor)
-            torch._foreach_add_(ps, [x.view(shape) for x in out.view(k, -1).unbind(0)])
+            parts = out.unbind(0) if len(shape) == 2 else [x.view(shape) for x in out.chunk(k)]
+            torch._foreach_add_(ps, list(parts))
             return
         target = ps[0].view(batch, rows_n, cols_n) if dense else None
         for r0, r1 in spans:
@@ -191,8 +202,7 @@ class Adafactor(PlugtrainOptimizer):
         batch, rows_n, cols_n = g.shape
         row_state = [s["exp_avg_sq_row"] for s in states]
         col_state = [s["exp_avg_sq_col"] for s in states]
-        row = torch.cat([r.reshape(-1, rows_n) for r in row_state])
-        col = torch.cat([c.reshape(-1, cols_n) for c in col_state])
+        row, col = _stacked(row_state, rows_n), _stacked(col_state, cols_n)
         row_mean = torch.empty(batch, rows_n, dtype=_acc_dtype(g), device=g.device)
         col_mean = torch.zeros(batch, cols_n, dtype=_acc_dtype(g), device=g.device)
         u = g
@@ -205,12 +215,8 @@ class Adafactor(PlugtrainOptimizer):
             col_mean.div_(rows_n)
         row.mul_(beta).add_(row_mean.add_(eps1), alpha=1 - beta)
         col.mul_(beta).add_(col_mean.add_(eps1), alpha=1 - beta)
-        torch._foreach_copy_(
-            row_state, [x.view_as(r) for x, r in zip(row.chunk(k), row_state, strict=True)]
-        )
-        torch._foreach_copy_(
-            col_state, [x.view_as(c) for x, c in zip(col.chunk(k), col_state, strict=True)]
-        )
+        _unstack(row, row_state, k)
+        _unstack(col, col_state, k)
         row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt_().unsqueeze(-1)
         col_factor = col.unsqueeze(-2).rsqrt()
         squares = None
@@ -237,6 +243,28 @@ class _Hyper:
     wd: float
     eps1: float
     clip: float
+
+
+def _stacked(states: list[torch.Tensor], last: int) -> torch.Tensor:
+    """Statistics of a batch as one ``(batch, last)`` tensor (a view when they lie together)."""
+    together = consecutive(states) if len(states) > 1 else states[0]
+    if together is not None:
+        return together.view(-1, last)
+    if states[0].dim() == 1:
+        return torch.stack(states)
+    return torch.cat([s.reshape(-1, last) for s in states])
+
+
+def _unstack(values: torch.Tensor, states: list[torch.Tensor], k: int) -> None:
+    """Write a batch's statistics back (nothing to do when ``values`` is a view of them)."""
+    if values.data_ptr() == states[0].data_ptr():
+        return
+    if states[0].dim() == 1:
+        torch._foreach_copy_(states, list(values.unbind(0)))
+        return
+    torch._foreach_copy_(
+        states, [x.view_as(s) for x, s in zip(values.chunk(k), states, strict=True)]
+    )
 
 
 def _acc_dtype(x: torch.Tensor) -> torch.dtype:

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
-from plugtrain_optimizers._blocks import block_elements
+from plugtrain_optimizers._blocks import block_elements, split_blocks
 from plugtrain_optimizers._ops import FOREACH, ListOps
 from plugtrain_optimizers.schemas import LambArgs
 
@@ -48,6 +48,11 @@ class Lamb(PlugtrainOptimizer):
         self.step_all(group, [s["step"] for s in states])
         ms, vs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
         lists = [params, grads, ms, vs]
+        if self.use_foreach(group):
+            flat = self.flat_lists(group, lists)
+            if flat is not None:
+                self._flat(params, flat, lr, beta1, beta2, eps, wd, adam)
+                return
         block = block_elements()
         if self.use_foreach(group):
             big = [
@@ -66,6 +71,32 @@ class Lamb(PlugtrainOptimizer):
                 self._apply(ops, ps, ratio, scales)
         for i in big:
             self._large(group, params[i], grads[i], ms[i], vs[i], lr, beta1, beta2, eps, wd, adam)
+
+    def _flat(
+        self,
+        params: list[torch.Tensor],
+        flat: list[list[torch.Tensor]],
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        wd: float,
+        adam: bool,
+    ) -> None:
+        """A flat group: the elementwise work over its buffers, the norms per parameter."""
+        ops, base = FOREACH, flat[0][0]
+        views = self.block_scratch(params, 4)  # per-parameter views of one work buffer (cached)
+        ratio = self.work_buffer(base.numel(), base.device, base.dtype, 4)
+        if views[0].data_ptr() != ratio.data_ptr():
+            views = _views(ratio, params)
+        for (ps, gs, ms, vs, rs), _ in split_blocks([*flat, [ratio]], []):
+            self._moments(ops, gs, ms, vs, beta1, beta2)
+            self._ratio(ops, rs, ps, ms, vs, eps, wd)
+        if adam:
+            base.add_(ratio, alpha=-lr)
+            return
+        ops.mul_(views, self._scales(ops, params, views, lr))
+        base.add_(ratio)
 
     @staticmethod
     def _moments(ops: ListOps, gs: Any, ms: Any, vs: Any, beta1: float, beta2: float) -> None:
@@ -127,6 +158,14 @@ class Lamb(PlugtrainOptimizer):
                 squares += ops.norms(out)[0] ** 2
         scale = -lr if adam else -lr * _trust(weight_norm, squares**0.5)
         p.add_(ratio.view(p.shape), alpha=scale)
+
+
+def _views(buffer: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    views, offset = [], 0
+    for t in like:
+        views.append(buffer[offset : offset + t.numel()].view(t.shape))
+        offset += t.numel()
+    return views
 
 
 def _trust(weight_norm: float, ratio_norm: float) -> float:
