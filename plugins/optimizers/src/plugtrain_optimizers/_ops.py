@@ -219,7 +219,8 @@ class ListOps:
     def norms(self, xs: Tensors) -> list[float]:
         """The Euclidean norm of each tensor, computed in at least float32."""
         if self.foreach and xs and xs[0].dtype in (torch.float32, torch.float64):
-            return [float(n) for n in torch._foreach_norm(xs)]  # type: ignore[arg-type]
+            norms = torch._foreach_norm(xs)  # type: ignore[arg-type]
+            return torch.stack(norms).tolist() if len(norms) > 1 else [float(norms[0])]
         return [float(torch.linalg.vector_norm(x, dtype=_norm_dtype(x))) for x in xs]
 
 
