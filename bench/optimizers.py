@@ -228,6 +228,47 @@ def measure(name: str, shape: str, device: str, args: argparse.Namespace, cache:
     )
 
 
+def op_costs() -> str:
+    """What bounds the rows that miss: op dispatch, in-cache passes, per-tensor overhead."""
+
+    def best(action: Callable[[], Any], times: int) -> float:
+        action()
+        runs = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(times):
+                action()
+            runs.append((time.perf_counter() - start) / times)
+        return min(runs)
+
+    src = torch.randn(COPY_BYTES // 4)
+    dst = torch.empty_like(src)
+    dram = best(lambda: dst.copy_(src), 3) / (2 * src.numel())  # s per float32 read or written
+    x, y, out = torch.rand(2**19) + 0.5, torch.rand(2**19) + 0.5, torch.empty(2**19)
+    tiny = torch.zeros(1)
+    dispatch = best(lambda: tiny.add_(1.0), 2000)
+    costs = {
+        "add": best(lambda: torch.add(x, y, out=out), 50) / x.numel(),
+        "sqrt": best(lambda: torch.sqrt(x, out=out), 50) / x.numel(),
+        "sign": best(lambda: torch.sign(x, out=out), 50) / x.numel(),
+        "lerp": best(lambda: torch.lerp(x, y, 0.1, out=out), 50) / x.numel(),
+    }
+    small = [torch.randn(100, 100) for _ in range(400)]
+    small_other = [torch.randn(100, 100) for _ in range(400)]
+    flat, flat_other = torch.randn(400 * 10_000), torch.randn(400 * 10_000)
+    per_list = best(lambda: torch._foreach_add_(small, small_other), 10)
+    one = best(lambda: flat.add_(flat_other), 10)
+    in_cache = ", ".join(f"{k} {v / dram:.2f}" for k, v in costs.items())
+    return (
+        f"floor: one float32 read or written by the 256 MiB copy in {dram * 1e9:.2f} ns. "
+        f"One op on a 512K-element block in cache, in floor tensor-passes (3-operand op = 3 "
+        f"passes at the floor): {in_cache}. Dispatch of one op: {dispatch * 1e6:.1f} us. "
+        f"foreach add over 400 tensors of 100x100: {per_list * 1e3:.2f} ms, one add over the "
+        f"same 4M elements in one buffer: {one * 1e3:.2f} ms "
+        f"({(per_list - one) / 400 * 1e6:.1f} us more per tensor)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=7, help="interleaved rounds per repeat")
@@ -238,8 +279,12 @@ def main() -> None:
     default_devices = "cpu,cuda" if torch.cuda.is_available() else "cpu"
     parser.add_argument("--devices", default=default_devices)
     parser.add_argument("--write", default="")
+    parser.add_argument("--op-costs", action="store_true", help="only print what bounds a step")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.op_costs:
+        print(op_costs())
+        return
     only = [n for arg in args.only for n in arg.split(",") if n]
     names = only or plugtrain.names("optimizer")
     cache = last_level_cache()
