@@ -40,6 +40,16 @@ def _foreach() -> Any:
     return arg(None, help="multi-tensor (foreach) path; None or True: yes, False: per tensor")
 
 
+def _flat() -> Any:
+    return arg(
+        False,
+        help=(
+            "keep each param group's parameters, gradients and state in one buffer per device "
+            "and dtype (faster with many small tensors)"
+        ),
+    )
+
+
 def _fused() -> Any:
     return arg(None, help="torch's fused Adam kernel; None: where it gives the same numbers")
 
@@ -59,6 +69,7 @@ class SGDArgs:
     nesterov: bool = arg(False, help="use Nesterov momentum (needs momentum > 0, dampening 0)")
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -86,6 +97,7 @@ class AdamArgs:
     weight_decay: float = _wd()
     amsgrad: bool = arg(False, help="keep the running maximum of the second moment")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
     fused: bool | None = _fused()
 
 
@@ -100,6 +112,7 @@ class AdamWArgs:
     correct_bias: bool = arg(True, help="apply the bias correction of both moments")
     amsgrad: bool = arg(False, help="keep the running maximum of the second moment")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
     fused: bool | None = _fused()
 
     @staticmethod
@@ -120,6 +133,7 @@ class AdamaxArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -132,6 +146,7 @@ class AdadeltaArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -145,6 +160,7 @@ class AdagradArgs:
     eps: float = _eps(1e-6)
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -158,6 +174,7 @@ class ASGDArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -170,6 +187,7 @@ class NAdamArgs:
     weight_decay: float = _wd()
     momentum_decay: float = arg(4e-3, help="momentum decay psi", ge=0)
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -181,6 +199,7 @@ class RAdamArgs:
     eps: float = _eps(1e-6)
     weight_decay: float = _wd()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -194,6 +213,7 @@ class RMSpropArgs:
     momentum: float = arg(0.0, help="momentum factor", ge=0)
     centered: bool = arg(False, help="normalise by the estimated variance of the gradient")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -204,6 +224,7 @@ class RpropArgs:
     etas: tuple[float, float] = arg((0.5, 1.2), help="(decrease, increase) factors", gt=0)
     step_sizes: tuple[float, float] = arg((1e-6, 50.0), help="(minimal, maximal) step", ge=0)
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -228,6 +249,7 @@ class LambArgs:
     weight_decay: float = _wd("weight decay added to the Adam ratio before the trust ratio")
     adam: bool = arg(False, help="use a trust ratio of 1 (plain Adam-style update)")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -238,6 +260,7 @@ class LionArgs:
     betas: tuple[float, float] = _betas((0.9, 0.99))
     weight_decay: float = _wd("decoupled weight decay: p *= 1 - lr * weight_decay")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -254,6 +277,7 @@ class AdafactorArgs:
     relative_step: bool = arg(False, help="time-dependent learning rate (only False)")
     warmup_init: bool = arg(False, help="warm-up initialisation (only False)")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -284,10 +308,10 @@ class MuonArgs:
     nesterov: bool = arg(True, help="use Nesterov momentum")
     ns_steps: int = arg(5, help="Newton-Schulz iterations", ge=1)
     ns_dtype: str = arg(
-        "float32",
+        "bfloat16",
         help=(
-            "precision of the Newton-Schulz iterations: float32 (float64 parameters stay float64)"
-            " or bfloat16 (as torch.optim.Muon; faster where bfloat16 matmuls are)"
+            "precision of the Newton-Schulz iterations: bfloat16 (as torch.optim.Muon) or "
+            "float32 (float64 parameters stay float64)"
         ),
         choices=("float32", "bfloat16"),
     )
@@ -297,6 +321,7 @@ class MuonArgs:
     fallback_betas: tuple[float, float] = _betas((0.9, 0.95), "fallback AdamW moment")
     fallback_eps: float = _eps(1e-8)
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
