@@ -105,7 +105,8 @@ def launch_if_needed(run_file: str, overrides: Sequence[str], argv: Sequence[str
     from plugtrain import plugins
     from plugtrain.train.run import check_run_file
 
-    count = processes_wanted(check_run_file(run_file, overrides), plugins.get_registry())
+    plans = check_run_file(run_file, overrides, import_plugins=True)
+    count = processes_wanted(plans, plugins.get_registry())
     if count <= 1:
         return None
     return torchrun(count, ["-m", "plugtrain", *argv])

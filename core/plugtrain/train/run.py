@@ -148,12 +148,17 @@ def _scheduler_specs(value: Any) -> list[Any]:
 
 
 def check_run_file(
-    path: str | os.PathLike[str], overrides: Sequence[str] = ()
+    path: str | os.PathLike[str], overrides: Sequence[str] = (), *, import_plugins: bool = False
 ) -> list[TrainerPlan]:
-    """Load, override and validate a run file (loading its ``plugins:``); imports no torch."""
+    """Load, override and validate a run file; imports no torch.
+
+    :param import_plugins: import every module the file lists under ``plugins:`` (what ``fit``
+        and ``validate`` do); by default only installed plugins or those named with ``-p``.
+    """
     data = load_run_file(path, overrides)
     if isinstance(data, Mapping) and isinstance(data.get("plugins"), list):
-        plugins.use_plugins([p for p in data["plugins"] if isinstance(p, str)])
+        listed = [p for p in data["plugins"] if isinstance(p, str)]
+        plugins.use_run_file_plugins(listed, import_local=import_plugins)
     return check_run(data, plugins.get_registry(), str(path))
 
 
@@ -170,7 +175,7 @@ def run_file(
         ``"validate"`` runs only ``validate`` sections (or evaluates ``fit.val_dataloader``).
     :returns: the final validation metrics of each trainer.
     """
-    plans = check_run_file(path, overrides)
+    plans = check_run_file(path, overrides, import_plugins=True)
     registry = plugins.get_registry()
     backends: dict[str, Any] = {}
     results = []
