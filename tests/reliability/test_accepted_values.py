@@ -154,6 +154,19 @@ def test_a02_a_scheduler_learning_rate_that_overflows_is_rejected(tmp_path):
     )
 
 
+def test_a02_a_backend_timeout_torch_cannot_hold_is_rejected(tmp_path):
+    run, text = _run_file(tmp_path)
+    text = text.replace("device: CPU", "backend: {backend_type: CPU, dist_timeout: 1.0e+20}")
+    run.write_text(text, encoding="utf-8")
+    for command in ("check", "fit"):
+        outcome = run_subprocess(command, str(run), env=subprocess_env())
+        assert outcome.status == 2, outcome
+        assert error_lines(outcome.err) == [
+            f"{run}:{_position(text, '1.0e+20')}: trainer.init.backend.dist_timeout: "
+            "must be <= 1e+09, got 1e+20"
+        ]
+
+
 def test_a02_a_huge_but_float32_learning_rate_trains_until_the_loss_stops_it(tmp_path):
     """Accepted means usable: the run starts, diverges, and stops with the documented error."""
     outcome = _fit(
