@@ -162,6 +162,7 @@ class MachineArgs:
     seed: int = arg(0, ge=0, le=2**64 - 1, finite=False)
     path: str = arg("")
     names: list[str] = arg([])
+    fn: Callable[[int], float] | None = arg(None)
 
 
 @pytest.mark.parametrize(
@@ -212,6 +213,7 @@ def test_values_at_the_machine_limits_are_accepted():
         "steps": -(2**63 - 1),
         "seed": 2**64 - 1,
         "path": "a/b c",
+        "fn": lambda step: float("inf"),
     }
     assert check_arguments(MachineArgs, edge) == []
 

@@ -435,8 +435,11 @@ def _unusable(value: Any, hint: Any, meta: _ArgMeta) -> str | None:
 def _written_types(hint: Any) -> frozenset[str]:
     """Which of float, int and str annotation ``hint`` admits, at any depth."""
     found = {t.__name__ for t in (float, int, str) if hint is t}
+    if typing.get_origin(hint) is collections.abc.Callable:
+        return frozenset()  # a callable's argument types are not values written in a file
     for inner in typing.get_args(hint):
-        found |= _written_types(inner)
+        if not isinstance(inner, list):  # Concatenate and similar parameter lists
+            found |= _written_types(inner)
     return frozenset(found)
 
 
