@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from plugtrain import plugins
 from plugtrain._suggest import did_you_mean
+from plugtrain.attribution import attribute_error
 from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, ComponentInfo, Registry
@@ -239,7 +240,8 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
         path = target if len(plans) == 1 else target.with_stem(f"{target.stem}-{index}")
         loop = plan.init.get("loop") or {}
         steps = args.steps or loop.get("max_steps") or loop.get("num_steps")
-        plot_schedules(specs, path, steps=steps, registry=plugins.get_registry())
+        optimizer = plan.init.get("optimizer")  # a stepped scheduler starts from its lr
+        plot_schedules(specs, path, steps, plugins.get_registry(), optimizer=optimizer)
         out.write(f"{plan.path}: schedules drawn in {path}\n")
         drawn += 1
     if not drawn:
@@ -362,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.traceback:
             raise
+        blamed = attribute_error(exc)  # a plugin's own code raised: name it, not plugtrain
+        if blamed is not None:
+            return _fail(args, blamed, EXIT_ERROR)
         sys.stderr.write(
             f"plugtrain: internal error: {type(exc).__name__}: {exc}\n"
             "(run again with --traceback for details)\n"

@@ -13,7 +13,7 @@ This module does not import torch; tensor types appear in annotations only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -71,32 +71,44 @@ class Curve(Protocol):
     """A closed-form schedule: the value as a pure function of the step, no torch needed.
 
     ``plugtrain plot`` and ``plugtrain check`` evaluate curves without building an optimizer;
-    ``SequentialLR`` uses ``length`` as a child's share of the steps when milestones are omitted.
+    wrappers evaluate a child's curve at their own step instead of stepping it; ``SequentialLR``
+    uses ``length`` as a child's share of the steps when milestones are omitted.
+    :class:`plugtrain.curve.Curve` is a ready implementation.
     """
 
     length: int | None
     """The schedule's natural number of steps (its ``total_iters``); ``None`` when it has none."""
 
     def at(self, step: int) -> float:
-        """The value after ``step`` calls of ``step()`` (``at(0)`` is the value at construction)."""
+        """The value after ``step`` calls of ``step()`` (``at(0)`` is the value at construction).
+
+        A pure function: plot and the wrappers call it for any step, in any order.
+        """
 
 
 class CurveSchema(Protocol):
     """A scheduler's argument schema that also knows its closed form (optional for a scheduler).
 
-    A schema class (see :mod:`plugtrain.schema`) with these two class attributes lets
-    ``plugtrain plot`` draw the schedule torch-free; without them plot steps the real scheduler
-    on a throw-away optimizer instead.
+    A schema class (see :mod:`plugtrain.schema`; :class:`plugtrain.scheduler.ScheduleSchema` is
+    a ready base) with these class attributes lets ``plugtrain plot`` draw the schedule
+    torch-free and ``plugtrain check`` test how it nests; without ``curve`` (or when it raises
+    :class:`NotImplementedError`) plot steps the real scheduler on a throw-away optimizer.
     """
 
     schedule_key: ClassVar[str]
     """``"lr"`` or ``"weight_decay"``: the param-group key the scheduler writes."""
 
+    nestable: ClassVar[bool]
+    """Optional (default true): false for a scheduler that can only be outermost."""
+
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: Any) -> Curve:
         """The curve for validated ``arguments`` (aliases renamed, defaults filled in).
 
-        :param child_curve: turns a nested scheduler argument into its curve.
+        :param child_curve: turns a nested scheduler argument into its curve; it raises
+            :class:`NotImplementedError` for a child without one.
+        :raises NotImplementedError: the schedule has no closed form.
+        :raises ValueError: the arguments cannot work together (check reports the message).
         """
 
 
@@ -105,30 +117,44 @@ class Scheduler(Protocol):
     """A learning-rate or weight-decay scheduler, built as ``Scheduler(optimizer, **arguments)``.
 
     Construction writes the value of step 0 into the targeted groups at once; each ``step()``
-    writes the next. The Trainer uses ``param_key`` and ``group_indices`` to reject two
-    schedulers of one kind on one group; wrappers push their ``param_group_tags`` down to their
-    children and read ``total_iters`` to default ``SequentialLR``'s milestones. A plain
-    ``torch.optim.lr_scheduler.LRScheduler`` is accepted everywhere too, and is taken to set
-    ``"lr"`` of every group, with no length.
+    writes the next. The members below are required; :class:`plugtrain.scheduler.Scheduler` is a
+    base that provides all of them from a schema with a closed form. Besides, the core reads
+    these optional members through :mod:`plugtrain.scheduler`'s readers, with the defaults that
+    make a plain ``torch.optim.lr_scheduler.LRScheduler`` a scheduler too:
+
+    - ``param_key: str``: ``"lr"`` or ``"weight_decay"`` (default ``"lr"``);
+    - ``group_indices: Sequence[int]``: the indices in ``optimizer.param_groups`` of the groups
+      it writes (default: the groups its ``param_group_tags`` select, else every group);
+    - ``param_group_tags``: the tags it was given (SPEC section 5; :mod:`plugtrain.tags`);
+      wrappers push theirs down and refuse a child asking for others;
+    - ``length: int | None``: its natural number of steps, from which ``SequentialLR`` defaults
+      its milestones (default: its curve's length, else none);
+    - ``curve``: a :class:`Curve`; a wrapper then evaluates it instead of stepping the child.
+
+    The Trainer rejects two schedulers of one ``param_key`` writing one group. A wrapper steps a
+    child without a curve itself, showing it only its own past values and restoring every other
+    group, so a child that writes every group is fine.
     """
 
     optimizer: Any
     """The optimizer whose groups it writes."""
 
-    param_key: str
-    """``"lr"`` or ``"weight_decay"``."""
-
-    group_indices: Sequence[int]
-    """Indices in ``optimizer.param_groups`` of the groups it writes."""
-
     def step(self) -> None:
         """Advance one step and write the new value into the targeted groups."""
 
     def state_dict(self) -> dict[str, Any]:
-        """The state to continue the same curve; must load with ``weights_only=True``."""
+        """The state to continue the same curve exactly.
+
+        It goes into checkpoints, so it must load with ``torch.load(..., weights_only=True)``:
+        tensors, numbers, strings, ``None`` and lists, tuples and dicts of them. The Trainer
+        checks this at the first save and names the scheduler when it does not.
+        """
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned and write the restored values at once."""
+
+    def get_last_lr(self) -> list[Any]:
+        """The values last written, one per targeted group (torch's name, also for WD)."""
 
 
 # -------------------------------------------------------------------------------------------

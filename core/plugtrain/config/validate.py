@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from plugtrain.config.nesting import nested_scheduler_problems
 from plugtrain.config.sections import (
     FitSection,
     InitSection,
@@ -144,7 +145,13 @@ class _Checker:
         if kind == "optimizer":
             self.tagging(arguments, (*path, name))
             arguments = _without(arguments, OPTIMIZER_TRAINER_KEYS)
+        before = len(self.issues)
         self.schema(component.schema_class, arguments, (*path, name))
+        if kind == "scheduler" and len(self.issues) == before:  # children a wrapper refuses
+            for below, message, container, key in nested_scheduler_problems(
+                self.registry, str(name), component.schema_class, arguments, spec
+            ):
+                self.add((*path, name, *below), message, container, key, of_key=True)
 
     def tagging(self, arguments: Mapping[str, Any], path: Path) -> None:
         """Check the optimizer's ``params:`` filters (parameter tagging) structurally."""

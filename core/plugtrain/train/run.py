@@ -54,13 +54,27 @@ def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> 
         child_context = context if info.component == kind else ()
         if info.many and isinstance(value, list | tuple):
             arguments[info.name] = [
-                build_component(registry, info.component, item, *child_context) for item in value
+                _build_nested(registry, info.component, item, child_context) for item in value
             ]
         else:
-            arguments[info.name] = build_component(registry, info.component, value, *child_context)
+            arguments[info.name] = _build_nested(registry, info.component, value, child_context)
     count = _context_count(kind, implementation)
     _check_signature(component, implementation, context[:count], arguments)
     return implementation(*context[:count], **arguments)
+
+
+def _build_nested(registry: Registry, kind: str, spec: Any, context: Sequence[Any]) -> Any:
+    """Build a nested component; a nested scheduler's first writes into the groups are undone.
+
+    A child built for a wrapper writes its first value into the groups it targets (a torch
+    scheduler: every group); neither its siblings nor other schedulers may see that.
+    """
+    if kind != "scheduler" or not context:
+        return build_component(registry, kind, spec, *context)
+    from plugtrain.scheduler import keep_group_values
+
+    with keep_group_values(context[0]):
+        return build_component(registry, kind, spec, *context)
 
 
 def _check_signature(
@@ -214,5 +228,6 @@ def _plot_schedules(plan: TrainerPlan, trainer: Any) -> None:
     from plugtrain.authoring.schedule_plot import plot_schedules
 
     target = Path(trainer.model_dir) / "schedule.png"
-    plot_schedules(specs, target, steps=trainer.global_step or None)
+    optimizer = plan.init.get("optimizer")
+    plot_schedules(specs, target, steps=trainer.global_step or None, optimizer=optimizer)
     log.info("schedule plot written to %s", target)

@@ -29,6 +29,7 @@ from plugtrain.config.sections import (
     LoopSettings,
 )
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
+from plugtrain.scheduler import scheduler_groups, scheduler_key
 from plugtrain.schema import validated_arguments
 from plugtrain.train import checkpoint as ckpt
 from plugtrain.train.backends import backend as make_backend
@@ -37,6 +38,7 @@ from plugtrain.train.disk import reserve
 from plugtrain.train.interrupt import InterruptRequest
 from plugtrain.train.metrics import MetricsLog, Progress
 from plugtrain.train.resume import DataStream, rng_state, seed_everything, set_rng_state
+from plugtrain.train.state_check import verify_first_checkpoint
 
 __all__ = ["Trainer", "TrainingError", "TrainingInterrupted"]
 
@@ -73,19 +75,15 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
-def _scheduler_kind(scheduler: Any) -> str:
-    return getattr(scheduler, "param_key", "lr")
-
-
 def _check_scheduler_overlap(schedulers: Sequence[Any]) -> None:
-    """Reject two schedulers of the same kind (LR or WD) that target one param group."""
+    """Reject two schedulers of the same kind (LR or WD) that target one param group.
+
+    Kind and groups are read through the scheduler protocol (:mod:`plugtrain.scheduler`).
+    """
     owner: dict[tuple[str, int], int] = {}
     for index, scheduler in enumerate(schedulers):
-        groups = getattr(scheduler, "group_indices", None)
-        if groups is None:
-            groups = range(len(scheduler.optimizer.param_groups))
-        for group in groups:
-            key = (_scheduler_kind(scheduler), group)
+        for group in scheduler_groups(scheduler):
+            key = (scheduler_key(scheduler), group)
             if key in owner:
                 message = (
                     f"schedulers {owner[key]} ({type(schedulers[owner[key]]).__name__}) and "
@@ -174,6 +172,7 @@ class Trainer:
         self.global_step = 0
         self._stream_position: dict[str, Any] | None = None
         self._saved_step = -1
+        self._state_verified = False
         self._metrics: MetricsLog | None = None
 
     # -- construction --------------------------------------------------------------------------
@@ -362,7 +361,12 @@ class Trainer:
             self._stream_position = stream.position()
         path = None
         if self.is_main_process:
-            path = ckpt.save_checkpoint(self.checkpoint_path(self.global_step), self.state_dict())
+            state = self.state_dict()
+            path = ckpt.save_checkpoint(self.checkpoint_path(self.global_step), state)
+            if not self._state_verified:  # every state must load with weights_only=True
+                owners = {"model": self._unwrapped_model, "optimizer": self.optimizer}
+                verify_first_checkpoint(path, state, {**owners, "schedulers": self.schedulers})
+                self._state_verified = True
         self._saved_step = self.global_step
         return path
 

@@ -1,6 +1,7 @@
 """Closed forms of every schedule: a value as a pure function of the step. No torch here.
 
-Each builder checks nothing (the schemas validate arguments) and returns a :class:`Curve`, whose
+Each builder checks nothing (the schemas validate arguments) and returns a
+:class:`plugtrain.curve.Curve` (the class lives in the core; ``curves.Curve`` is the same), whose
 ``at(step)`` costs the same at step 10 and at step 10**9: no builder iterates over past steps,
 and step functions with many pieces find theirs by bisection.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
+
+from plugtrain.curve import Curve
 
 __all__ = [
     "Curve",
@@ -31,24 +34,6 @@ __all__ = [
     "sequential",
     "step",
 ]
-
-
-class Curve:
-    """A schedule: ``at(step)`` gives its value; ``length`` its natural number of steps.
-
-    ``length`` is what a :func:`sequential` parent uses as the child's share of the steps when
-    its milestones are omitted (``None`` when the schedule has no ``total_iters``).
-    """
-
-    __slots__ = ("at", "length")
-
-    def __init__(self, at: Callable[[int], float], length: int | None = None) -> None:
-        self.at = at
-        self.length = length
-
-    def __call__(self, step: int) -> float:
-        """The value at ``step``."""
-        return self.at(step)
 
 
 def _power(base: float, exponent: float) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -433,6 +433,8 @@ class ChainedLRArgs(ScheduleSchema):
 @attrs.frozen
 class ScalePerParamLRArgs(ScheduleSchema):
     """Another scheduler's value times each group's ``adjust_learning_rate`` (default 1)."""
+
+    nestable: ClassVar[bool] = False  # only the outermost scheduler scales per group
 
     scheduler: Any = arg(help="the scheduler whose value is scaled", component="scheduler")
     param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
