@@ -161,7 +161,7 @@ def test_loading_a_plan_leaves_the_process_registry_alone(tmp_path, monkeypatch)
     )
     settings, extra = plugins.current_settings(), plugins.current_extra()
     before = plugins.get_registry()
-    plan, run_registry = load_plan(run)
+    plan, run_registry = load_plan(run, import_local=True)  # as fit and validate load it
     assert plan.plugins == ("localplug",)
     assert plan.trainers[0].validate.val_dataloader.name == "LocalTiny"
     assert "LocalTiny" in run_registry.names("dataloader")

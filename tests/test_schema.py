@@ -212,3 +212,74 @@ def test_a_bad_value_given_under_an_alias_is_keyed_by_the_alias():
     ]
     with pytest.raises(ConfigError, match=r"Opt\.learning_rate: must be >= 0, got -1"):
         validated_arguments(Args, {"learning_rate": -1}, owner="Opt")
+
+
+@attrs.frozen
+class MachineArgs:
+    """Numbers and strings training has to use."""
+
+    rate: float | None = arg(None)
+    pair: tuple[float, float] = arg((0.0, 0.0))
+    steps: int = arg(1)
+    seed: int = arg(0, ge=0, le=2**64 - 1, finite=False)
+    path: str = arg("")
+    names: list[str] = arg([])
+    fn: Callable[[int], float] | None = arg(None)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"rate": float("inf")}, ("rate", "must be a finite number, got inf")),
+        ({"rate": float("nan")}, ("rate", "must be a finite number, got nan")),
+        (
+            {"rate": 1e300},
+            ("rate", "must be within float32's range (|x| <= 3.402823e+38), got 1e+300"),
+        ),
+        (
+            {"rate": -(10**39)},
+            ("rate", f"must be within float32's range (|x| <= 3.402823e+38), got {-(10**39)}"),
+        ),
+        ({"pair": (0.5, float("-inf"))}, ("pair", "must be a finite number, got (0.5, -inf)")),
+        (
+            {"steps": 2**63},
+            ("steps", f"must fit a 64-bit integer (|x| <= {2**63 - 1}), got {2**63}"),
+        ),
+        ({"seed": 2**64}, ("seed", f"must be <= {2**64 - 1}, got {2**64}")),
+        ({"path": "a\0b"}, ("path", "must not contain a NUL character (\\0), got 'a\\x00b'")),
+        (
+            {"names": ["ok", "n\0"]},
+            ("names", "must not contain a NUL character (\\0), got ['ok', 'n\\x00']"),
+        ),
+    ],
+    ids=[
+        "inf",
+        "nan",
+        "1e300",
+        "huge_int_as_float",
+        "inf_in_tuple",
+        "int64",
+        "seed",
+        "nul",
+        "nul_in_list",
+    ],
+)
+def test_values_training_cannot_use_are_problems(arguments, problem):
+    assert check_arguments(MachineArgs, arguments) == [problem]
+
+
+def test_values_at_the_machine_limits_are_accepted():
+    edge = {
+        "rate": 3.4028234663852886e38,
+        "pair": (-3.4e38, 1e-45),
+        "steps": -(2**63 - 1),
+        "seed": 2**64 - 1,
+        "path": "a/b c",
+        "fn": lambda step: float("inf"),
+    }
+    assert check_arguments(MachineArgs, edge) == []
+
+
+def test_python_callers_get_the_same_finite_check():
+    with pytest.raises(ConfigError, match=r"Owner\.rate: must be a finite number, got inf"):
+        validated_arguments(MachineArgs, {"rate": float("inf")}, owner="Owner")

@@ -8,6 +8,7 @@ other errors 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -214,7 +215,8 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     from plugtrain.train.run import run_plan
 
     _configure_logging()
-    plan, run_registry = load_plan(args.run_file, args.set)  # validated once, used throughout
+    # Validated once, used throughout; fit and validate import the run file's local plugins.
+    plan, run_registry = load_plan(args.run_file, args.set, import_local=True)
     # Several processes asked for: torchrun starts them, each runs this same command line.
     status = launch.launch_if_needed(plan, run_registry, args.argv)
     if status is not None:
@@ -353,10 +355,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    out = sys.stdout
     try:
-        registry = _registry(args)
-        handler: Command = args.handler
-        return handler(args, registry, sys.stdout)
+        # Machine-read output gets the real stdout; whatever plugin code prints goes to stderr.
+        with _stray_prints_to_stderr(args):
+            registry = _registry(args)
+            handler: Command = args.handler
+            return handler(args, registry, out)
     except ConfigError as exc:
         return _fail(args, exc, EXIT_CONFIG)
     except PlugtrainError as exc:
@@ -375,6 +380,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(run again with --traceback for details)\n"
         )
         return EXIT_ERROR
+
+
+def _stray_prints_to_stderr(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    machine_read = getattr(args, "json", False) or args.command == "schema"
+    if machine_read:
+        return contextlib.redirect_stdout(sys.stderr)
+    return contextlib.nullcontext()
 
 
 def _fail(args: argparse.Namespace, exc: BaseException, status: int) -> int:

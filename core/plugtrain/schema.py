@@ -21,6 +21,11 @@ it is about the component as a whole::
         def cross_check(arguments):
             if arguments["nesterov"] and arguments["momentum"] <= 0:
                 yield about(("nesterov", "momentum"), "nesterov=True needs momentum > 0")
+
+Every value a schema accepts is one training can use: a ``float`` argument (each element of a
+list or tuple of floats) must be finite and within float32's range, an ``int`` argument must fit a
+64-bit integer (``arg(finite=False)`` turns both off, for an argument with its own bounds), and a
+string never holds a NUL character (no path or name can).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import collections.abc
 import functools
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -61,6 +67,11 @@ so that an alias (``learning_rate``) can stand in for the argument; a value equa
 
 _META_KEY = "plugtrain"
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: a float argument beyond it overflows in tensor arithmetic."""
+INT64_MAX = 2**63 - 1
+"""The largest int64: an int argument beyond it overflows in torch and in C APIs."""
+
 
 @attrs.frozen
 class _Constraint:
@@ -73,13 +84,13 @@ class _Constraint:
     def describe(self) -> str:
         parts = []
         if self.ge is not None:
-            parts.append(f">= {self.ge:g}")
+            parts.append(f">= {_bound(self.ge)}")
         if self.gt is not None:
-            parts.append(f"> {self.gt:g}")
+            parts.append(f"> {_bound(self.gt)}")
         if self.le is not None:
-            parts.append(f"<= {self.le:g}")
+            parts.append(f"<= {_bound(self.le)}")
         if self.lt is not None:
-            parts.append(f"< {self.lt:g}")
+            parts.append(f"< {_bound(self.lt)}")
         if self.choices is not None:
             parts.append("one of " + ", ".join(repr(c) for c in self.choices))
         return ", ".join(parts)
@@ -89,14 +100,19 @@ class _Constraint:
             return f"must be one of {', '.join(repr(c) for c in self.choices)}, got {value!r}"
         for number in _numbers_in(value):
             if self.ge is not None and not number >= self.ge:
-                return f"must be >= {self.ge:g}, got {value!r}"
+                return f"must be >= {_bound(self.ge)}, got {value!r}"
             if self.gt is not None and not number > self.gt:
-                return f"must be > {self.gt:g}, got {value!r}"
+                return f"must be > {_bound(self.gt)}, got {value!r}"
             if self.le is not None and not number <= self.le:
-                return f"must be <= {self.le:g}, got {value!r}"
+                return f"must be <= {_bound(self.le)}, got {value!r}"
             if self.lt is not None and not number < self.lt:
-                return f"must be < {self.lt:g}, got {value!r}"
+                return f"must be < {_bound(self.lt)}, got {value!r}"
         return None
+
+
+def _bound(number: float) -> str:
+    """A bound as written: ints exactly (a seed's 2**64 - 1), floats briefly."""
+    return str(number) if isinstance(number, int) else f"{number:g}"
 
 
 def _numbers_in(value: Any) -> Iterable[float]:
@@ -118,6 +134,7 @@ class _ArgMeta:
     component: str | None
     many: bool
     section: type | None = None
+    finite: bool = True
 
 
 def arg(
@@ -133,6 +150,7 @@ def arg(
     component: str | None = None,
     many: bool = False,
     section: type | None = None,
+    finite: bool = True,
 ) -> Any:
     """Declare one argument of a component schema.
 
@@ -150,6 +168,8 @@ def arg(
         mapping ``{Name: {arguments}}`` (or an already built object from Python).
     :param many: with ``component``: the value is a list of such components.
     :param section: the value is a mapping checked against this schema (a config section).
+    :param finite: a float must be finite and within float32's range, an int within int64's;
+        ``False`` for an argument whose explicit bounds say what it accepts (a seed).
     :returns: an ``attrs.field`` carrying the metadata; use it as the field's default.
     """
     meta = _ArgMeta(
@@ -161,6 +181,7 @@ def arg(
         component=component,
         many=many,
         section=section,
+        finite=finite,
     )
     if isinstance(default, list | dict | set):
         factory = functools.partial(type(default), default)
@@ -434,7 +455,38 @@ def _value_problem(
     if not matches_type(value, hint):
         written = field.type if isinstance(field.type, str) else _type_name(hint)
         return f"must be of type {written}, got {type(value).__name__} {value!r}"
-    return meta.constraint.violation(value)
+    return _unusable(value, hint, meta) or meta.constraint.violation(value)
+
+
+def _unusable(value: Any, hint: Any, meta: _ArgMeta) -> str | None:
+    """Why training could not use a value its type admits (overflow, NUL), or ``None``."""
+    written = _written_types(hint)
+    items = value if isinstance(value, list | tuple) else (value,)
+    if "str" in written and any(isinstance(v, str) and "\0" in v for v in items):
+        return f"must not contain a NUL character (\\0), got {value!r}"
+    if not meta.finite:
+        return None
+    for number in _numbers_in(value):
+        if "float" in written:
+            if isinstance(number, float) and not math.isfinite(number):
+                return f"must be a finite number, got {value!r}"
+            if abs(number) > FLOAT32_MAX:
+                return f"must be within float32's range (|x| <= {FLOAT32_MAX:.7g}), got {value!r}"
+        elif "int" in written and abs(number) > INT64_MAX:
+            return f"must fit a 64-bit integer (|x| <= {INT64_MAX}), got {value!r}"
+    return None
+
+
+@functools.cache
+def _written_types(hint: Any) -> frozenset[str]:
+    """Which of float, int and str annotation ``hint`` admits, at any depth."""
+    found = {t.__name__ for t in (float, int, str) if hint is t}
+    if typing.get_origin(hint) is collections.abc.Callable:
+        return frozenset()  # a callable's argument types are not values written in a file
+    for inner in typing.get_args(hint):
+        if not isinstance(inner, list):  # Concatenate and similar parameter lists
+            found |= _written_types(inner)
+    return frozenset(found)
 
 
 def _component_shape_problem(value: Any, meta: _ArgMeta) -> str | None:

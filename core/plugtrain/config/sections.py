@@ -98,7 +98,13 @@ class InitSection:
         None, help="{backend_type: CPU|GPU|CSX, ...arguments of that backend}"
     )
     model_dir: str = arg("./model_dir", help="where checkpoints, metrics and plots go")
-    seed: int | None = arg(None, help="seed of Python, numpy and torch", ge=0)
+    seed: int | None = arg(
+        None,
+        help="seed of Python, numpy and torch",
+        ge=0,
+        le=2**64 - 1,  # what torch.manual_seed takes; numpy gets it modulo 2**32
+        finite=False,
+    )
     model: dict[str, Any] = arg(component="model", help="the model, {Name: {arguments}}")
     optimizer: dict[str, Any] | None = arg(
         None, component="optimizer", help="the optimizer, {Name: {arguments, params: [...]}}"

@@ -179,10 +179,14 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
 
 
 def check_run_file(
-    path: str | os.PathLike[str], overrides: Sequence[str] = ()
+    path: str | os.PathLike[str], overrides: Sequence[str] = (), *, import_plugins: bool = False
 ) -> list[TrainerPlan]:
-    """Load, override and validate a run file (loading its ``plugins:``); imports no torch."""
-    plan, _registry = load_plan(path, overrides)
+    """Load, override and validate a run file; imports no torch.
+
+    :param import_plugins: import every module the file lists under ``plugins:`` (what ``fit``
+        and ``validate`` do); by default only installed plugins or those named with ``-p``.
+    """
+    plan, _registry = load_plan(path, overrides, import_local=import_plugins)
     return list(plan.trainers)
 
 
@@ -229,7 +233,7 @@ def run_file(
     path: str | os.PathLike[str], overrides: Sequence[str] = (), *, mode: str = "fit"
 ) -> list[dict[str, float]]:
     """Validate the whole file once, then run its trainers in order (see :func:`run_plan`)."""
-    plan, registry = load_plan(path, overrides)
+    plan, registry = load_plan(path, overrides, import_local=True)
     return run_plan(plan, registry, mode=mode)
 
 

@@ -23,6 +23,8 @@ DEFAULT_DIST_TIMEOUT = 1800.0
 """Seconds a collective waits for the other processes (torch's own default for gloo)."""
 
 _MAX_PORT = 65535
+MAX_DIST_TIMEOUT = 1e9
+"""About 31 years: torch keeps the timeout in int64 milliseconds, Python's timedelta in days."""
 
 
 def _timeout_arg() -> Any:
@@ -30,6 +32,7 @@ def _timeout_arg() -> Any:
         DEFAULT_DIST_TIMEOUT,
         help="seconds a collective waits for the other processes before the run fails",
         gt=0,
+        le=MAX_DIST_TIMEOUT,
     )
 
 
