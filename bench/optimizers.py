@@ -1,13 +1,23 @@
-"""Per-step time of the plugtrain optimizers against torch.optim, third-party packages and memory.
+"""Per-step time of the plugtrain optimizers against their memory floor and every baseline.
 
-Two shapes: ``large`` (~25M parameters in 4 tensors) and ``many`` (400 tensors of 10,000).
-Contestants of one optimizer are timed interleaved (one step each, round robin) so that machine
-noise hits them alike; the table gives medians. "x floor" divides the step time by the time
-the measured memory-copy bandwidth needs for the bytes the algorithm must read and write
-(parameter-sized tensors touched per step x element size). Third-party packages
-(pytorch-optimizer, lion-pytorch) are used when installed and skipped otherwise.
+Two shapes: ``large`` (25.2M float32 parameters in 4 tensors) and ``many`` (400 tensors of
+100x100). For one optimizer and shape, every contestant (plugtrain, plugtrain with
+``flat=True``, torch.optim foreach / fused, pytorch-optimizer, lion-pytorch) and a 256 MiB
+``Tensor.copy_`` are timed interleaved: one step each, round robin, the order rotating every
+round, so that machine noise hits them alike. ``--repeat`` runs that ``--reps`` times over and
+gives the spread of the per-repeat medians.
 
-    python bench/optimizers.py [--reps 5] [--only Adam Lion] [--write bench/optimizers.md]
+The floor is the time the copy of the same repeat needs to move the bytes the algorithm must
+read and write per step (issue 18's counts of parameter-sized tensors, ``FLOOR``; Lamb and
+Adafactor add 3 for tensors whose working set is larger than the last-level cache, since their
+norms and means must be known before any element is written).
+
+Torch runs with ``--threads`` intra-op threads (default 1: on a shared 2-core machine one
+thread is the steadier measurement; the copy that sets the floor runs with the same setting).
+With CUDA available the same table is also measured on the GPU (``--devices``).
+
+    python bench/optimizers.py [--reps 7] [--repeat 3] [--only Adam,Lion] [--shapes many]
+                               [--threads 1] [--devices cpu,cuda] [--write bench/optimizers.md]
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -28,17 +39,20 @@ SHAPES = {
     "large": [(4096, 2048), (4096, 2048), (2048, 2048), (2048, 2048)],
     "many": [(100, 100)] * 400,
 }
+COPY_BYTES = 256 * 2**20
 
-# Parameter-sized tensors read + written by one step at the least (p, g, state; p, state).
-TOUCHED = {
-    "SGD": 5, "Adam": 7, "AdamW": 7, "Adamax": 7, "Adadelta": 7, "Adagrad": 5, "ASGD": 5,
-    "NAdam": 7, "RAdam": 7, "RMSprop": 5, "Rprop": 7, "Lamb": 7, "Lion": 5, "Adafactor": 3,
+# Parameter-sized float32 tensors one step must read plus write (issue 18).
+FLOOR = {
+    "SGD": 5, "ASGD": 4, "Adagrad": 5, "RMSprop": 5, "Lion": 5, "Adam": 7, "AdamW": 7,
+    "Adamax": 7, "NAdam": 7, "RAdam": 7, "Rprop": 7, "Adadelta": 7, "Lamb": 7, "Adafactor": 3,
     "Muon": 5,
 }  # fmt: skip
+NORMS_FIRST = {"Lamb", "Adafactor"}  # +3 per tensor larger than the cache
 
-OURS = {"SGD": {"lr": 0.01, "momentum": 0.9}, "Adafactor": {"lr": 0.01}}
-TORCH_ARGS = {"SGD": {"lr": 0.01, "momentum": 0.9}, "Adafactor": {"lr": 0.01}}
-THIRD_PARTY: dict[str, list[tuple[str, str, dict]]] = {
+OURS: dict[str, dict[str, Any]] = {"SGD": {"lr": 0.01, "momentum": 0.9}, "Adafactor": {"lr": 0.01}}
+TORCH_ARGS: dict[str, dict[str, Any]] = {"SGD": {"lr": 0.01, "momentum": 0.9}}
+TORCH_FUSED = {"Adam", "AdamW", "SGD", "Adagrad"}
+THIRD_PARTY: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
     "Lamb": [("pytorch_optimizer", "Lamb", {})],
     "Lion": [("pytorch_optimizer", "Lion", {}), ("lion_pytorch", "Lion", {})],
     "Adafactor": [("pytorch_optimizer", "AdaFactor", {"lr": 0.01})],
@@ -47,111 +61,257 @@ THIRD_PARTY: dict[str, list[tuple[str, str, dict]]] = {
 }
 
 
-def make_params(shape: str) -> list[torch.Tensor]:
+def last_level_cache() -> int:
+    """Bytes of the largest CPU cache (sysfs; 32 MiB when unknown)."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    sizes = []
+    try:
+        for entry in os.listdir(root):
+            with open(os.path.join(root, entry, "size"), encoding="ascii") as f:
+                text = f.read().strip()
+            scale = {"K": 2**10, "M": 2**20}.get(text[-1], 1)
+            sizes.append(int(text.rstrip("KM")) * scale)
+    except OSError:
+        pass
+    return max(sizes, default=32 * 2**20)
+
+
+def floor_bytes(name: str, dims: list[tuple[int, ...]], cache: int) -> int:
+    """Bytes one step of ``name`` must move over parameters of shapes ``dims`` (float32)."""
+    total = 0
+    for shape in dims:
+        size = 4 * int(torch.Size(shape).numel())
+        count = FLOOR[name]
+        if name == "Adafactor" and len(shape) < 2:
+            count = 5
+        if name in NORMS_FIRST and count * size > cache:
+            count += 3
+        total += count * size
+    return total
+
+
+def make_params(shape: str, device: str) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     params = []
     for dims in SHAPES[shape]:
-        p = torch.nn.Parameter(torch.randn(dims, generator=gen) * 0.02)
-        p.grad = torch.randn(dims, generator=gen) * 1e-3
+        p = torch.nn.Parameter((torch.randn(dims, generator=gen) * 0.02).to(device))
+        p.grad = (torch.randn(dims, generator=gen) * 1e-3).to(device)
         params.append(p)
     return params
 
 
-def copy_bandwidth() -> float:
-    """Bytes per second moved by a large tensor copy (read + write)."""
-    src = torch.randn(64 * 2**20)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    times = []
-    for _ in range(10):
+def bf16_matmul_is_slow(device: str) -> tuple[bool, float, float]:
+    """Whether bfloat16 matrix products are over 3x slower than float32 here (GFLOP/s of each)."""
+    rates = []
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(512, 1024, device=device).to(dtype)
+        x @ x.mT
+        sync(device)
         start = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - start)
-    return 2 * src.numel() * src.element_size() / min(times)
+        x @ x.mT
+        sync(device)
+        rates.append(2 * 512 * 512 * 1024 / (time.perf_counter() - start) / 1e9)
+    return rates[1] * 3 < rates[0], rates[0], rates[1]
 
 
-def contestants(name: str, shape: str) -> dict[str, Callable[[], torch.optim.Optimizer]]:
+def contestants(name: str, shape: str, device: str) -> dict[str, Callable[[], Any]]:
+    """Constructors of every contestant for ``name`` on ``shape``, plugtrain first."""
     ours = plugtrain.resolve("optimizer", name)
-    found: dict[str, Callable[[], torch.optim.Optimizer]] = {
-        "plugtrain": lambda: ours(make_params(shape), **OURS.get(name, {}))
+    kwargs = OURS.get(name, {})
+    found: dict[str, Callable[[], Any]] = {
+        "plugtrain": lambda: ours(make_params(shape, device), **kwargs)
     }
-    if name == "Muon":
-        found["plugtrain ns_dtype=bfloat16"] = lambda: ours(make_params(shape), ns_dtype="bfloat16")
+    if shape == "many" and name != "Muon":
+        found["plugtrain flat"] = lambda: ours(make_params(shape, device), **kwargs, flat=True)
+    if name == "Muon" and shape == "many":
+        found["plugtrain ns_dtype=float32"] = lambda: ours(
+            make_params(shape, device), ns_dtype="float32"
+        )
+    slow_bf16 = name == "Muon" and shape == "large" and bf16_matmul_is_slow(device)[0]
     theirs = getattr(torch.optim, name, None)
-    if theirs is not None:
-        kwargs = {**TORCH_ARGS.get(name, {}), "foreach": True}
-        found["torch foreach"] = lambda: theirs(make_params(shape), **kwargs)
-        if name in ("Adam", "AdamW"):
-            found["torch fused"] = lambda: theirs(make_params(shape), fused=True)
-    for module_name, attribute, kwargs in THIRD_PARTY.get(name, []):
+    if theirs is not None and not slow_bf16:
+        torch_kwargs = {**TORCH_ARGS.get(name, {}), "foreach": True}
+        if name == "Muon":
+            torch_kwargs.pop("foreach")
+        found["torch foreach" if name != "Muon" else "torch"] = lambda: theirs(
+            make_params(shape, device), **torch_kwargs
+        )
+        if name in TORCH_FUSED:
+            fused_kwargs = {**TORCH_ARGS.get(name, {}), "fused": True}
+            found["torch fused"] = lambda: theirs(make_params(shape, device), **fused_kwargs)
+    for module_name, attribute, extra in [] if slow_bf16 else THIRD_PARTY.get(name, []):
         try:
             cls = getattr(importlib.import_module(module_name), attribute)
         except ImportError:
             continue
-        found[module_name] = lambda cls=cls, kwargs=kwargs: _third_party(cls, shape, kwargs)
+        found[module_name] = lambda cls=cls, extra=extra: _third_party(cls, shape, device, extra)
     return found
 
 
-def _third_party(cls: type, shape: str, kwargs: dict) -> torch.optim.Optimizer:
+def _third_party(cls: type, shape: str, device: str, kwargs: dict[str, Any]) -> Any:
     if cls.__name__ == "Muon":  # pytorch-optimizer's Muon wants groups marked use_muon
-        return cls([{"params": make_params(shape), "use_muon": True}], **kwargs)
-    return cls(make_params(shape), **kwargs)
+        return cls([{"params": make_params(shape, device), "use_muon": True}], **kwargs)
+    return cls(make_params(shape, device), **kwargs)
 
 
-def time_steps(optimizers: dict[str, torch.optim.Optimizer], reps: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {label: [] for label in optimizers}
-    for opt in optimizers.values():
-        opt.step()  # warm-up: lazy buffers, first-step branches
-    for _ in range(reps):
-        for label, opt in optimizers.items():
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def interleaved(
+    actions: dict[str, Callable[[], Any]], reps: int, repeat: int, device: str
+) -> dict[str, list[float]]:
+    """Per-repeat median seconds of each action, timed round robin with a rotating order."""
+    labels = list(actions)
+    for action in actions.values():
+        action()  # warm-up: lazy buffers, first-step branches
+    sync(device)
+    medians: dict[str, list[float]] = {label: [] for label in labels}
+    for _ in range(repeat):
+        times: dict[str, list[float]] = {label: [] for label in labels}
+        for r in range(reps):
+            for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+                start = time.perf_counter()
+                actions[label]()
+                sync(device)
+                times[label].append(time.perf_counter() - start)
+        for label in labels:
+            medians[label].append(statistics.median(times[label]))
+    return medians
+
+
+def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    """``median`` or ``median (min-max)`` of ``values`` times ``scale``."""
+    mid = statistics.median(values) * scale
+    if len(values) == 1:
+        return f"{mid:.{digits}f}"
+    return f"{mid:.{digits}f} ({min(values) * scale:.{digits}f}-{max(values) * scale:.{digits}f})"
+
+
+def measure(name: str, shape: str, device: str, args: argparse.Namespace, cache: int) -> str:
+    """One table row: ours, x floor and every baseline, from one interleaved run."""
+    built = {label: make() for label, make in contestants(name, shape, device).items()}
+    src = torch.randn(COPY_BYTES // 4, device=device)
+    dst = torch.empty_like(src)
+    actions: dict[str, Callable[[], Any]] = {"copy": lambda: dst.copy_(src)}
+    actions.update({label: opt.step for label, opt in built.items()})
+    reps = 2 if name == "Muon" and shape == "large" else args.reps
+    repeat = 1 if name == "Muon" and shape == "large" else args.repeat
+    medians = interleaved(actions, reps, repeat, device)
+    del built
+    moved = floor_bytes(name, SHAPES[shape], cache)
+    # floor of one repeat = bytes / (copy's read + write bytes per second in that repeat)
+    floors = [moved * t / (2 * COPY_BYTES) for t in medians["copy"]]
+    ours = medians["plugtrain"]
+    x_floor = [t / f for t, f in zip(ours, floors, strict=True)]
+    flat = "-"
+    if "plugtrain flat" in medians:
+        times = medians.pop("plugtrain flat")
+        ratios = [t / f for t, f in zip(times, floors, strict=True)]
+        flat = f"{spread(times, 1e3)} ({spread(ratios, digits=2)}x)"
+    others = []
+    for label, times in medians.items():
+        if label in ("copy", "plugtrain"):
+            continue
+        ratios = [t / o for t, o in zip(times, ours, strict=True)]
+        others.append(f"{label} {spread(times, 1e3)} ({spread(ratios, digits=2)}x)")
+    if name == "Muon" and shape == "large" and bf16_matmul_is_slow(device)[0]:
+        _, f32, bf16 = bf16_matmul_is_slow(device)
+        others.append(
+            f"torch, pytorch_optimizer not run: their bfloat16 matmuls run at {bf16:.1f} GFLOP/s"
+            f" here (float32: {f32:.1f}), over {1.4e3 / bf16 / 60:.0f} min a step"
+        )
+    return (
+        f"| {device} | {shape} | {name} | {spread(ours, 1e3)} | {spread(floors, 1e3)} | "
+        f"{spread(x_floor, digits=2)} | {flat} | {'; '.join(others) or '-'} |"
+    )
+
+
+def op_costs() -> str:
+    """What bounds the rows that miss: op dispatch, in-cache passes, per-tensor overhead."""
+
+    def best(action: Callable[[], Any], times: int) -> float:
+        action()
+        runs = []
+        for _ in range(5):
             start = time.perf_counter()
-            opt.step()
-            times[label].append(time.perf_counter() - start)
-    return {label: statistics.median(t) for label, t in times.items()}
+            for _ in range(times):
+                action()
+            runs.append((time.perf_counter() - start) / times)
+        return min(runs)
+
+    src = torch.randn(COPY_BYTES // 4)
+    dst = torch.empty_like(src)
+    dram = best(lambda: dst.copy_(src), 3) / (2 * src.numel())  # s per float32 read or written
+    x, y, out = torch.rand(2**19) + 0.5, torch.rand(2**19) + 0.5, torch.empty(2**19)
+    tiny = torch.zeros(1)
+    dispatch = best(lambda: tiny.add_(1.0), 2000)
+    costs = {
+        "add": best(lambda: torch.add(x, y, out=out), 50) / x.numel(),
+        "sqrt": best(lambda: torch.sqrt(x, out=out), 50) / x.numel(),
+        "sign": best(lambda: torch.sign(x, out=out), 50) / x.numel(),
+        "lerp": best(lambda: torch.lerp(x, y, 0.1, out=out), 50) / x.numel(),
+    }
+    small = [torch.randn(100, 100) for _ in range(400)]
+    small_other = [torch.randn(100, 100) for _ in range(400)]
+    flat, flat_other = torch.randn(400 * 10_000), torch.randn(400 * 10_000)
+    per_list = best(lambda: torch._foreach_add_(small, small_other), 10)
+    one = best(lambda: flat.add_(flat_other), 10)
+    in_cache = ", ".join(f"{k} {v / dram:.2f}" for k, v in costs.items())
+    return (
+        f"floor: one float32 read or written by the 256 MiB copy in {dram * 1e9:.2f} ns. "
+        f"One op on a 512K-element block in cache, in floor tensor-passes (3-operand op = 3 "
+        f"passes at the floor): {in_cache}. Dispatch of one op: {dispatch * 1e6:.1f} us. "
+        f"foreach add over 400 tensors of 100x100: {per_list * 1e3:.2f} ms, one add over the "
+        f"same 4M elements in one buffer: {one * 1e3:.2f} ms "
+        f"({(per_list - one) / 400 * 1e6:.1f} us more per tensor)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument(
-        "--only", nargs="*", default=[], help="optimizer names (space or comma separated)"
-    )
+    parser.add_argument("--reps", type=int, default=7, help="interleaved rounds per repeat")
+    parser.add_argument("--repeat", type=int, default=3, help="independent repeats (spread)")
+    parser.add_argument("--only", nargs="*", default=[], help="optimizer names")
+    parser.add_argument("--shapes", default="large,many")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    default_devices = "cpu,cuda" if torch.cuda.is_available() else "cpu"
+    parser.add_argument("--devices", default=default_devices)
     parser.add_argument("--write", default="")
+    parser.add_argument("--op-costs", action="store_true", help="only print what bounds a step")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.op_costs:
+        print(op_costs())
+        return
     only = [n for arg in args.only for n in arg.split(",") if n]
     names = only or plugtrain.names("optimizer")
-    bandwidth = copy_bandwidth()
+    cache = last_level_cache()
+    load = os.getloadavg()[0]
     rows = []
-    for shape, dims in SHAPES.items():
-        numel = sum(a * b for a, b in dims)
-        for name in names:
-            built = {label: make() for label, make in contestants(name, shape).items()}
-            reps = 2 if name == "Muon" and shape == "large" else args.reps
-            medians = time_steps(built, reps)
-            del built
-            floor = TOUCHED[name] * numel * 4 / bandwidth
-            ours = medians["plugtrain"]
-            others = ", ".join(
-                f"{label} {t * 1e3:.1f} ms ({t / ours:.2f}x)"
-                for label, t in medians.items()
-                if label != "plugtrain"
-            )
-            rows.append(
-                f"| {shape} | {name} | {ours * 1e3:.1f} | {ours / floor:.1f} | {others or '-'} |"
-            )
-            print(rows[-1], flush=True)
+    for device in args.devices.split(","):
+        for shape in args.shapes.split(","):
+            for name in names:
+                rows.append(measure(name, shape, device, args, cache))
+                print(rows[-1], flush=True)
     machine = (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
-        f"copy bandwidth {bandwidth / 1e9:.1f} GB/s"
+        f"{cache // 2**20} MiB last-level cache, torch {torch.__version__} "
+        f"({torch.get_num_threads()} thread(s))"
     )
+    if torch.cuda.is_available():
+        machine += f", GPU {torch.cuda.get_device_name()}"
     table = "\n".join(
         [
-            f"Machine: {machine}. Shapes: large = 25.2M float32 parameters in 4 tensors; "
-            "many = 400 tensors of 10,000. Median of interleaved steps; (Nx) = their time / ours.",
+            f"Machine: {machine}; load average before the run {load:.1f}. "
+            f"Median of {args.reps} interleaved steps per repeat; median (min-max) over "
+            f"{args.repeat} repeats; (Nx) = their time / ours; floor = the bytes of `FLOOR` at "
+            "the speed of a 256 MiB `Tensor.copy_` timed in the same rounds.",
             "",
-            "| shape | optimizer | plugtrain ms/step | x floor | others (ms/step, ratio to ours) |",
-            "|---|---|---|---|---|",
+            "| device | shape | optimizer | plugtrain ms/step | floor ms | x floor | "
+            "flat=True ms/step (x floor) | others: ms/step (their time / ours) |",
+            "|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )

@@ -13,6 +13,7 @@ import attrs
 
 __all__ = [
     "BackendError",
+    "ComponentError",
     "ConfigError",
     "ConfigIssue",
     "DuplicateNameError",
@@ -45,6 +46,14 @@ class TrainingError(PlugtrainError, RuntimeError):
 
 class BackendError(PlugtrainError, RuntimeError):
     """A backend cannot be created or cannot run here."""
+
+
+class ComponentError(PlugtrainError, RuntimeError):
+    """A plugin's own code raised while plugtrain ran it (``fit``, ``plot`` ...).
+
+    The message names the plugin's distribution and, where it can be told, the component; the
+    original exception is the ``__cause__``. See :mod:`plugtrain.attribution`.
+    """
 
 
 @attrs.frozen

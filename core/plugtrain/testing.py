@@ -12,8 +12,10 @@ Fixtures:
 
 Helpers: :func:`assert_plugin_installed` (the first test of any plugin) and
 :func:`check_plugin_contract` / :func:`assert_plugin_contract`: every component of a plugin
-resolves, imports, and its schema agrees with its constructor's signature; the plugin module
-and schemas import no torch.
+resolves (by ``distribution:Name``), imports, and its schema agrees with its constructor's
+signature; the plugin module and schemas import no torch; states survive a checkpoint
+(``weights_only=True``) and resume exactly. :func:`isolated_registry` builds a registry of only
+the plugins given.
 
 Importing this module imports neither torch nor pytest.
 """
@@ -24,7 +26,7 @@ import inspect
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -32,7 +34,7 @@ import attrs
 from plugtrain import plugins
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
-from plugtrain.schema import REQUIRED
+from plugtrain.schema import REQUIRED, arg_infos
 
 if TYPE_CHECKING:
     import pluggy
@@ -44,6 +46,7 @@ __all__ = [
     "check_plugin_contract",
     "fresh_backend",
     "installed_registry",
+    "isolated_registry",
     "make_registry",
     "plugin_manager",
     "register_plugin",
@@ -194,14 +197,52 @@ def _torch_free_problems(modules: list[str]) -> list[str]:
     return []
 
 
+def _owner_name(component: Component) -> str:
+    return component.plugin.distribution or component.plugin.name
+
+
+def _round_trip(
+    component: Component, arguments: Mapping[str, Mapping[str, Any]] | None
+) -> list[str]:
+    """The checkpoint round trip of one component, when it can be built (see below)."""
+    given = (arguments or {}).get(component.name)
+    if given is None:
+        if any(info.required for info in arg_infos(component.schema_class)):
+            return []  # needs arguments nobody gave
+        given = {}
+    try:
+        from plugtrain.train.state_check import round_trip_problems
+    except ImportError:  # no torch: nothing can be built
+        return []
+    try:
+        implementation = component.load()
+    except Exception:  # noqa: BLE001 - already reported by check_component_contract
+        return []
+    found = round_trip_problems(component.kind, implementation, dict(given)) or []
+    return [f"{component.kind} {component.name!r}: {problem}" for problem in found]
+
+
 def check_plugin_contract(
-    name: str, registry: Registry | None = None, *, torch_free: bool = True
+    name: str,
+    registry: Registry | None = None,
+    *,
+    torch_free: bool = True,
+    round_trip: bool = True,
+    arguments: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
     """Every problem with the plugin (or distribution) called ``name``; empty when it is sound.
 
     Checks that it is loaded, declares at least one component, that each component resolves by
-    name, imports, and has a schema matching its constructor, and (with ``torch_free``) that
-    the plugin module and its schema modules import without torch.
+    its qualified name ``distribution:Name`` (so another installed distribution providing the
+    same name does not fail the check), imports, and has a schema matching its constructor, and
+    (with ``torch_free``) that the plugin module and its schema modules import without torch.
+
+    With ``round_trip``, each scheduler, optimizer and model that can be built (from
+    ``arguments[Name]``, or from its defaults when it has no required argument) is advanced a
+    few steps and its ``state_dict()`` goes through ``torch.save`` and
+    ``torch.load(weights_only=True)`` into a fresh one, which must continue exactly.
+
+    :param arguments: ``{Name: {argument: value}}`` to build components that need arguments.
     """
     registry = registry or plugins.get_registry()
     infos = [p for p in registry.plugins if name in (p.name, p.distribution)]
@@ -218,12 +259,16 @@ def check_plugin_contract(
         if not components:
             problems.append(f"plugin {info.name!r} registers no component")
         for component in components:
+            qualified = f"{_owner_name(component)}:{component.name}"
             try:
-                found = registry.lookup(component.kind, component.name)
+                found = registry.lookup(component.kind, qualified)
             except Exception as exc:  # noqa: BLE001
-                problems.append(f"{component.kind} {component.name!r} does not resolve: {exc}")
+                problems.append(f"{component.kind} {qualified!r} does not resolve: {exc}")
                 continue
-            problems.extend(check_component_contract(found))
+            contract = check_component_contract(found)
+            problems.extend(contract)
+            if round_trip and not contract:
+                problems.extend(_round_trip(found, arguments))
             if isinstance(component.schema, str):
                 modules.append(component.schema.partition(":")[0])
             else:
@@ -284,3 +329,16 @@ if pytest is not None:
 
         yield register
         plugins.reset(settings, extra=saved_extra)
+
+
+def pytest_report_header(config: Any) -> str:
+    """The core the tests run against, first in pytest's header (see ``core_versions``)."""
+    from pathlib import Path
+
+    import plugtrain
+
+    where = Path(inspect.getfile(plugtrain)).parent.parent
+    return (
+        f"plugtrain {plugtrain.__version__} (plugin API {plugtrain.PLUGIN_API_VERSION}) "
+        f"from {where}"
+    )

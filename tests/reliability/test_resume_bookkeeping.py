@@ -2,7 +2,8 @@
 
 Metrics rows of the replayed steps are written once (the files are cut back to the resumed
 step), an empty or headerless ``metrics.csv`` gets its header, hidden temporaries of interrupted
-saves are removed when a fit starts, and checkpoints follow the umask like the metrics files.
+saves are removed when a fit starts, checkpoints follow the umask like the metrics files, and
+a run file with lists and mappings in every section saves and resumes.
 """
 
 from __future__ import annotations
@@ -185,12 +186,6 @@ trainer:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="LocatedList from the YAML loader reaches the optimizer's state and the checkpoint "
-    "(issue 14, item 1): fixed by the plan holding plain values (contract-plan); remove this "
-    "mark when that is merged",
-)
 def test_r05_a_run_file_with_lists_and_mappings_everywhere_saves_and_resumes(tmp_path):
     def write(steps: int) -> Path:
         path = tmp_path / "run.yaml"

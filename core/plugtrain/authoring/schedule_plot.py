@@ -1,31 +1,35 @@
-"""Schedules as numbers and pictures, without torch: what ``plugtrain plot`` draws.
+"""Schedules as numbers and pictures: what ``plugtrain plot`` draws.
 
-A scheduler's schema may offer a torch-free closed form: ``schedule_key`` (``"lr"`` or
-``"weight_decay"``) and a staticmethod ``curve(arguments, child_curve)`` returning the
-value-of-step function for validated arguments (nested schedulers are handed over as
-``{Name: {arguments}}`` mappings and turned into curves with ``child_curve``). This module
-evaluates such schemas through the registry; matplotlib is needed only by
-:func:`plot_schedules` and imported there.
+A scheduler whose schema offers a closed form (``schedule_key`` and a staticmethod
+``curve(arguments, child_curve)``, see :class:`plugtrain.protocols.CurveSchema`) is evaluated
+without torch, through :func:`plugtrain.curve.closed_form`. Any other scheduler (a plain torch
+``LRScheduler``, a stepped third-party one, a wrapper holding one) is built on a throw-away
+optimizer and stepped (:mod:`plugtrain.train.schedule_steps`, which imports torch); its legend
+says so. matplotlib is needed only by :func:`plot_schedules` and imported there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.schema import validated_arguments
+from plugtrain.curve import closed_form, spec_parts
+from plugtrain.errors import ConfigError, ConfigIssue, UnknownNameError
+from plugtrain.schema import arg_infos, validated_arguments
 
 if TYPE_CHECKING:
     from plugtrain.registry import Registry
 
-__all__ = ["DEFAULT_STEPS", "ScheduleCurve", "plot_schedules", "schedule_curves"]
+__all__ = ["DEFAULT_STEPS", "STEPPED_NOTE", "ScheduleCurve", "plot_schedules", "schedule_curves"]
 
 DEFAULT_STEPS = 1000
 """Steps drawn when neither the caller nor any schedule says how long it is."""
+
+STEPPED_NOTE = "stepped: no closed form"
+"""What the legend adds to a schedule found by stepping the scheduler."""
 
 _AXIS_TITLES = {"lr": "learning rate", "weight_decay": "weight decay"}
 
@@ -40,6 +44,8 @@ class ScheduleCurve:
     :param tag: the targeted tag (``None``: untagged groups), or ``"*"`` for every group.
     :param steps: the steps evaluated.
     :param values: the value at each of ``steps``.
+    :param stepped: found by stepping the scheduler on a throw-away optimizer (it has no closed
+        form), rather than from its closed form.
     """
 
     index: int
@@ -48,51 +54,17 @@ class ScheduleCurve:
     tag: str | None
     steps: tuple[int, ...]
     values: tuple[float, ...]
+    stepped: bool = False
 
     @property
     def label(self) -> str:
         """``"CosineDecayWD [bias_params]"``, ``"SequentialLR"`` for every group."""
-        if self.tag == "*":
-            return self.name
-        return f"{self.name} [{'untagged' if self.tag is None else self.tag}]"
-
-
-def _spec_parts(spec: Any, where: str) -> tuple[str, Mapping[str, Any]]:
-    if not isinstance(spec, Mapping) or len(spec) != 1:
-        raise ConfigError([ConfigIssue(where, "a scheduler is a one-key mapping {Name: {args}}")])
-    ((name, arguments),) = spec.items()
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, Mapping):
-        message = f"arguments of {name} must be a mapping, got {type(arguments).__name__}"
-        raise ConfigError([ConfigIssue(where, message)])
-    return str(name), arguments
-
-
-class _Evaluator:
-    """Builds curves of scheduler specs through a registry's schemas."""
-
-    def __init__(self, registry: Registry) -> None:
-        self.registry = registry
-
-    def schema(self, name: str, where: str) -> type:
-        schema = self.registry.lookup("scheduler", name).schema_class
-        if not callable(getattr(schema, "curve", None)):
-            message = f"scheduler {name!r} offers no torch-free curve, so it cannot be evaluated"
-            raise ConfigError([ConfigIssue(where, message)])
-        return schema
-
-    def curve(self, spec: Any, where: str) -> tuple[Callable[[int], float], dict[str, Any], type]:
-        name, given = _spec_parts(spec, where)
-        schema = self.schema(name, where)
-        arguments = validated_arguments(schema, given, owner=where)
-        counter = iter(range(1_000_000))
-
-        def child_curve(child: Any) -> Callable[[int], float]:
-            return self.curve(child, f"{where}.{name}[{next(counter)}]")[0]
-
-        curve: Callable[[int], float] = schema.curve(arguments, child_curve)  # type: ignore[attr-defined]
-        return curve, arguments, schema
+        label = (
+            self.name
+            if self.tag == "*"
+            else (f"{self.name} [{'untagged' if self.tag is None else self.tag}]")
+        )
+        return f"{label} ({STEPPED_NOTE})" if self.stepped else label
 
 
 def _tags_of(param_group_tags: Any) -> list[str | None]:
@@ -103,45 +75,115 @@ def _tags_of(param_group_tags: Any) -> list[str | None]:
     return list(param_group_tags)
 
 
-def _natural_length(curve: Callable[[int], float]) -> int | None:
-    length = getattr(curve, "length", None)
+def _natural_length(length: Any) -> int | None:
     return length if isinstance(length, int) and length > 0 else None
+
+
+def _initial_values(registry: Registry, optimizer: Any) -> dict[str, float]:
+    """``lr`` and ``weight_decay`` the optimizer ``{Name: {arguments}}`` starts the groups at.
+
+    Read as written (under any alias) or as the schema's default; not validated again: the
+    run file was validated before anything is plotted, and a cross-check may be costly.
+    """
+    if not isinstance(optimizer, Mapping) or len(optimizer) != 1:
+        return {}
+    ((name, given),) = optimizer.items()
+    given = given if isinstance(given, Mapping) else {}
+    try:
+        infos = {
+            info.name: info for info in arg_infos(registry.lookup("optimizer", name).schema_class)
+        }
+    except UnknownNameError:
+        return {}
+    values: dict[str, float] = {}
+    for key in ("lr", "weight_decay"):
+        info = infos.get(key)
+        names = (key, *info.aliases) if info is not None else (key,)
+        value = next((given[n] for n in names if n in given), None)
+        if value is None and info is not None and not info.required:
+            value = info.default
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            values[key] = float(value)
+    return values
+
+
+class _Stepped:
+    """A scheduler without a closed form, stepped on a throw-away optimizer (imports torch)."""
+
+    def __init__(
+        self, registry: Registry, spec: Any, where: str, initial: Mapping[str, float]
+    ) -> None:
+        from plugtrain.train.schedule_steps import SteppedSchedule
+
+        name, given = spec_parts(spec, where)
+        schema = registry.lookup("scheduler", name).schema_class
+        arguments = validated_arguments(schema, given, owner=where)
+        self.tags = _tags_of(arguments.get("param_group_tags"))
+        self.schedule = SteppedSchedule(registry, {name: dict(given)}, self.tags, initial)
+        self.key = self.schedule.key
+        self.length = _natural_length(self.schedule.length)
 
 
 def schedule_curves(
     specs: Sequence[Mapping[str, Any]],
     steps: int | Iterable[int] | None = None,
     registry: Registry | None = None,
+    optimizer: Mapping[str, Any] | None = None,
 ) -> list[ScheduleCurve]:
-    """Evaluate schedulers written as ``{Name: {arguments}}`` without torch.
+    """Evaluate schedulers written as ``{Name: {arguments}}``.
+
+    Closed forms are evaluated without torch; a scheduler without one is stepped on a
+    throw-away optimizer (torch imported then).
 
     :param specs: the schedulers, as in a run file's ``schedulers:`` list.
     :param steps: a number of steps (values at ``0 .. steps - 1``) or the steps themselves;
         ``None``: the longest natural length among the schedules, else :data:`DEFAULT_STEPS`.
     :param registry: where names resolve (default: the process-wide registry).
+    :param optimizer: the run's ``{Name: {arguments}}`` optimizer, whose ``lr`` and
+        ``weight_decay`` a stepped scheduler starts from (default 1.0 and 0).
     :returns: one :class:`ScheduleCurve` per scheduler and targeted tag, in order.
-    :raises ConfigError: for bad arguments or a scheduler without a torch-free curve.
+    :raises ConfigError: for bad arguments.
     """
     if registry is None:
         from plugtrain.plugins import get_registry
 
         registry = get_registry()
-    evaluator = _Evaluator(registry)
-    built = []
+    initial = _initial_values(registry, optimizer)
+    built: list[tuple[int, str, Any]] = []
     for index, spec in enumerate(specs):
-        name, _ = _spec_parts(spec, f"schedulers[{index}]")
-        curve, arguments, schema = evaluator.curve(spec, f"schedulers[{index}]")
-        key = getattr(schema, "schedule_key", "lr")
-        built.append((index, name, key, arguments.get("param_group_tags"), curve))
+        where = f"schedulers[{index}]"
+        name, _ = spec_parts(spec, where)
+        try:
+            built.append((index, name, closed_form(registry, spec, where)))
+        except NotImplementedError:
+            built.append((index, name, _Stepped(registry, spec, where, initial)))
+        except ValueError as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError([ConfigIssue(where, str(exc))]) from exc
     if steps is None:
-        lengths = [n for *_, curve in built if (n := _natural_length(curve)) is not None]
-        steps = max(lengths, default=DEFAULT_STEPS)
+        lengths = [_length_of(item) for *_, item in built]
+        steps = max((n for n in lengths if n is not None), default=DEFAULT_STEPS)
     points = tuple(range(steps)) if isinstance(steps, int) else tuple(steps)
     found: list[ScheduleCurve] = []
-    for index, name, key, tags, curve in built:
-        values = tuple(float(curve(e)) for e in points)
-        found.extend(ScheduleCurve(index, name, key, tag, points, values) for tag in _tags_of(tags))
+    for index, name, item in built:
+        if isinstance(item, _Stepped):
+            columns = item.schedule.sample(points, item.tags)
+            found.extend(
+                ScheduleCurve(index, name, item.key, tag, points, values, stepped=True)
+                for tag, values in zip(item.tags, columns, strict=True)
+            )
+            continue
+        values = tuple(float(item.curve.at(e)) for e in points)
+        tags = _tags_of(item.arguments.get("param_group_tags"))
+        found.extend(ScheduleCurve(index, name, item.key, tag, points, values) for tag in tags)
     return found
+
+
+def _length_of(item: Any) -> int | None:
+    if isinstance(item, _Stepped):
+        return item.length
+    return _natural_length(getattr(item.curve, "length", None))
 
 
 def plot_schedules(
@@ -149,11 +191,13 @@ def plot_schedules(
     path: str | Path,
     steps: int | Iterable[int] | None = None,
     registry: Registry | None = None,
+    optimizer: Mapping[str, Any] | None = None,
 ) -> Path:
     """Draw the schedules into an image: learning rate and weight decay on separate axes.
 
-    One line per scheduler and targeted tag, step on x. The format follows ``path``'s suffix
-    (``.png``, ``.svg``, ``.pdf``).
+    One line per scheduler and targeted tag, step on x; a schedule found by stepping (no closed
+    form) says so in the legend. The format follows ``path``'s suffix (``.png``, ``.svg``,
+    ``.pdf``). Arguments as for :func:`schedule_curves`.
 
     :returns: the path written.
     :raises ImportError: when matplotlib is not installed (it is an optional extra).
@@ -164,7 +208,7 @@ def plot_schedules(
     except ImportError as exc:
         message = "plotting schedules needs matplotlib: pip install matplotlib"
         raise ImportError(message) from exc
-    curves = schedule_curves(specs, steps, registry)
+    curves = schedule_curves(specs, steps, registry, optimizer)
     keys = [k for k in _AXIS_TITLES if any(c.key == k for c in curves)]
     keys += sorted({c.key for c in curves} - set(keys))
     keys = keys or ["lr"]

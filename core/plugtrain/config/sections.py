@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.schema import Problem, about, arg
 
 __all__ = [
     "CheckpointSettings",
@@ -78,12 +78,12 @@ class CheckpointSettings:
     )
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """The file name must tell steps apart, and find_latest must be able to read it back."""
         name = arguments["checkpoint_name"]
         problem = _checkpoint_name_problem(name)
         if problem is not None:
-            yield "checkpoint_name", f"{problem}, got {name!r}"
+            yield about("checkpoint_name", f"checkpoint_name {problem}, got {name!r}")
 
 
 def _checkpoint_name_problem(name: str) -> str | None:
@@ -92,8 +92,8 @@ def _checkpoint_name_problem(name: str) -> str | None:
     It must hold ``{step}`` exactly once and no other ``{`` or ``}``: another field (``{epoch}``)
     has no value when saving, and a second ``{step}`` could not be read back to resume.
     """
-    if "/" in name or "\0" in name:
-        return "must be a file name: no '/' or NUL"
+    if "/" in name:
+        return "must be a file name: no '/'"
     count = name.count("{step}")
     rest = name.replace("{step}", "")
     if count != 1 or "{" in rest or "}" in rest:
@@ -121,7 +121,13 @@ class InitSection:
         None, help="{backend_type: CPU|GPU|CSX, ...arguments of that backend}"
     )
     model_dir: str = arg("./model_dir", help="where checkpoints, metrics and plots go")
-    seed: int | None = arg(None, help="seed of Python, numpy and torch", ge=0)
+    seed: int | None = arg(
+        None,
+        help="seed of Python, numpy and torch",
+        ge=0,
+        le=2**64 - 1,  # what torch.manual_seed takes; numpy gets it modulo 2**32
+        finite=False,
+    )
     model: dict[str, Any] = arg(component="model", help="the model, {Name: {arguments}}")
     optimizer: dict[str, Any] | None = arg(
         None, component="optimizer", help="the optimizer, {Name: {arguments, params: [...]}}"

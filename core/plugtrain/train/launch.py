@@ -1,7 +1,7 @@
 """Starting a data-parallel run through PyTorch's elastic launcher (torchrun).
 
-``plugtrain fit RUN.yaml`` asks each trainer's backend how many processes it wants on this
-machine (a backend class may define ``processes_per_node(arguments) -> int``). Above one, it
+``plugtrain fit RUN.yaml`` asks each trainer's backend class how many processes it wants on this
+machine (``processes_per_node(arguments) -> int`` of the Backend protocol). Above one, it
 runs ``torch.distributed.run`` (torchrun) in this process with
 ``--standalone --nproc-per-node N -m plugtrain <the same command line>``; each worker sees
 torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and runs the file itself. A process that
@@ -16,21 +16,27 @@ checkpoint. torchrun kills workers that take longer than its shutdown timeout (3
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from plugtrain.errors import BackendError, ConfigError, ConfigIssue
 
+if TYPE_CHECKING:
+    from plugtrain.config.plan import RunPlan, TrainerPlan
+    from plugtrain.registry import Registry
+
 __all__ = [
     "LaunchedProcess",
     "collective_errors",
+    "exit_after_atexit_handlers",
     "exit_worker_when_done",
     "is_main_rank",
     "launch_if_needed",
@@ -79,18 +85,27 @@ def is_main_rank() -> bool:
     return launched is None or launched.rank == 0
 
 
-def processes_wanted(plans: Sequence[Any], registry: Any) -> int:
+def processes_wanted(plans: Iterable[TrainerPlan], registry: Registry) -> int:
     """How many processes on this machine the run's trainers ask for (they must agree).
 
+    Each trainer's backend class answers through the Backend protocol's
+    ``processes_per_node(arguments)``.
+
     :raises ConfigError: when two trainers ask for different numbers.
+    :raises BackendError: when a backend class does not implement ``processes_per_node``.
     """
     wanted: dict[int, str] = {}
     for plan in plans:
-        backend = plan.init.get("backend")
-        arguments = {k: v for k, v in (backend or {}).items() if k != "backend_type"}
+        component = registry.lookup("backend", plan.backend_type)
         implementation = registry.resolve("backend", plan.backend_type)
-        ask = getattr(implementation, "processes_per_node", None)
-        count = int(ask(arguments)) if callable(ask) else 1
+        if not callable(getattr(implementation, "processes_per_node", None)):
+            message = (
+                f"backend {component.name!r} from {component.provider} does not implement "
+                "processes_per_node(arguments) of the Backend protocol "
+                "(plugtrain.protocols.Backend); subclass plugtrain.backend_base.BackendBase"
+            )
+            raise BackendError(message)
+        count = int(implementation.processes_per_node(plan.backend.call_arguments()))
         wanted.setdefault(count, plan.path)
     if len(wanted) > 1:
         listed = ", ".join(f"{path} asks for {count}" for count, path in wanted.items())
@@ -99,31 +114,29 @@ def processes_wanted(plans: Sequence[Any], registry: Any) -> int:
     return next(iter(wanted), 1)
 
 
-def launch_if_needed(run_file: str, overrides: Sequence[str], argv: Sequence[str]) -> int | None:
+def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> int | None:
     """Start the run under torchrun when it asks for several processes and nobody launched it.
 
+    :param plan: the validated run; each worker validates the file again on its own.
+    :param registry: the registry the plan was validated with.
     :param argv: this command line without the program name; each worker runs it again.
     :returns: ``None`` when this process should run the file itself, else the exit status.
     :raises BackendError: when a worker fails, naming each failed rank and how it ended.
     """
     if launched_process() is not None:
         return None
-    from plugtrain import plugins
-    from plugtrain.train.run import check_run_file
-
-    plans = check_run_file(run_file, overrides)
-    count = processes_wanted(plans, plugins.get_registry())
+    count = processes_wanted(plan.trainers, registry)
     if count <= 1:
         return None
-    return torchrun(count, ["-m", "plugtrain", *argv], _checkpoint_places(plans))
+    return torchrun(count, ["-m", "plugtrain", *argv], _checkpoint_places(plan.trainers))
 
 
-def _checkpoint_places(plans: Sequence[Any]) -> list[tuple[str, str]]:
+def _checkpoint_places(trainers: Sequence[Any]) -> list[tuple[str, str]]:
+    """``(model_dir, checkpoint_name)`` of each trainer of the run."""
     places = []
-    for plan in plans:
-        checkpoint = plan.init.get("checkpoint") or {}
-        name = checkpoint.get("checkpoint_name", "checkpoint_{step}.mdl")
-        places.append((str(plan.init.get("model_dir", "./model_dir")), str(name)))
+    for trainer in trainers:
+        name = trainer.checkpoint.checkpoint_name if trainer.checkpoint else None
+        places.append((str(trainer.model_dir), name or "checkpoint_{step}.mdl"))
     return places
 
 
@@ -209,16 +222,33 @@ def _describe_failures(count: int, error: Any) -> str:
     )
 
 
+_exit_reason: str | None = None
+
+
+def exit_after_atexit_handlers(reason: str) -> None:
+    """Ask ``plugtrain fit`` to end this process once its work is done and atexit handlers ran.
+
+    For a backend whose teardown is known to crash the interpreter's own shutdown: the process
+    then skips only what comes after the ``atexit`` handlers (module and C++ teardown). Called by
+    the gloo process group of ``plugtrain-backends`` when it leaves, on the torch versions that
+    need it.
+
+    :param reason: why, for the debug log.
+    """
+    global _exit_reason  # noqa: PLW0603 - one process, one way to end it
+    _exit_reason = reason
+
+
 @contextmanager
 def exit_worker_when_done() -> Iterator[None]:
-    """In a launched worker of several, end the process at once after the block succeeds.
+    """End the process right after the block succeeds, when a backend asked for it.
 
-    Works around a torch bug: a DDP-over-gloo worker sometimes aborts while the interpreter
-    shuts down ("terminate called without an active exception", SIGABRT) after its work is
-    done; reproduced with torch 2.13 and a ten-line script in about one run of ten. Output is
-    flushed and logging shut down first; errors leave through the normal path, except a stop on
-    a signal (:class:`~plugtrain.train.interrupt.TrainingInterrupted`): rank 0 prints where it
-    saved, and the worker exits ``128 + signal`` at once too.
+    Only after :func:`exit_after_atexit_handlers` was called (otherwise the process ends as
+    usual): output is flushed, every ``atexit`` handler runs, logging is shut down, and the
+    process exits with status 0 without the interpreter's teardown. Errors leave through the
+    normal path, except a stop on a signal in a worker of several
+    (:class:`~plugtrain.train.interrupt.TrainingInterrupted`): rank 0 says where it saved, and
+    the worker ends the same way with ``128 + signal`` (its process group is still up).
     """
     launched = launched_process()
     several = launched is not None and launched.world_size > 1
@@ -230,15 +260,20 @@ def exit_worker_when_done() -> Iterator[None]:
             raise
         if launched is not None and launched.rank == 0:
             sys.stderr.write(f"plugtrain: {exc}\n")
-        _exit_now(int(status))
-    if several:
-        _exit_now(0)
+        _end_process(int(status), "stopped by a signal")
+    if _exit_reason is None:
+        return
+    _end_process(0, _exit_reason)
 
 
-def _exit_now(status: int) -> None:
+def _end_process(status: int, reason: str) -> None:
+    log.debug("ending the process after its atexit handlers: %s", reason)
     sys.stdout.flush()
     sys.stderr.flush()
+    atexit._run_exitfuncs()
     logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(status)
 
 

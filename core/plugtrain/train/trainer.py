@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from plugtrain.backend_base import check_backend, claim_backend_type
 from plugtrain.config.sections import (
     MUTUALLY_EXCLUSIVE,
     CheckpointSettings,
@@ -29,16 +30,18 @@ from plugtrain.config.sections import (
     LoopSettings,
 )
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
+from plugtrain.scheduler import scheduler_groups, scheduler_key
 from plugtrain.schema import validated_arguments
 from plugtrain.train import checkpoint as ckpt
 from plugtrain.train.backends import backend as make_backend
-from plugtrain.train.backends import claim_backend_type
+from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.checkpoint_fit import check_fits, first_non_finite
 from plugtrain.train.disk import reserve
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted, signal_name
 from plugtrain.train.lock import ModelDirLock
 from plugtrain.train.metrics import MetricsLog, Progress
 from plugtrain.train.resume import DataStream, rng_state, seed_everything, set_rng_state
+from plugtrain.train.state_check import verify_first_checkpoint
 
 __all__ = ["Trainer", "TrainingError", "TrainingInterrupted"]
 
@@ -67,19 +70,15 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
-def _scheduler_kind(scheduler: Any) -> str:
-    return getattr(scheduler, "param_key", "lr")
-
-
 def _check_scheduler_overlap(schedulers: Sequence[Any]) -> None:
-    """Reject two schedulers of the same kind (LR or WD) that target one param group."""
+    """Reject two schedulers of the same kind (LR or WD) that target one param group.
+
+    Kind and groups are read through the scheduler protocol (:mod:`plugtrain.scheduler`).
+    """
     owner: dict[tuple[str, int], int] = {}
     for index, scheduler in enumerate(schedulers):
-        groups = getattr(scheduler, "group_indices", None)
-        if groups is None:
-            groups = range(len(scheduler.optimizer.param_groups))
-        for group in groups:
-            key = (_scheduler_kind(scheduler), group)
+        for group in scheduler_groups(scheduler):
+            key = (scheduler_key(scheduler), group)
             if key in owner:
                 message = (
                     f"schedulers {owner[key]} ({type(schedulers[owner[key]]).__name__}) and "
@@ -110,9 +109,9 @@ class Trainer:
     :param loop: :class:`LoopSettings` or its mapping.
     :param checkpoint: :class:`CheckpointSettings` or its mapping.
     :param logging: :class:`LoggingSettings` or its mapping.
-    :param callbacks: objects with any of ``on_fit_start(trainer)``,
-        ``on_train_step_end(trainer, metrics)``, ``on_validate_end(trainer, metrics)``,
-        ``on_fit_end(trainer)``.
+    :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`:
+        ``on_fit_start(trainer)``, ``on_train_step_end(trainer, metrics)``,
+        ``on_validate_end(trainer, metrics)``, ``on_fit_end(trainer)``.
     :param seed: seeds Python, numpy and torch before the model is built.
     :param loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy for class labels.
     :param config: the resolved run configuration, stored in checkpoints' metadata.
@@ -138,9 +137,7 @@ class Trainer:
         if device is not None and backend is not None:
             raise ValueError(MUTUALLY_EXCLUSIVE)
         self.backend = self._make_backend(device, backend)
-        check = getattr(self.backend, "check_runnable", None)
-        if callable(check):
-            check()
+        self.backend.check_runnable()
         self.model_dir = Path(model_dir)
         self.loop: LoopSettings | None = _settings(LoopSettings, loop, "loop")
         self.checkpoint: CheckpointSettings = (
@@ -150,16 +147,16 @@ class Trainer:
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
         self.callbacks = list(callbacks or [])
+        self._callbacks = Callbacks(self.callbacks)
         self.seed = seed
         self.loss_fn = loss_fn or default_loss
         self.config = config
         if seed is not None:
             seed_everything(seed)
-        self.device: torch.device = getattr(self.backend, "device", torch.device("cpu"))
+        self.device: torch.device = self.backend.device
         self._move_batches = self.device.type != "cpu"
         built = model if isinstance(model, nn.Module) else model()
-        prepare = getattr(self.backend, "prepare_model", None)
-        self.model: nn.Module = prepare(built) if callable(prepare) else built.to(self.device)
+        self.model: nn.Module = self.backend.prepare_model(built)
         self.optimizer = self._make_optimizer(optimizer)
         self.schedulers = [
             s if hasattr(s, "step") else s(self.optimizer) for s in _as_list(schedulers)
@@ -168,6 +165,7 @@ class Trainer:
         self.global_step = 0
         self._stream_position: dict[str, Any] | None = None
         self._saved_step = -1
+        self._state_verified = False
         self._metrics: MetricsLog | None = None
         self._last_good: Path | None = None  # the newest checkpoint known to be sound
         self._skipped_in_a_row = 0
@@ -176,20 +174,20 @@ class Trainer:
 
     @staticmethod
     def _make_backend(device: str | None, backend: Any) -> Any:
+        """The backend object, checked against the Backend protocol."""
         if backend is None:
-            return make_backend(device or "CPU")
-        if isinstance(backend, str):
-            return make_backend(backend)
-        if isinstance(backend, Mapping):
+            backend = make_backend(device or "CPU")
+        elif isinstance(backend, str):
+            backend = make_backend(backend)
+        elif isinstance(backend, Mapping):
             arguments = dict(backend)
             backend_type = arguments.pop("backend_type", None)
             if not isinstance(backend_type, str):
                 message = "a backend mapping needs backend_type (CPU, GPU or CSX)"
                 raise ConfigError([ConfigIssue("backend", message)])
-            return make_backend(backend_type, **arguments)
-        backend_type = getattr(backend, "backend_type", None)
-        if backend_type is not None:
-            claim_backend_type(backend_type)
+            backend = make_backend(backend_type, **arguments)
+        check_backend(backend)
+        claim_backend_type(backend.backend_type)
         return backend
 
     def _make_optimizer(self, optimizer: Any) -> Any:
@@ -207,7 +205,7 @@ class Trainer:
     @property
     def is_main_process(self) -> bool:
         """Whether this process writes checkpoints and metrics (rank 0)."""
-        return bool(getattr(self.backend, "is_main_process", True))
+        return bool(self.backend.is_main_process)
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -320,16 +318,13 @@ class Trainer:
         self, dataloader: Iterable[Any], max_batches: int | None = None
     ) -> dict[str, float]:
         """Mean loss (and accuracy, for class labels) over ``dataloader``."""
-        shard = getattr(self.backend, "prepare_eval_dataloader", None)
-        if callable(shard):  # this process's share of the first max_batches batches
-            dataloader, max_batches = shard(dataloader, max_batches), None
+        # This process's share of the first max_batches batches.
+        dataloader = self.backend.prepare_eval_dataloader(dataloader, max_batches)
         was_training = self.model.training
         self.model.eval()
         loss_sum = 0.0
         correct = count = examples = 0
-        for batches, batch in enumerate(dataloader):
-            if max_batches is not None and batches >= max_batches:
-                break
+        for batch in dataloader:
             # The unwrapped model: ranks may see different numbers of evaluation batches, and
             # a DDP forward could wait on the others.
             loss, batch_correct, batch_count = self._forward(batch, self._unwrapped_model)
@@ -340,9 +335,7 @@ class Trainer:
             count += batch_count
         self.model.train(was_training)
         totals = {"loss_sum": loss_sum, "examples": examples, "correct": correct, "count": count}
-        reduce = getattr(self.backend, "reduce_sums", None)
-        if callable(reduce):
-            totals = reduce(totals)
+        totals = self.backend.reduce_sums(totals)
         if not totals["examples"]:
             message = "the evaluation data (val_dataloader) is empty: it yields no example"
             raise TrainingError(message)
@@ -355,10 +348,7 @@ class Trainer:
         metrics = self.evaluate(dataloader, max_batches)
         if self._metrics is not None:
             self._metrics.write(self.global_step, "val", metrics)
-        for callback in self.callbacks:
-            hook = getattr(callback, "on_validate_end", None)
-            if hook:
-                hook(self, metrics)
+        self._callbacks.on_validate_end(self, metrics)
         return metrics
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -399,7 +389,12 @@ class Trainer:
             raise TrainingError(message)
         path = None
         if self.is_main_process:
-            path = ckpt.save_checkpoint(self.checkpoint_path(self.global_step), self.state_dict())
+            state = self.state_dict()
+            path = ckpt.save_checkpoint(self.checkpoint_path(self.global_step), state)
+            if not self._state_verified:  # every state must load with weights_only=True
+                owners = {"model": self._unwrapped_model, "optimizer": self.optimizer}
+                verify_first_checkpoint(path, state, {**owners, "schedulers": self.schedulers})
+                self._state_verified = True
         self._saved_step = self.global_step
         self._last_good = self.checkpoint_path(self.global_step)
         return path
@@ -538,9 +533,7 @@ class Trainer:
             ):
                 log.info("removed %s, left by an interrupted save", stale)
         self._restore(ckpt_path)
-        prepare = getattr(self.backend, "prepare_dataloader", None)
-        if callable(prepare):
-            train_dataloader = prepare(train_dataloader)
+        train_dataloader = self.backend.prepare_dataloader(train_dataloader)
         target = self._target_step(train_dataloader)
         stream = DataStream(train_dataloader, self._stream_position)
         self._metrics = None
@@ -550,9 +543,7 @@ class Trainer:
         progress = Progress(target, self.global_step, show)
         last_val: dict[str, float] = {}
         try:
-            for callback in self.callbacks:
-                if hasattr(callback, "on_fit_start"):
-                    callback.on_fit_start(self)
+            self._callbacks.on_fit_start(self)
             if self.checkpoint.save_initial_checkpoint and self.global_step == 0:
                 self.save_checkpoint(stream)
             with InterruptRequest() as interrupt:
@@ -562,9 +553,7 @@ class Trainer:
             if self._metrics is not None:
                 self._metrics.close()
                 self._metrics = None
-        for callback in self.callbacks:
-            if hasattr(callback, "on_fit_end"):
-                callback.on_fit_end(self)
+        self._callbacks.on_fit_end(self)
         return last_val
 
     def _loop(
@@ -605,9 +594,7 @@ class Trainer:
                 values.update(self.group_values())
                 if self._metrics is not None:
                     self._metrics.write(step, "train", values)
-                for callback in self.callbacks:
-                    if hasattr(callback, "on_train_step_end"):
-                        callback.on_train_step_end(self, values)
+                self._callbacks.on_train_step_end(self, values)
                 window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
                 window_skipped = 0
                 window_start = time.perf_counter()

@@ -17,6 +17,7 @@ from plugtrain.schema import (
     constructor_signature,
     validated_arguments,
 )
+from plugtrain_optimizers._blocks import FlatLayout, split_blocks
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
 
 __all__ = ["PlugtrainOptimizer", "as_float", "step_values"]
@@ -67,6 +68,10 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
             validated_arguments(self.schema, arguments, owner=self.name)
         )
         self._scratch_views: dict[int, dict[torch.Tensor, torch.Tensor]] | None = None
+        self._layouts: list[FlatLayout | None] = []
+        self._block_arenas: dict[tuple[int, torch.device, torch.dtype], torch.Tensor] = {}
+        # (slot, ids of a block's tensors) -> (those tensors, their scratch views)
+        self._block_views: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         super().__init__(params, defaults)
 
     # -- groups and state -----------------------------------------------------------------
@@ -80,6 +85,14 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         for p in group["params"]:
             self.init_state(p, self.state[p], group)
         self._scratch_views = None
+        self._block_views = {}
+        layout = None
+        if group.get("flat"):
+            dense = [p for p in group["params"] if p.requires_grad and not p.is_sparse]
+            if dense:
+                layout = FlatLayout(dense)
+                layout.flatten_state(self.state)
+        self._layouts.append(layout)
 
     def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Turn checked constructor arguments into group defaults (default: unchanged)."""
@@ -117,6 +130,9 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        for layout in self._layouts:
+            if layout is not None:
+                layout.repair_grads()
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -127,6 +143,31 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(message)
             self.update_group(group, params, grads)  # type: ignore[arg-type]
         return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradients; those of ``flat`` groups are zeroed in place in their buffer."""
+        if not any(self._layouts):
+            super().zero_grad(set_to_none)
+            return
+        for group, layout in zip(self.param_groups, self._layouts, strict=True):
+            if layout is not None:
+                layout.zero_grad()
+            for p in group["params"]:
+                if p.grad is None or (layout is not None and id(p) in layout.grad_views):
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.detach_()
+                    p.grad.zero_()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a saved state (from a flat or unflattened optimizer alike)."""
+        super().load_state_dict(state_dict)
+        for layout in self._layouts:
+            if layout is not None:
+                layout.flatten_state(self.state)
+        self._block_views = {}
 
     def update_group(
         self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
@@ -166,6 +207,133 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         else:
             for i in range(len(lists[0])):
                 yield PER_TENSOR, [[lst[i]] for lst in lists], [i]
+
+    def layout(self, group: dict[str, Any]) -> FlatLayout | None:
+        """The flat layout of ``group`` (``None`` unless it was built with ``flat=True``)."""
+        for candidate, layout in zip(self.param_groups, self._layouts, strict=True):
+            if candidate is group:
+                return layout
+        return None
+
+    def flat_lists(
+        self, group: dict[str, Any], lists: Sequence[Sequence[torch.Tensor]]
+    ) -> list[list[torch.Tensor]] | None:
+        """``lists`` as one buffer each (``[[buffer]]``) if all are views covering one."""
+        layout = self.layout(group)
+        if layout is None:
+            return None
+        bases = [layout.base_of(lst) for lst in lists]
+        if any(b is None for b in bases):
+            return None
+        return [[b] for b in bases]  # type: ignore[list-item]
+
+    def blocks(
+        self,
+        group: dict[str, Any],
+        tensors: Sequence[Sequence[torch.Tensor]],
+        scalars: Sequence[Sequence[float]] = (),
+        *,
+        split: bool = True,
+        flat: bool = True,
+    ) -> Iterator[tuple[ListOps, list[list[torch.Tensor]], list[list[float]]]]:
+        """Pieces of an elementwise update over parallel ``tensors`` with per-tensor ``scalars``.
+
+        Multi-tensor path: per (device, dtype), the group's flat buffers when ``tensors`` cover
+        them and every scalar list is uniform, then (with ``split``) cut into cache blocks
+        (:func:`~plugtrain_optimizers._blocks.split_blocks`). Per-tensor path: one tensor at a
+        time. Within a piece, :meth:`block_scratch` gives work buffers. ``flat=False`` keeps
+        whole tensors whole (for per-tensor reductions).
+        """
+        if not self.use_foreach(group):
+            for i in range(len(tensors[0])):
+                yield PER_TENSOR, [[t[i]] for t in tensors], [[s[i]] for s in scalars]
+            return
+        grouped = _group_tensors_by_device_and_dtype(
+            [list(t) for t in tensors],  # type: ignore[arg-type]
+            with_indices=True,
+        )
+        for run, indices in grouped.values():
+            run_scalars = [[s[i] for i in indices] for s in scalars]
+            bases = self.flat_lists(group, run) if flat else None  # type: ignore[arg-type]
+            pieces = run
+            if bases is not None and all(min(s) == max(s) for s in run_scalars if s):
+                pieces, run_scalars = bases, [s[:1] for s in run_scalars]  # type: ignore[assignment]
+            if not split:
+                yield FOREACH, pieces, run_scalars  # type: ignore[misc]
+                continue
+            for block, block_scalars in split_blocks(pieces, run_scalars):  # type: ignore[arg-type]
+                yield FOREACH, block, block_scalars
+
+    def block_scratch(self, like: list[torch.Tensor], slot: int = 0) -> list[torch.Tensor]:
+        """Work buffers shaped like the tensors of one piece from :meth:`blocks` (slot ``slot``).
+
+        Views of one buffer per (slot, device, dtype), as large as the largest piece so far;
+        being reused for every block, it stays in cache. Never saved.
+        """
+        key = (slot, *map(id, like)) if len(like) > 1 else None
+        if key is not None:
+            cached = self._block_views.get(key)
+            if cached is not None and all(a is b for a, b in zip(cached[0], like, strict=True)):
+                return cached[1]
+        first = like[0]
+        arena = self.work_buffer(sum(t.numel() for t in like), first.device, first.dtype, slot)
+        views, offset = [], 0
+        for t in like:
+            views.append(arena[offset : offset + t.numel()].view(t.shape))
+            offset += t.numel()
+        if key is not None:
+            if len(self._block_views) > 4096:
+                self._block_views = {}
+            self._block_views[key] = (list(like), views)
+        return views
+
+    def step_all(self, group: dict[str, Any], steps: list[torch.Tensor]) -> list[float]:
+        """Add one to each step counter (one kernel for a flat group's); return the new values."""
+        flat = self.flat_lists(group, [steps])
+        if flat is not None:
+            base = flat[0][0]
+            base.add_(1.0)
+            return base.tolist()  # type: ignore[no-any-return]
+        return self.advance(FOREACH if self.use_foreach(group) else PER_TENSOR, steps)
+
+    def fused_lists(
+        self, group: dict[str, Any], lists: Sequence[Sequence[torch.Tensor]]
+    ) -> Iterator[list[list[torch.Tensor]]]:
+        """Per (device, dtype): the lists for a fused kernel (a flat group's buffers if covered)."""
+        for run in self.foreach_groups(lists):
+            yield self.flat_lists(group, run) or run
+
+    def fused_runs(
+        self, group: dict[str, Any], lists: Sequence[Sequence[torch.Tensor]], ts: Sequence[float]
+    ) -> Iterator[tuple[list[list[torch.Tensor]], list[float], list[int]]]:
+        """Per (device, dtype): the lists for one of torch's fused kernels, step values, indices.
+
+        A flat group whose step values agree is one call over its buffers; the last list (the
+        step counters) then holds the first counter only.
+        """
+        grouped = _group_tensors_by_device_and_dtype(
+            [list(t) for t in lists],  # type: ignore[arg-type]
+            with_indices=True,
+        )
+        for run, indices in grouped.values():
+            values = [ts[i] for i in indices]
+            flat = self.flat_lists(group, run[:-1])  # type: ignore[arg-type]
+            if flat is not None and min(values) == max(values):
+                yield [*flat, [run[-1][0]]], values[:1], indices  # type: ignore[list-item]
+            else:
+                yield run, values, indices  # type: ignore[misc]
+
+    def work_buffer(
+        self, numel: int, device: torch.device, dtype: torch.dtype, slot: int = 0
+    ) -> torch.Tensor:
+        """The first ``numel`` elements of block scratch ``slot`` (grown when too small)."""
+        arena_key = (slot, device, dtype)
+        arena = self._block_arenas.get(arena_key)
+        if arena is None or arena.numel() < numel:
+            arena = torch.empty(numel, device=device, dtype=dtype)
+            self._block_arenas[arena_key] = arena
+            self._block_views = {}
+        return arena[:numel]
 
     @staticmethod
     def foreach_groups(
@@ -242,13 +410,13 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         maximize: bool = False,
         slot: int = 0,
     ) -> list[torch.Tensor]:
-        """``±g + weight_decay * p`` in scratch ``slot`` (``grads`` itself when nothing to add).
+        """``±g + weight_decay * p`` in block scratch ``slot`` (``grads`` when nothing to add).
 
         The gradients are never modified: they belong to the caller.
         """
         if weight_decay == 0 and not maximize:
             return grads
-        out = self.scratch(params, slot)
+        out = self.block_scratch(params, slot)
         ops.copy_(out, grads)
         if maximize:
             ops.mul_(out, -1.0)

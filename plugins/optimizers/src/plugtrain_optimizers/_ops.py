@@ -113,13 +113,68 @@ class ListOps:
                 x.sqrt_()
 
     def sqrt_into(self, outs: Tensors, xs: Tensors) -> None:
-        """``out = sqrt(x)``: one pass instead of ``copy_`` then ``sqrt_``.
+        """``out = sqrt(x)``: ``torch.sqrt(out=)`` per tensor, or copy and root for several.
 
-        Per tensor on both back ends: ``torch._foreach_sqrt.out`` takes a slow path on CPU
-        (several times slower than a loop of ``torch.sqrt(out=)`` on large tensors).
+        ``torch._foreach_sqrt.out`` takes a slow path on CPU, several times slower than either.
         """
-        for out, x in zip(outs, xs, strict=True):
-            torch.sqrt(x, out=out)
+        self._into(outs, xs, "sqrt")
+
+    def _into(self, outs: Tensors, xs: Tensors, inplace: str, *args: object) -> None:
+        """``out = op(x, *args)``: per tensor with ``out=`` for one tensor, else copy + in place."""
+        if self.foreach and len(outs) > 1:
+            torch._foreach_copy_(outs, xs)  # type: ignore[arg-type]
+            getattr(torch, f"_foreach_{inplace}_")(outs, *args)
+            return
+        op = getattr(torch, inplace)
+        for i, (out, x) in enumerate(zip(outs, xs, strict=True)):
+            values = [a[i] if isinstance(a, list | tuple) else a for a in args]
+            op(x, *values, out=out)
+
+    def lerp_into(self, outs: Tensors, xs: Tensors, ys: Tensors, weight: float) -> None:
+        """``out = x + weight * (y - x)``."""
+        self._into(outs, xs, "lerp", list(ys), weight)
+
+    def mul_scalar_into(self, outs: Tensors, xs: Tensors, scalar: float) -> None:
+        """``out = x * s``."""
+        self._into(outs, xs, "mul", scalar)
+
+    def add_scalar_into(self, outs: Tensors, xs: Tensors, scalar: float) -> None:
+        """``out = x + s``."""
+        self._into(outs, xs, "add", scalar)
+
+    def mul_into(self, outs: Tensors, xs: Tensors, ys: Tensors) -> None:
+        """``out = x * y`` elementwise."""
+        self._into(outs, xs, "mul", list(ys))
+
+    def div_into(self, outs: Tensors, xs: Tensors, ys: Tensors) -> None:
+        """``out = x / y`` elementwise."""
+        self._into(outs, xs, "div", list(ys))
+
+    def rdiv_(self, xs: Tensors, ys: Tensors) -> None:
+        """``x = y / x`` (one division per tensor; reciprocal and product for many)."""
+        if self.foreach and len(xs) > 1:
+            torch._foreach_reciprocal_(xs)  # type: ignore[arg-type]
+            torch._foreach_mul_(xs, ys)  # type: ignore[arg-type]
+            return
+        for x, y in zip(xs, ys, strict=True):
+            torch.div(y, x, out=x)
+
+    def abs_into(self, outs: Tensors, xs: Tensors) -> None:
+        """``out = |x|``."""
+        self._into(outs, xs, "abs")
+
+    def sign_into(self, outs: Tensors, xs: Tensors) -> None:
+        """``out = sign(x)``."""
+        self._into(outs, xs, "sign")
+
+    def clamp_(self, xs: Tensors, low: float, high: float) -> None:
+        """``x = min(max(x, low), high)`` (one pass per tensor; two foreach calls for many)."""
+        if self.foreach and len(xs) > 4:
+            torch._foreach_clamp_min_(xs, low)  # type: ignore[arg-type]
+            torch._foreach_clamp_max_(xs, high)  # type: ignore[arg-type]
+        else:
+            for x in xs:
+                x.clamp_(low, high)
 
     def reciprocal_(self, xs: Tensors) -> None:
         """``x = 1 / x``."""
@@ -164,7 +219,8 @@ class ListOps:
     def norms(self, xs: Tensors) -> list[float]:
         """The Euclidean norm of each tensor, computed in at least float32."""
         if self.foreach and xs and xs[0].dtype in (torch.float32, torch.float64):
-            return [float(n) for n in torch._foreach_norm(xs)]  # type: ignore[arg-type]
+            norms = torch._foreach_norm(xs)  # type: ignore[arg-type]
+            return torch.stack(norms).tolist() if len(norms) > 1 else [float(norms[0])]
         return [float(torch.linalg.vector_norm(x, dtype=_norm_dtype(x))) for x in xs]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain_optimizers._base import PlugtrainOptimizer, as_float, step_values
+from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
 from plugtrain_optimizers._ops import ListOps
 from plugtrain_optimizers.schemas import AdamArgs, AdamWArgs
 
@@ -44,20 +44,22 @@ class _AdamBase(PlugtrainOptimizer):
     ) -> None:
         """One Adam step over ``params``."""
         states = [self.state[p] for p in params]
-        lists = [
-            params,
-            grads,
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
-            [s["step"] for s in states],
-        ]
+        lists = [params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]]
         if group["amsgrad"]:
             lists.append([s["max_exp_avg_sq"] for s in states])
+        steps = [s["step"] for s in states]
+        ts = self.step_all(group, steps)
         if self._fusable(group, params):
-            self._fused(group, lists)
+            self._fused(group, [*lists, steps], ts)
             return
-        for ops, run, _ in self.runs(group, lists):
-            self._update(ops, group, *run)
+        lr = as_float(group["lr"])
+        beta1, beta2 = (as_float(b) for b in group["betas"])
+        if group.get("correct_bias", True):
+            step_sizes = [-lr * math.sqrt(1 - beta2**t) / (1 - beta1**t) for t in ts]
+        else:
+            step_sizes = [-lr] * len(ts)
+        for ops, run, (sizes,) in self.blocks(group, lists, [step_sizes]):
+            self._update(ops, group, sizes, *run)
 
     def _l2(self, group: dict[str, Any]) -> float:
         return 0.0
@@ -72,32 +74,29 @@ class _AdamBase(PlugtrainOptimizer):
             p.dtype in _FUSED_DTYPES and p.device.type in ("cpu", "cuda", "mps") for p in params
         )
 
-    def _fused(self, group: dict[str, Any], lists: list[list[torch.Tensor]]) -> None:
+    def _fused(
+        self, group: dict[str, Any], lists: list[list[torch.Tensor]], ts: list[float]
+    ) -> None:
         lr = as_float(group["lr"])
         beta1, beta2 = (as_float(b) for b in group["betas"])
         eps = as_float(group["eps"])
         l2, wd = self._l2(group), as_float(group["weight_decay"])
         amsgrad = bool(group["amsgrad"])
-        for run in self.foreach_groups(lists):
-            steps = run[4]
-            torch._foreach_add_(steps, 1.0)
+        kernel = torch._fused_adam_ if l2 != 0 else torch._fused_adamw_
+        for run, values, _ in self.fused_runs(group, lists, ts):
             # The kernel takes one eps; eps_t depends on t, so split by step (usually one call).
-            by_step: dict[float, list[int]] = {}
-            for i, t in enumerate(step_values(steps)):
-                by_step.setdefault(t, []).append(i)
-            for t, idx in by_step.items():
-                part = self.take(run, None if len(by_step) == 1 else idx)
-                kernel = torch._fused_adam_ if l2 != 0 else torch._fused_adamw_
+            for t, where in self.split_by(values):
+                part = self.take(run, where)
                 kernel(
                     *part[:4],
-                    part[5] if amsgrad else [],
-                    part[4],
+                    part[4] if amsgrad else [],
+                    part[-1],
                     amsgrad=amsgrad,
                     lr=lr,
                     beta1=beta1,
                     beta2=beta2,
                     weight_decay=l2 if l2 != 0 else wd,
-                    eps=eps / math.sqrt(1 - beta2**t),
+                    eps=eps / math.sqrt(1 - beta2 ** float(t)),  # type: ignore[arg-type]
                     maximize=False,
                 )
 
@@ -105,18 +104,17 @@ class _AdamBase(PlugtrainOptimizer):
         self,
         ops: ListOps,
         group: dict[str, Any],
+        step_sizes: list[float],
         params: list[torch.Tensor],
         grads: list[torch.Tensor],
         exp_avgs: list[torch.Tensor],
         exp_avg_sqs: list[torch.Tensor],
-        steps: list[torch.Tensor],
         maxes: list[torch.Tensor] | None = None,
     ) -> None:
         lr = as_float(group["lr"])
         beta1, beta2 = (as_float(b) for b in group["betas"])
         eps = as_float(group["eps"])
         wd = as_float(group["weight_decay"])
-        ts = self.advance(ops, steps)
         grads = self.effective_grads(ops, params, grads, weight_decay=self._l2(group), slot=1)
         ops.lerp_(exp_avgs, grads, 1 - beta1)
         ops.mul_(exp_avg_sqs, beta2)
@@ -125,17 +123,12 @@ class _AdamBase(PlugtrainOptimizer):
         if maxes is not None:
             ops.maximum_(maxes, exp_avg_sqs)
             second = maxes
-        denom = self.scratch(params, 0)
-        ops.copy_(denom, second)
-        ops.sqrt_(denom)
+        denom = self.block_scratch(params, 0)
+        ops.sqrt_into(denom, second)
         ops.add_scalar_(denom, eps)
         if wd != 0:
             ops.mul_(params, 1 - lr * wd)
-        if group.get("correct_bias", True):
-            step_sizes = [-lr * math.sqrt(1 - beta2**t) / (1 - beta1**t) for t in ts]
-            ops.addcdiv_(params, exp_avgs, denom, step_sizes)
-        else:
-            ops.addcdiv_(params, exp_avgs, denom, -lr)
+        ops.addcdiv_(params, exp_avgs, denom, step_sizes)
 
 
 class Adam(_AdamBase):

@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
-from plugtrain_optimizers._ops import FOREACH
 from plugtrain_optimizers.schemas import AdadeltaArgs, AdagradArgs, ASGDArgs, RMSpropArgs
 
 __all__ = ["ASGD", "Adadelta", "Adagrad", "RMSprop"]
@@ -37,27 +36,24 @@ class Adadelta(PlugtrainOptimizer):
     def update_group(
         self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
     ) -> None:
-        """One Adadelta step over ``params``."""
+        """One Adadelta step over ``params`` (cache blocks: the intermediates stay in cache)."""
         lr, rho, eps = (as_float(group[k]) for k in ("lr", "rho", "eps"))
         wd = as_float(group["weight_decay"])
         states = [self.state[p] for p in params]
+        self.step_all(group, [s["step"] for s in states])
         lists = [params, grads, [s["square_avg"] for s in states], [s["acc_delta"] for s in states]]
-        lists.append([s["step"] for s in states])
-        for ops, (ps, gs, sqs, accs, steps), _ in self.runs(group, lists):
-            self.advance(ops, steps)
+        for ops, (ps, gs, sqs, accs), _ in self.blocks(group, lists):
             gs = self.effective_grads(  # noqa: PLW2901
                 ops, ps, gs, weight_decay=wd, maximize=group["maximize"], slot=2
             )
             ops.mul_(sqs, rho)
             ops.addcmul_(sqs, gs, gs, 1 - rho)
-            std, delta = self.scratch(ps, 0), self.scratch(ps, 1)
-            ops.copy_(std, sqs)
-            ops.add_scalar_(std, eps)
-            ops.sqrt_(std)
-            ops.copy_(delta, accs)
-            ops.add_scalar_(delta, eps)
-            ops.sqrt_(delta)
+            std, delta = self.block_scratch(ps, 0), self.block_scratch(ps, 1)
+            # sqrt(a + eps) / sqrt(s + eps) as one root of the quotient (equal up to rounding).
+            ops.add_scalar_into(std, sqs, eps)
+            ops.add_scalar_into(delta, accs, eps)
             ops.div_t_(delta, std)
+            ops.sqrt_(delta)
             ops.mul_t_(delta, gs)
             ops.mul_(accs, rho)
             ops.addcmul_(accs, delta, delta, 1 - rho)
@@ -79,22 +75,38 @@ class Adagrad(PlugtrainOptimizer):
     def update_group(
         self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
     ) -> None:
-        """One Adagrad step over ``params``."""
+        """One Adagrad step over ``params`` (torch's fused kernel where it runs: same rule)."""
         lr, decay, eps = (as_float(group[k]) for k in ("lr", "lr_decay", "eps"))
         wd = as_float(group["weight_decay"])
         states = [self.state[p] for p in params]
-        lists = [params, grads, [s["sum"] for s in states], [s["step"] for s in states]]
-        for ops, (ps, gs, sums, steps), _ in self.runs(group, lists):
-            ts = self.advance(ops, steps)
+        steps = [s["step"] for s in states]
+        ts = self.step_all(group, steps)
+        lists = [params, grads, [s["sum"] for s in states]]
+        if self.can_fuse(group, params) and all(
+            p.dtype in (torch.float32, torch.float64) or p.device.type != "cpu" for p in params
+        ):
+            for run, _, _ in self.fused_runs(group, [*lists, steps], ts):
+                torch._fused_adagrad_(
+                    *run,
+                    lr=lr,
+                    lr_decay=decay,
+                    weight_decay=wd,
+                    eps=eps,
+                    maximize=bool(group["maximize"]),
+                    grad_scale=None,
+                    found_inf=None,
+                )
+            return
+        sizes = [-lr / (1 + (t - 1) * decay) for t in ts]
+        for ops, (ps, gs, sums), (size,) in self.blocks(group, lists, [sizes]):
             gs = self.effective_grads(  # noqa: PLW2901
                 ops, ps, gs, weight_decay=wd, maximize=group["maximize"], slot=1
             )
             ops.addcmul_(sums, gs, gs, 1.0)
-            std = self.scratch(ps, 0)
-            ops.copy_(std, sums)
-            ops.sqrt_(std)
+            std = self.block_scratch(ps, 0)
+            ops.sqrt_into(std, sums)
             ops.add_scalar_(std, eps)
-            ops.addcdiv_(ps, gs, std, [-lr / (1 + (t - 1) * decay) for t in ts])
+            ops.addcdiv_(ps, gs, std, size)
 
 
 class ASGD(PlugtrainOptimizer):
@@ -121,14 +133,15 @@ class ASGD(PlugtrainOptimizer):
         lr, lambd, alpha, t0 = (as_float(group[k]) for k in ("lr", "lambd", "alpha", "t0"))
         wd = as_float(group["weight_decay"])
         states = [self.state[p] for p in params]
-        lists = [params, grads, [s["ax"] for s in states], [s["step"] for s in states]]
-        for ops, (ps, gs, axs, steps), idx in self.runs(group, lists):
-            ts = self.advance(ops, steps)
+        ts = self.step_all(group, [s["step"] for s in states])
+        lists = [params, grads, [s["ax"] for s in states]]
+        etas = [s["eta"] for s in states]
+        mus = [s["mu"] for s in states]
+        for ops, (ps, gs, axs), (eta_, mu_) in self.blocks(group, lists, [etas, mus]):
             gs = self.effective_grads(  # noqa: PLW2901
                 ops, ps, gs, weight_decay=wd, maximize=group["maximize"], slot=0
             )
-            mine = [states[i] for i in idx]
-            for (eta, mu), where in self.split_by([(s["eta"], s["mu"]) for s in mine]):  # type: ignore[misc]
+            for (eta, mu), where in self.split_by(list(zip(eta_, mu_, strict=True))):  # type: ignore[misc]
                 p_, g_, ax_ = self.take([ps, gs, axs], where)
                 ops.mul_(p_, 1 - lambd * eta)
                 ops.add_(p_, g_, alpha=-eta)
@@ -136,9 +149,9 @@ class ASGD(PlugtrainOptimizer):
                     ops.lerp_(ax_, p_, mu)
                 else:
                     ops.copy_(ax_, p_)
-            for state, t in zip(mine, ts, strict=True):
-                state["eta"] = lr / ((1 + lambd * lr * t) ** alpha)
-                state["mu"] = 1 / max(1.0, t - t0)
+        for state, t in zip(states, ts, strict=True):
+            state["eta"] = lr / ((1 + lambd * lr * t) ** alpha)
+            state["mu"] = 1 / max(1.0, t - t0)
 
 
 class RMSprop(PlugtrainOptimizer):
@@ -168,21 +181,22 @@ class RMSprop(PlugtrainOptimizer):
         wd, momentum = as_float(group["weight_decay"]), as_float(group["momentum"])
         centered = bool(group["centered"])
         states = [self.state[p] for p in params]
-        lists = [params, grads, [s["square_avg"] for s in states], [s["step"] for s in states]]
+        steps = [s["step"] for s in states]
+        ts = self.step_all(group, steps)
+        lists = [params, grads, [s["square_avg"] for s in states]]
         if momentum == 0 and not centered and alpha < 1 and self.can_fuse(group, params):
-            self._fused(lists, lr=lr, alpha=alpha, eps=eps, wd=wd)
+            self._fused(group, [*lists, steps], ts, lr=lr, alpha=alpha, eps=eps, wd=wd)
             return
         if momentum > 0:
             lists.append([s["momentum_buffer"] for s in states])
         if centered:
             lists.append([s["grad_avg"] for s in states])
-        for ops, run, _ in self.runs(group, lists):
-            ps, gs, sqs, steps = run[:4]
-            self.advance(ops, steps)
+        for ops, run, _ in self.blocks(group, lists):
+            ps, gs, sqs = run[:3]
             gs = self.effective_grads(ops, ps, gs, weight_decay=wd, slot=1)
             ops.mul_(sqs, alpha)
             ops.addcmul_(sqs, gs, gs, 1 - alpha)
-            avg = self.scratch(ps, 0)
+            avg = self.block_scratch(ps, 0)
             if centered:
                 gavg = run[-1]
                 ops.lerp_(gavg, gs, 1 - alpha)
@@ -193,7 +207,7 @@ class RMSprop(PlugtrainOptimizer):
                 ops.sqrt_into(avg, sqs)
             ops.add_scalar_(avg, eps)
             if momentum > 0:
-                bufs = run[4]
+                bufs = run[3]
                 ops.mul_(bufs, momentum)
                 ops.addcdiv_(bufs, gs, avg, 1.0)
                 ops.add_(ps, bufs, alpha=-lr)
@@ -201,7 +215,15 @@ class RMSprop(PlugtrainOptimizer):
                 ops.addcdiv_(ps, gs, avg, -lr)
 
     def _fused(
-        self, lists: list[list[torch.Tensor]], *, lr: float, alpha: float, eps: float, wd: float
+        self,
+        group: dict[str, Any],
+        lists: list[list[torch.Tensor]],
+        ts: list[float],
+        *,
+        lr: float,
+        alpha: float,
+        eps: float,
+        wd: float,
     ) -> None:
         """Plain RMSprop through torch's fused Adam kernel (one pass over memory).
 
@@ -211,12 +233,11 @@ class RMSprop(PlugtrainOptimizer):
         ``lr/c * g / (sqrt(s)/c + eps/c) = lr * g / (sqrt(s) + eps)``. The first moment lives in
         scratch, zeroed at each step (``0 * m`` must not carry a non-finite value over).
         """
-        for run in self.foreach_groups(lists):
+        for run, values, _ in self.fused_runs(group, lists, ts):
             ps, gs, sqs, steps = run
-            ts = self.advance(FOREACH, steps)
-            firsts = self.scratch(ps, 3)
+            firsts = self.block_scratch(ps, 3)
             torch._foreach_zero_(firsts)
-            for t, where in self.split_by(ts):
+            for t, where in self.split_by(values):
                 p_, g_, m_, s_, t_ = self.take([ps, gs, firsts, sqs, steps], where)
                 c = math.sqrt(1 - alpha ** float(t))  # type: ignore[arg-type]
                 torch._fused_adam_(

@@ -7,6 +7,8 @@ from typing import Any
 import torch
 
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
+from plugtrain_optimizers._blocks import block_elements, split_blocks
+from plugtrain_optimizers._ops import FOREACH, ListOps
 from plugtrain_optimizers.schemas import LambArgs
 
 __all__ = ["Lamb"]
@@ -32,33 +34,138 @@ class Lamb(PlugtrainOptimizer):
     def update_group(
         self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
     ) -> None:
-        """One Lamb step over ``params``."""
+        """One Lamb step over ``params``.
+
+        Tensors that fit a cache block are done a block at a time: moments, ``r`` (in block
+        scratch), both norms, the update. A larger tensor is cut into blocks: one pass
+        updates the moments, writes ``r`` into a parameter-sized work buffer (kept between
+        steps, never saved) and sums ``|r|^2`` per block; then ``r`` is applied.
+        """
         lr, eps = as_float(group["lr"]), as_float(group["eps"])
         beta1, beta2 = (as_float(b) for b in group["betas"])
-        wd = as_float(group["weight_decay"])
+        wd, adam = as_float(group["weight_decay"]), bool(group["adam"])
         states = [self.state[p] for p in params]
-        lists = [params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]]
-        lists.append([s["step"] for s in states])
-        for ops, (ps, gs, ms, vs, steps), _ in self.runs(group, lists):
-            self.advance(ops, steps)
-            ops.lerp_(ms, gs, 1 - beta1)
-            ops.mul_(vs, beta2)
-            ops.addcmul_(vs, gs, gs, 1 - beta2)
-            ratio = self.scratch(ps, 0)
-            ops.copy_(ratio, vs)
-            ops.sqrt_(ratio)
-            ops.add_scalar_(ratio, eps)
-            ops.reciprocal_(ratio)
-            ops.mul_t_(ratio, ms)
-            if wd != 0:
-                ops.add_(ratio, ps, alpha=wd)
-            if group["adam"]:
-                ops.add_(ps, ratio, alpha=-lr)
-                continue
-            weight_norms = ops.norms(ps)
-            ratio_norms = ops.norms(ratio)
-            ops.mul_(ratio, [_trust(w, r) for w, r in zip(weight_norms, ratio_norms, strict=True)])
-            ops.add_(ps, ratio, alpha=-lr)
+        self.step_all(group, [s["step"] for s in states])
+        ms, vs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+        lists = [params, grads, ms, vs]
+        if self.use_foreach(group):
+            flat = self.flat_lists(group, lists)
+            if flat is not None:
+                self._flat(params, flat, lr, beta1, beta2, eps, wd, adam)
+                return
+        block = block_elements()
+        if self.use_foreach(group):
+            big = [
+                i for i, p in enumerate(params)
+                if p.numel() > block and all(lst[i].is_contiguous() for lst in lists)
+            ]  # fmt: skip
+        else:
+            big = []
+        small = sorted(set(range(len(params))) - set(big))
+        if small:
+            for ops, (ps, gs, m_, v_), _ in self.blocks(group, self.take(lists, small), flat=False):
+                ratio = self.block_scratch(ps, 0)
+                self._moments(ops, gs, m_, v_, beta1, beta2)
+                self._ratio(ops, ratio, ps, m_, v_, eps, wd)
+                scales = [-lr] * len(ps) if adam else self._scales(ops, ps, ratio, lr)
+                self._apply(ops, ps, ratio, scales)
+        for i in big:
+            self._large(group, params[i], grads[i], ms[i], vs[i], lr, beta1, beta2, eps, wd, adam)
+
+    def _flat(
+        self,
+        params: list[torch.Tensor],
+        flat: list[list[torch.Tensor]],
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        wd: float,
+        adam: bool,
+    ) -> None:
+        """A flat group: the elementwise work over its buffers, the norms per parameter."""
+        ops, base = FOREACH, flat[0][0]
+        views = self.block_scratch(params, 4)  # per-parameter views of one work buffer (cached)
+        ratio = self.work_buffer(base.numel(), base.device, base.dtype, 4)
+        if views[0].data_ptr() != ratio.data_ptr():
+            views = _views(ratio, params)
+        for (ps, gs, ms, vs, rs), _ in split_blocks([*flat, [ratio]], []):
+            self._moments(ops, gs, ms, vs, beta1, beta2)
+            self._ratio(ops, rs, ps, ms, vs, eps, wd)
+        if adam:
+            base.add_(ratio, alpha=-lr)
+            return
+        ops.mul_(views, self._scales(ops, params, views, lr))
+        base.add_(ratio)
+
+    @staticmethod
+    def _moments(ops: ListOps, gs: Any, ms: Any, vs: Any, beta1: float, beta2: float) -> None:
+        ops.lerp_(ms, gs, 1 - beta1)
+        ops.mul_(vs, beta2)
+        ops.addcmul_(vs, gs, gs, 1 - beta2)
+
+    @staticmethod
+    def _ratio(ops: ListOps, out: Any, ps: Any, ms: Any, vs: Any, eps: float, wd: float) -> None:
+        """``out = m / (sqrt(v) + eps) + wd p``."""
+        ops.sqrt_into(out, vs)
+        ops.add_scalar_(out, eps)
+        ops.rdiv_(out, ms)
+        if wd != 0:
+            ops.add_(out, ps, alpha=wd)
+
+    @staticmethod
+    def _scales(ops: ListOps, ps: Any, ratio: Any, lr: float) -> list[float]:
+        pairs = zip(ops.norms(ps), ops.norms(ratio), strict=True)
+        return [-lr * _trust(w, r) for w, r in pairs]
+
+    @staticmethod
+    def _apply(ops: ListOps, ps: Any, ratio: Any, scales: list[float]) -> None:
+        if len(set(scales)) == 1:
+            ops.add_(ps, ratio, alpha=scales[0])
+        else:
+            ops.mul_(ratio, scales)
+            ops.add_(ps, ratio)
+
+    def _large(
+        self,
+        group: dict[str, Any],
+        p: torch.Tensor,
+        g: torch.Tensor,
+        m: torch.Tensor,
+        v: torch.Tensor,
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        wd: float,
+        adam: bool,
+    ) -> None:
+        """Both passes over one tensor larger than a cache block."""
+        ops, block = FOREACH, block_elements()
+        flat = [t.view(-1) for t in (p, g, m, v)]
+        pieces = [
+            [[t[start : start + block]] for t in flat] for start in range(0, p.numel(), block)
+        ]
+        weight_norm = 0.0 if adam else ops.norms([p])[0]
+        # r goes to a parameter-sized work buffer a block at a time (pass 1), then into p.
+        ratio = self.work_buffer(p.numel(), p.device, p.dtype, 4)
+        squares = 0.0
+        for start, (ps, gs, ms, vs) in zip(range(0, p.numel(), block), pieces, strict=True):
+            self._moments(ops, gs, ms, vs, beta1, beta2)
+            out = [ratio[start : start + ps[0].numel()]]
+            self._ratio(ops, out, ps, ms, vs, eps, wd)
+            if not adam:
+                squares += ops.norms(out)[0] ** 2
+        scale = -lr if adam else -lr * _trust(weight_norm, squares**0.5)
+        p.add_(ratio.view(p.shape), alpha=scale)
+
+
+def _views(buffer: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    views, offset = [], 0
+    for t in like:
+        views.append(buffer[offset : offset + t.numel()].view(t.shape))
+        offset += t.numel()
+    return views
 
 
 def _trust(weight_norm: float, ratio_norm: float) -> float:

@@ -29,12 +29,11 @@ class Lion(PlugtrainOptimizer):
         lr, wd = as_float(group["lr"]), as_float(group["weight_decay"])
         beta1, beta2 = (as_float(b) for b in group["betas"])
         lists = [params, grads, [self.state[p]["exp_avg"] for p in params]]
-        for ops, (ps, gs, ms), _ in self.runs(group, lists):
+        for ops, (ps, gs, ms), _ in self.blocks(group, lists):
             if wd != 0:
                 ops.mul_(ps, 1 - lr * wd)
-            direction = self.scratch(ps, 0)
-            ops.copy_(direction, ms)
-            ops.lerp_(direction, gs, 1 - beta1)
+            direction = self.block_scratch(ps, 0)
+            ops.lerp_into(direction, ms, gs, 1 - beta1)
             ops.sign_(direction)
             ops.add_(ps, direction, alpha=-lr)
             ops.lerp_(ms, gs, 1 - beta2)

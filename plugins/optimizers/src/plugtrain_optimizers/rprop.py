@@ -17,8 +17,7 @@ class Rprop(PlugtrainOptimizer):
 
     Per element, ``s = sign(g * g_prev)``: the step size is multiplied by ``etaplus`` (s > 0),
     ``etaminus`` (s < 0) or 1 and clamped to ``step_sizes``; where s < 0 the gradient counts as
-    0; ``p -= sign(g) * step_size``. Step sizes start at the group's lr at construction. The
-    sign masks are per-tensor boolean temporaries (a quarter of a float32 parameter's size).
+    0; ``p -= sign(g) * step_size``. Step sizes start at the group's lr at construction.
     """
 
     schema = RpropArgs
@@ -34,26 +33,29 @@ class Rprop(PlugtrainOptimizer):
     def update_group(
         self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
     ) -> None:
-        """One Rprop step over ``params``."""
+        """One Rprop step over ``params``, in cache blocks, with arithmetic instead of masks.
+
+        With ``s = sign(g * prev)`` in {-1, 0, 1} and ``etaminus <= 1 <= etaplus``, the factor is
+        ``clamp(1 + a s, etaminus, etaplus)`` for ``a = max(etaplus - 1, 1 - etaminus)``: exactly
+        etaplus, 1 or etaminus. The kept gradient is ``g * clamp(s + 1, 0, 1)`` (0 where s < 0).
+        """
         etaminus, etaplus = (as_float(e) for e in group["etas"])
         low, high = (as_float(s) for s in group["step_sizes"])
+        slope = max(etaplus - 1, 1 - etaminus)
         states = [self.state[p] for p in params]
+        self.step_all(group, [s["step"] for s in states])
         lists = [params, grads, [s["prev"] for s in states], [s["step_size"] for s in states]]
-        lists.append([s["step"] for s in states])
-        for ops, (ps, gs, prevs, sizes, steps), _ in self.runs(group, lists):
-            self.advance(ops, steps)
-            signs, factors = self.scratch(ps, 0), self.scratch(ps, 1)
-            ops.copy_(signs, gs)
-            ops.mul_t_(signs, prevs)
+        for ops, (ps, gs, prevs, sizes), _ in self.blocks(group, lists):
+            signs, factors = self.block_scratch(ps, 0), self.block_scratch(ps, 1)
+            ops.mul_into(signs, gs, prevs)
             ops.sign_(signs)
-            for sign, factor, size, g, prev in zip(signs, factors, sizes, gs, prevs, strict=True):
-                down = sign < 0
-                factor.fill_(1.0)
-                factor.masked_fill_(sign > 0, etaplus)
-                factor.masked_fill_(down, etaminus)
-                size.mul_(factor).clamp_(low, high)
-                prev.copy_(g)
-                prev.masked_fill_(down, 0)
-            ops.copy_(factors, prevs)
-            ops.sign_(factors)
-            ops.addcmul_(ps, factors, sizes, -1.0)
+            ops.mul_scalar_into(factors, signs, slope)
+            ops.add_scalar_(factors, 1.0)
+            ops.clamp_(factors, etaminus, etaplus)
+            ops.mul_t_(sizes, factors)
+            ops.clamp_(sizes, low, high)
+            ops.add_scalar_into(factors, signs, 1.0)
+            ops.clamp_(factors, 0.0, 1.0)
+            ops.mul_into(prevs, gs, factors)
+            ops.sign_into(signs, prevs)
+            ops.addcmul_(ps, signs, sizes, -1.0)

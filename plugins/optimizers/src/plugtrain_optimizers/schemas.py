@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.schema import Problem, about, arg
 
 
 def _lr(default: Any = ...) -> Any:
@@ -40,6 +40,16 @@ def _foreach() -> Any:
     return arg(None, help="multi-tensor (foreach) path; None or True: yes, False: per tensor")
 
 
+def _flat() -> Any:
+    return arg(
+        False,
+        help=(
+            "keep each param group's parameters, gradients and state in one buffer per device "
+            "and dtype (faster with many small tensors)"
+        ),
+    )
+
+
 def _fused() -> Any:
     return arg(None, help="torch's fused Adam kernel; None: where it gives the same numbers")
 
@@ -59,15 +69,17 @@ class SGDArgs:
     nesterov: bool = arg(False, help="use Nesterov momentum (needs momentum > 0, dampening 0)")
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """Nesterov momentum needs a positive momentum and zero dampening."""
         if arguments["nesterov"] and (arguments["momentum"] <= 0 or arguments["dampening"] != 0):
-            yield (
+            message = (
                 "nesterov=True needs momentum > 0 and dampening = 0, got "
                 f"momentum={arguments['momentum']!r}, dampening={arguments['dampening']!r}"
             )
+            yield about(("nesterov", "momentum", "dampening"), message)
 
 
 @attrs.frozen
@@ -85,6 +97,7 @@ class AdamArgs:
     weight_decay: float = _wd()
     amsgrad: bool = arg(False, help="keep the running maximum of the second moment")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
     fused: bool | None = _fused()
 
 
@@ -99,13 +112,15 @@ class AdamWArgs:
     correct_bias: bool = arg(True, help="apply the bias correction of both moments")
     amsgrad: bool = arg(False, help="keep the running maximum of the second moment")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
     fused: bool | None = _fused()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """The fused kernel (torch's) always corrects the bias."""
         if arguments["fused"] and not arguments["correct_bias"]:
-            yield "fused=True needs correct_bias=True (torch's kernel always corrects the bias)"
+            message = "fused=True needs correct_bias=True (torch's kernel always corrects the bias)"
+            yield about(("fused", "correct_bias"), message)
 
 
 @attrs.frozen
@@ -118,6 +133,7 @@ class AdamaxArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -130,6 +146,7 @@ class AdadeltaArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -143,6 +160,7 @@ class AdagradArgs:
     eps: float = _eps(1e-6)
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -156,6 +174,7 @@ class ASGDArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -168,6 +187,7 @@ class NAdamArgs:
     weight_decay: float = _wd()
     momentum_decay: float = arg(4e-3, help="momentum decay psi", ge=0)
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -179,6 +199,7 @@ class RAdamArgs:
     eps: float = _eps(1e-6)
     weight_decay: float = _wd()
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -192,6 +213,7 @@ class RMSpropArgs:
     momentum: float = arg(0.0, help="momentum factor", ge=0)
     centered: bool = arg(False, help="normalise by the estimated variance of the gradient")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -202,16 +224,19 @@ class RpropArgs:
     etas: tuple[float, float] = arg((0.5, 1.2), help="(decrease, increase) factors", gt=0)
     step_sizes: tuple[float, float] = arg((1e-6, 50.0), help="(minimal, maximal) step", ge=0)
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """The etas must straddle 1 and the step sizes must be ordered."""
         minus, plus = arguments["etas"]
         if not minus < 1 < plus:
-            yield f"etas must satisfy 0 < etaminus < 1 < etaplus, got {arguments['etas']!r}"
+            message = f"etas must satisfy 0 < etaminus < 1 < etaplus, got {arguments['etas']!r}"
+            yield about("etas", message)
         low, high = arguments["step_sizes"]
         if low > high:
-            yield f"step_sizes must be (minimal, maximal), got {arguments['step_sizes']!r}"
+            message = f"step_sizes must be (minimal, maximal), got {arguments['step_sizes']!r}"
+            yield about("step_sizes", message)
 
 
 @attrs.frozen
@@ -224,6 +249,7 @@ class LambArgs:
     weight_decay: float = _wd("weight decay added to the Adam ratio before the trust ratio")
     adam: bool = arg(False, help="use a trust ratio of 1 (plain Adam-style update)")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -234,6 +260,7 @@ class LionArgs:
     betas: tuple[float, float] = _betas((0.9, 0.99))
     weight_decay: float = _wd("decoupled weight decay: p *= 1 - lr * weight_decay")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
 
 @attrs.frozen
@@ -250,9 +277,10 @@ class AdafactorArgs:
     relative_step: bool = arg(False, help="time-dependent learning rate (only False)")
     warmup_init: bool = arg(False, help="warm-up initialisation (only False)")
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """The options cstorch's Adafactor does not support."""
         unsupported = (
             ("beta1", None),
@@ -262,7 +290,8 @@ class AdafactorArgs:
         )
         for name, only in unsupported:
             if arguments[name] != only:
-                yield f"Adafactor supports only {name}={only!r}, got {name}={arguments[name]!r}"
+                message = f"Adafactor supports only {name}={only!r}, got {name}={arguments[name]!r}"
+                yield about(name, message)
 
 
 @attrs.frozen
@@ -279,10 +308,10 @@ class MuonArgs:
     nesterov: bool = arg(True, help="use Nesterov momentum")
     ns_steps: int = arg(5, help="Newton-Schulz iterations", ge=1)
     ns_dtype: str = arg(
-        "float32",
+        "bfloat16",
         help=(
-            "precision of the Newton-Schulz iterations: float32 (float64 parameters stay float64)"
-            " or bfloat16 (as torch.optim.Muon; faster where bfloat16 matmuls are)"
+            "precision of the Newton-Schulz iterations: bfloat16 (as torch.optim.Muon) or "
+            "float32 (float64 parameters stay float64)"
         ),
         choices=("float32", "bfloat16"),
     )
@@ -292,9 +321,11 @@ class MuonArgs:
     fallback_betas: tuple[float, float] = _betas((0.9, 0.95), "fallback AdamW moment")
     fallback_eps: float = _eps(1e-8)
     foreach: bool | None = _foreach()
+    flat: bool = _flat()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """Nesterov momentum needs a positive momentum."""
         if arguments["nesterov"] and arguments["momentum"] <= 0:
-            yield f"nesterov=True needs momentum > 0, got momentum={arguments['momentum']!r}"
+            message = f"nesterov=True needs momentum > 0, got momentum={arguments['momentum']!r}"
+            yield about(("nesterov", "momentum"), message)

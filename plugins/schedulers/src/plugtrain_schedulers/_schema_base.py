@@ -1,29 +1,29 @@
-"""What every scheduler schema shares, and the factory of weight-decay twins (no torch here).
+"""The factory of weight-decay twins; the schema base itself is in the core (no torch here).
 
-A schema is the single description of a scheduler: its arguments (attrs fields), its rules
-across arguments, which group key it schedules (``schedule_key``) and its closed form
-(``curve``). The scheduler classes and ``plugtrain plot`` both evaluate ``curve``.
+:class:`~plugtrain.scheduler.ScheduleSchema`, ``ChildCurve``, ``Show`` and ``tags_arg`` moved to
+:mod:`plugtrain.scheduler` (third-party schedulers share them) and stay importable from here.
 """
 
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
-from plugtrain.schema import arg
-from plugtrain_schedulers._tags import tag_problems
-from plugtrain_schedulers.curves import Curve
+from plugtrain.curve import Curve
+from plugtrain.scheduler import ChildCurve, ScheduleSchema, Show, tags_arg
+from plugtrain.schema import Problem
 
-__all__ = ["ChildCurve", "ScheduleSchema", "tags_arg", "weight_decay_text", "weight_decay_twin"]
-
-ChildCurve = Callable[[Any], Curve]
-"""Turns a nested scheduler (``{Name: {arguments}}`` or a built scheduler) into its curve."""
-
-Show = Callable[[str], str]
-"""Maps a canonical (learning-rate) argument name to the name the user wrote it under."""
+__all__ = [
+    "ChildCurve",
+    "ScheduleSchema",
+    "Show",
+    "tags_arg",
+    "weight_decay_text",
+    "weight_decay_twin",
+]
 
 # Learning-rate argument name -> (weight-decay name, cstorch's generic alias for it).
 WD_NAMES: dict[str, tuple[str, str | None]] = {
@@ -43,46 +43,6 @@ def weight_decay_text(text: str) -> str:
     for lr_name in sorted(WD_NAMES, key=len, reverse=True):
         text = text.replace(lr_name, WD_NAMES[lr_name][0])
     return text.replace("learning rate", "weight decay").replace("lr(e)", "wd(e)")
-
-
-def tags_arg() -> Any:
-    """The ``param_group_tags`` argument every scheduler takes."""
-    return arg(
-        None,
-        help="only update param groups carrying one of these tags (None: every group; "
-        "[None]: the untagged groups)",
-    )
-
-
-def _same_name(name: str) -> str:
-    return name
-
-
-class ScheduleSchema:
-    """Base of the scheduler schemas: tag checks, ``schedule_key``, ``curve`` and ``rules``."""
-
-    schedule_key: ClassVar[str] = "lr"
-    """The param-group key the scheduler writes: ``"lr"`` or ``"weight_decay"``."""
-
-    @staticmethod
-    def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
-        """The value-of-step function for validated ``arguments``.
-
-        :param arguments: every argument, aliases renamed and defaults filled in.
-        :param child_curve: gives the curve of a nested scheduler argument.
-        """
-        raise NotImplementedError
-
-    @staticmethod
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
-        """Messages for broken rules that involve several arguments (learning-rate names)."""
-        return ()
-
-    @classmethod
-    def cross_check(cls, arguments: Mapping[str, Any]) -> Iterator[str]:
-        """Every rule across arguments, with ``param_group_tags`` checked first."""
-        yield from tag_problems(arguments.get("param_group_tags"))
-        yield from cls.rules(arguments, _same_name)
 
 
 def weight_decay_twin(lr_schema: type[ScheduleSchema], name: str) -> type[ScheduleSchema]:
@@ -117,7 +77,7 @@ def weight_decay_twin(lr_schema: type[ScheduleSchema], name: str) -> type[Schedu
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
         return lr_curve({to_lr.get(k, k): v for k, v in arguments.items()}, child_curve)
 
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str | Problem]:
         renamed = {to_lr.get(k, k): v for k, v in arguments.items()}
         return lr_rules(renamed, lambda key: to_wd.get(key, key))
 
@@ -128,6 +88,7 @@ def weight_decay_twin(lr_schema: type[ScheduleSchema], name: str) -> type[Schedu
         __module__=lr_schema.__module__,
         __qualname__=name,
         schedule_key="weight_decay",
+        nestable=lr_schema.nestable,
         curve=staticmethod(curve),
         rules=staticmethod(rules),
     )

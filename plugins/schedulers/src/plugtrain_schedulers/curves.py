@@ -1,6 +1,7 @@
 """Closed forms of every schedule: a value as a pure function of the step. No torch here.
 
-Each builder checks nothing (the schemas validate arguments) and returns a :class:`Curve`, whose
+Each builder checks nothing (the schemas validate arguments) and returns a
+:class:`plugtrain.curve.Curve` (the class lives in the core; ``curves.Curve`` is the same), whose
 ``at(step)`` costs the same at step 10 and at step 10**9: no builder iterates over past steps,
 and step functions with many pieces find theirs by bisection.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
+
+from plugtrain.curve import Curve
 
 __all__ = [
     "Curve",
@@ -31,24 +34,6 @@ __all__ = [
     "sequential",
     "step",
 ]
-
-
-class Curve:
-    """A schedule: ``at(step)`` gives its value; ``length`` its natural number of steps.
-
-    ``length`` is what a :func:`sequential` parent uses as the child's share of the steps when
-    its milestones are omitted (``None`` when the schedule has no ``total_iters``).
-    """
-
-    __slots__ = ("at", "length")
-
-    def __init__(self, at: Callable[[int], float], length: int | None = None) -> None:
-        self.at = at
-        self.length = length
-
-    def __call__(self, step: int) -> float:
-        """The value at ``step``."""
-        return self.at(step)
 
 
 def _power(base: float, exponent: float) -> float:
@@ -177,7 +162,7 @@ def cosine_annealing_warm_restarts(
 
 
 def multi_step(initial: float, gamma: float, milestones: Sequence[int]) -> Curve:
-    """``initial * gamma ** (number of milestones <= e)``."""
+    """``initial * gamma ** (number of milestones <= e)``, in any order, repeats counted."""
     marks = sorted(milestones)
     values = [initial * _power(gamma, i) for i in range(len(marks) + 1)]
     return Curve(lambda e: values[bisect_right(marks, e)])
@@ -205,14 +190,17 @@ def cyclic(
     step_size_down: int | None = None,
     mode: str = "triangular",
     gamma: float = 1.0,
-    scale_mode: str = "cycle",
+    scale_mode: str | None = None,
 ) -> Curve:
     """Torch's CyclicLR wave between ``base`` and ``peak``.
 
     A cycle lasts ``up + down`` steps; the amplitude is scaled by ``1``, ``2 ** -(x - 1)`` or
     ``gamma ** x`` (``mode`` triangular, triangular2, exp_range), where ``x`` is the cycle number
-    (from 1) under ``scale_mode='cycle'`` and the step under ``'iterations'``.
+    (from 1) under ``scale_mode='cycle'`` and the step under ``'iterations'``. ``None`` is
+    torch's default: ``'iterations'`` for exp_range, ``'cycle'`` for the triangular modes.
     """
+    if scale_mode is None:
+        scale_mode = "iterations" if mode == "exp_range" else "cycle"
     down = step_size_up if step_size_down is None else step_size_down
     total = float(step_size_up + down)
     ratio = step_size_up / total

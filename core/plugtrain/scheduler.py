@@ -1,0 +1,367 @@
+"""The scheduler base that built-in and third-party schedulers share, and the protocol readers.
+
+A scheduler written against this module is a schema (a :class:`ScheduleSchema` attrs class: its
+arguments, its param-group key and its closed form) and a class deriving from
+:class:`Scheduler` that names it::
+
+    @attrs.frozen
+    class WarmupArgs(ScheduleSchema):
+        peak: float = arg(help="value reached after warmup_steps", ge=0)
+        warmup_steps: int = arg(help="steps of the ramp", gt=0)
+        param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+
+        @staticmethod
+        def curve(arguments, child_curve):
+            peak, steps = arguments["peak"], arguments["warmup_steps"]
+            return Curve(lambda e: peak * min(e, steps) / steps, length=steps)
+
+    class LinearWarmupLR(Scheduler):
+        schema = WarmupArgs
+
+The constructor signature is derived from the schema, arguments are validated as in a run file,
+``param_group_tags`` selects the groups exactly as SPEC section 5 says (:mod:`plugtrain.tags`),
+``step()`` writes ``curve(e)`` into the targeted groups, and the state round-trips exactly and
+loads with ``weights_only=True``.
+
+The readers (:func:`scheduler_key`, :func:`scheduler_groups`, :func:`scheduler_length`,
+:func:`scheduler_curve`, :func:`last_values`) are how the Trainer and the wrappers read any
+scheduler that meets :class:`plugtrain.protocols.Scheduler`, including a plain
+``torch.optim.lr_scheduler.LRScheduler`` (``"lr"`` of every group, no length, no closed form).
+
+This module does not import torch: an optimizer is recognised through ``sys.modules``, since no
+object can be a ``torch.optim.Optimizer`` before torch is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, ClassVar
+
+from plugtrain.curve import Curve
+from plugtrain.schema import (
+    Problem,
+    about,
+    arg,
+    bind_arguments,
+    constructor_signature,
+    validated_arguments,
+)
+from plugtrain.tags import select_param_groups, tag_problems
+
+__all__ = [
+    "ChildCurve",
+    "ScheduleSchema",
+    "Scheduler",
+    "Show",
+    "is_scheduler",
+    "keep_group_values",
+    "last_values",
+    "scheduler_curve",
+    "scheduler_groups",
+    "scheduler_key",
+    "scheduler_length",
+    "tags_arg",
+]
+
+SCHEDULED_KEYS = ("lr", "weight_decay")
+"""The param-group keys schedulers write."""
+
+ChildCurve = Callable[[Any], Curve]
+"""Turns a nested scheduler (``{Name: {arguments}}`` or a built scheduler) into its curve."""
+
+Show = Callable[[str], str]
+"""Maps a canonical argument name to the name the user wrote it under (for messages)."""
+
+
+def tags_arg() -> Any:
+    """The ``param_group_tags`` argument every scheduler takes (SPEC section 5)."""
+    return arg(
+        None,
+        help="only update param groups carrying one of these tags (None: every group; "
+        "[None]: the untagged groups)",
+    )
+
+
+def _same_name(name: str) -> str:
+    return name
+
+
+class ScheduleSchema:
+    """Base of scheduler schemas: ``schedule_key``, the closed form ``curve`` and ``rules``.
+
+    Subclasses are ``attrs.frozen`` classes whose fields are the arguments (built with
+    :func:`plugtrain.schema.arg`, ``param_group_tags`` with :func:`tags_arg`).
+    """
+
+    schedule_key: ClassVar[str] = "lr"
+    """The param-group key the scheduler writes: ``"lr"`` or ``"weight_decay"``."""
+
+    nestable: ClassVar[bool] = True
+    """Whether a wrapper (``SequentialLR`` ...) may take it as a child (``ScalePerParamLR``: no)."""
+
+    @staticmethod
+    def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
+        """The value-of-step function for validated ``arguments``.
+
+        :param arguments: every argument, aliases renamed and defaults filled in.
+        :param child_curve: gives the curve of a nested scheduler argument; it raises
+            :class:`NotImplementedError` when that child has no closed form.
+        :raises NotImplementedError: the schedule has no closed form (the default).
+        """
+        raise NotImplementedError
+
+    @staticmethod
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str | Problem]:
+        """Messages for broken rules that involve several arguments."""
+        return ()
+
+    @classmethod
+    def cross_check(cls, arguments: Mapping[str, Any]) -> Iterator[str | Problem]:
+        """Every rule across arguments, with ``param_group_tags`` checked first."""
+        for message in tag_problems(arguments.get("param_group_tags")):
+            yield about("param_group_tags", message)
+        yield from cls.rules(arguments, _same_name)
+
+
+def _is_optimizer(candidate: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(candidate, torch.optim.Optimizer)
+
+
+class Scheduler:
+    """Base of every scheduler: writes its value into the targeted groups' ``param_key``.
+
+    ``e`` counts ``step()`` calls since construction; construction writes the value at
+    ``e = 0``. The value never depends on a group's previous value.
+
+    :ivar param_key: ``"lr"`` or ``"weight_decay"`` (the schema's ``schedule_key``).
+    :ivar group_indices: indices of the targeted groups in ``optimizer.param_groups``.
+    :ivar curve: the closed form, a :class:`~plugtrain.curve.Curve` (``None`` for a wrapper
+        whose children have none).
+    :ivar last_step: ``e``.
+    """
+
+    schema: ClassVar[type[ScheduleSchema]]
+    param_key: ClassVar[str] = "lr"
+    takes_optimizer: ClassVar[bool] = True
+    __signature__: ClassVar[inspect.Signature]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "schema" in cls.__dict__:
+            context = ("optimizer",) if cls.takes_optimizer else ()
+            cls.__signature__ = constructor_signature(cls.schema, context)
+            if "param_key" not in cls.__dict__:
+                cls.param_key = getattr(cls.schema, "schedule_key", cls.param_key)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        arguments = self._bind(args, kwargs)
+        name = type(self).__name__
+        self.arguments: dict[str, Any] = validated_arguments(self.schema, arguments, owner=name)
+        self.optimizer = self._optimizer
+        self.param_group_tags = self.arguments.get("param_group_tags")
+        self.group_indices = select_param_groups(self.optimizer.param_groups, self.param_group_tags)
+        self.curve: Curve | None = self._build_curve()
+        self._factors = self._group_factors()
+        self.last_step = 0
+        self._apply()
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Arguments by name; takes the leading optimizer into ``self._optimizer``.
+
+        :raises TypeError: without an optimizer, or for too many positional arguments.
+        """
+        arguments = self._bind_names(args, kwargs)
+        self._optimizer = arguments.pop("optimizer", None)
+        if not _is_optimizer(self._optimizer):
+            message = (
+                f"{type(self).__name__} needs a torch.optim.Optimizer as its first argument, "
+                f"got {type(self._optimizer).__name__}"
+            )
+            raise TypeError(message)
+        return arguments
+
+    def _bind_names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Arguments by name, positional ones matched to the signature's order.
+
+        Unknown keywords are kept for the schema to report, with suggestions.
+        """
+        return bind_arguments(type(self).__signature__, args, kwargs)
+
+    def _build_curve(self) -> Curve | None:
+        """The closed form; wrappers override this to build their children first."""
+        return self.schema.curve(self.arguments, _no_children)
+
+    def _group_factors(self) -> list[float] | None:
+        """Per-group multipliers of the value (``None``: all 1)."""
+        return None
+
+    def _current_values(self) -> list[float]:
+        """The values of step ``last_step``, one per targeted group."""
+        assert self.curve is not None
+        value = self.curve.at(self.last_step)
+        if self._factors is None:
+            return [value] * len(self.group_indices)
+        return [value * factor for factor in self._factors]
+
+    def _apply(self) -> None:
+        values = self._current_values()
+        self._last_values = values
+        groups = self.optimizer.param_groups
+        key = self.param_key
+        for i, value in zip(self.group_indices, values, strict=True):
+            groups[i][key] = value
+
+    def step(self) -> None:
+        """Advance one step and write the new value into the targeted groups."""
+        self.last_step += 1
+        self._apply()
+
+    def value(self, step: int) -> float:
+        """The scheduled value at ``step`` (before any per-group factor).
+
+        :raises TypeError: when the scheduler has no closed form.
+        """
+        if self.curve is None:
+            message = f"{type(self).__name__} has no closed form; step it to get its values"
+            raise TypeError(message)
+        return self.curve.at(step)
+
+    @property
+    def length(self) -> int | None:
+        """The natural number of steps (``total_iters``), or ``None``."""
+        return None if self.curve is None else self.curve.length
+
+    def get_last_value(self) -> list[float]:
+        """The values last written, one per targeted group."""
+        return list(self._last_values)
+
+    def get_last_lr(self) -> list[float]:
+        """Torch's name for :meth:`get_last_value`."""
+        return self.get_last_value()
+
+    @property
+    def last_epoch(self) -> int:
+        """Torch's name for :attr:`last_step`."""
+        return self.last_step
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The targeted param groups."""
+        groups = self.optimizer.param_groups
+        return [groups[i] for i in self.group_indices]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position in the schedule; everything else is rebuilt from the arguments."""
+        return {"last_step": self.last_step, "group_indices": list(self.group_indices)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the position and write its value into the groups at once.
+
+        :raises ValueError: when the state was saved by a scheduler of other groups.
+        """
+        saved = state.get("group_indices")
+        if saved is not None and list(saved) != list(self.group_indices):
+            message = (
+                f"{type(self).__name__} state targets param groups {list(saved)}, "
+                f"this scheduler targets {self.group_indices}"
+            )
+            raise ValueError(message)
+        self._restore(state)
+        self.last_step = int(state["last_step"])
+        self._apply()
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        """Restore what a subclass added to :meth:`state_dict` (before the value is written)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(last_step={self.last_step}, groups={self.group_indices})"
+
+
+def _no_children(spec: Any) -> Curve:
+    message = f"this scheduler takes no nested scheduler, got {spec!r}"
+    raise TypeError(message)
+
+
+# -- reading any scheduler through the protocol ----------------------------------------------
+
+
+def is_scheduler(candidate: Any) -> bool:
+    """Whether ``candidate`` is a built scheduler (ours, a third party's or torch's)."""
+    return hasattr(candidate, "optimizer") and all(
+        callable(getattr(candidate, name, None))
+        for name in ("step", "state_dict", "load_state_dict")
+    )
+
+
+def scheduler_key(scheduler: Any) -> str:
+    """The param-group key ``scheduler`` writes: its ``param_key``, else ``"lr"`` (torch's)."""
+    return str(getattr(scheduler, "param_key", "lr"))
+
+
+def scheduler_groups(scheduler: Any) -> list[int]:
+    """The indices of the groups ``scheduler`` writes.
+
+    Its ``group_indices``; else the groups its ``param_group_tags`` select (SPEC section 5);
+    else every group of its optimizer (a plain torch scheduler).
+    """
+    indices = getattr(scheduler, "group_indices", None)
+    if indices is not None:
+        return [int(i) for i in indices]
+    groups = scheduler.optimizer.param_groups
+    tags = getattr(scheduler, "param_group_tags", None)
+    if tags is not None:
+        return select_param_groups(groups, tags)
+    return list(range(len(groups)))
+
+
+def scheduler_curve(scheduler: Any) -> Curve | None:
+    """The closed form of ``scheduler`` (its ``curve`` with an ``at``), or ``None``."""
+    curve = getattr(scheduler, "curve", None)
+    if curve is None or not callable(getattr(curve, "at", None)):
+        return None
+    return curve  # type: ignore[no-any-return]
+
+
+def scheduler_length(scheduler: Any) -> int | None:
+    """The natural number of steps of ``scheduler``: its ``length``, else its curve's, else None."""
+    length = getattr(scheduler, "length", None)
+    if isinstance(length, int) and not isinstance(length, bool):
+        return length
+    curve = scheduler_curve(scheduler)
+    found = getattr(curve, "length", None)
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+def last_values(scheduler: Any) -> list[Any]:
+    """The values ``scheduler`` last wrote, one per group of :func:`scheduler_groups`.
+
+    Read from ``get_last_value()`` or torch's ``get_last_lr()``, which stay right when another
+    scheduler wrote the same groups since; else from the groups themselves.
+    """
+    for name in ("get_last_value", "get_last_lr"):
+        getter = getattr(scheduler, name, None)
+        if callable(getter):
+            return list(getter())
+    groups = scheduler.optimizer.param_groups
+    key = scheduler_key(scheduler)
+    return [groups[i][key] for i in scheduler_groups(scheduler)]
+
+
+@contextlib.contextmanager
+def keep_group_values(optimizer: Any, keys: Iterable[str] = SCHEDULED_KEYS) -> Iterator[None]:
+    """Restore every group's ``lr`` and ``weight_decay`` on leaving the block.
+
+    Wrappers build and step their children inside it, so that a child writing other groups
+    (a torch scheduler writes every group) leaves no trace there.
+    """
+    wanted = tuple(keys)
+    saved = [{k: group[k] for k in wanted if k in group} for group in optimizer.param_groups]
+    try:
+        yield
+    finally:
+        for group, values in zip(optimizer.param_groups, saved, strict=False):
+            group.update(values)
