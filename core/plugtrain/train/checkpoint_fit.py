@@ -59,8 +59,10 @@ def _optimizer_mismatch(
 ) -> str | None:
     """The first difference; hyperparameters are compared when another (or no) class is named.
 
-    The same class may lack a hyperparameter that a newer torch added: its ``__setstate__``
-    fills that in, so a checkpoint of the same class is not refused for it.
+    A hyperparameter counts when this optimizer's default for it is a value (not ``None`` or
+    ``False``, the switches that implementations and torch's ``__setstate__`` fill in or read
+    with ``get``): SGD's ``momentum``, AdamW's ``betas``. Another class whose groups hold all of
+    them is accepted (a subclass of the same algorithm resumes).
     """
     this_class = type(optimizer).__name__
     known = isinstance(saved_class, str)
@@ -80,15 +82,14 @@ def _optimizer_mismatch(
             )
     if known and saved_class == this_class:
         return None
+    needed = [k for k, v in optimizer.defaults.items() if v is not None and v is not False]
     for index, old in enumerate(groups):
-        for key in optimizer.defaults:
+        for key in needed:
             if key not in old:
                 return (
                     f"optimizer.param_groups.{index}.{key}: missing from the checkpoint, "
                     f"which holds another optimizer's state{written_by}"
                 )
-    if known:
-        return f"optimizer: another optimizer's state{written_by}"
     return None
 
 
