@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args, exc, EXIT_ERROR)
     except KeyboardInterrupt as exc:  # fit's TrainingInterrupted says where it saved the run
         sys.stderr.write(f"plugtrain: {str(exc) or 'interrupted'}\n")
-        return 130
+        return int(getattr(exc, "exit_status", 130))  # 128 + the signal: 130, 143, 129
     except Exception as exc:
         if args.traceback:
             raise

@@ -596,7 +596,9 @@ def _loop_rules(_builder: _Builder) -> list[Schema]:
 
 
 def _checkpoint_rules(_builder: _Builder) -> list[Schema]:
-    return [{"properties": {"checkpoint_name": {"pattern": "^[^/]*\\{step\\}[^/]*$"}}}]
+    return [
+        {"properties": {"checkpoint_name": {"pattern": "^[^/{}\\x00]*\\{step\\}[^/{}\\x00]*$"}}}
+    ]
 
 
 def _init_rules(_builder: _Builder) -> list[Schema]:

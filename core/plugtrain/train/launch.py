@@ -7,6 +7,11 @@ runs ``torch.distributed.run`` (torchrun) in this process with
 torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and runs the file itself. A process that
 already has those variables (started by an outside ``torchrun``, possibly on several machines)
 is never launched again. Nothing here imports torch until a launch is needed.
+
+SIGTERM, SIGINT or SIGHUP to the launcher is forwarded by torchrun to every worker; the workers
+agree on a step, save it once and stop, and the launcher exits ``128 + signal`` naming the newest
+checkpoint. torchrun kills workers that take longer than its shutdown timeout (30 s, or
+``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from plugtrain.config.sections import CheckpointSettings
 from plugtrain.errors import BackendError, ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
@@ -122,21 +129,73 @@ def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> 
     count = processes_wanted(plan.trainers, registry)
     if count <= 1:
         return None
-    return torchrun(count, ["-m", "plugtrain", *argv])
+    return torchrun(count, ["-m", "plugtrain", *argv], _checkpoint_places(plan.trainers))
 
 
-def torchrun(nproc_per_node: int, command: Sequence[str]) -> int:
-    """Run ``command`` (torchrun's script arguments) on ``nproc_per_node`` local processes."""
+def _checkpoint_places(plans: Sequence[Any]) -> list[tuple[str, str]]:
+    places = []
+    for plan in plans:
+        checkpoint = plan.checkpoint or CheckpointSettings()
+        places.append((plan.model_dir, checkpoint.checkpoint_name))
+    return places
+
+
+_TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+def torchrun(
+    nproc_per_node: int, command: Sequence[str], checkpoints: Sequence[tuple[str, str]] = ()
+) -> int:
+    """Run ``command`` (torchrun's script arguments) on ``nproc_per_node`` local processes.
+
+    :param checkpoints: ``(model_dir, checkpoint_name)`` of the run's trainers, named in the
+        message when the run is stopped by a signal.
+    :raises TrainingInterrupted: when a signal stopped the run (after the workers saved).
+    """
     from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from plugtrain.train.interrupt import TrainingInterrupted
 
     arguments = ["--standalone", f"--nproc-per-node={nproc_per_node}", *command]
     log.info("starting %d processes with torchrun", nproc_per_node)
+    handlers = {name: signal.getsignal(getattr(signal, name)) for name in _TORCHRUN_SIGNALS}
     try:
         torch_run.run(torch_run.parse_args(arguments))
+    except SignalException as exc:  # torchrun forwarded it to the workers, which saved
+        message = _stopped(exc.sigval, f"the {nproc_per_node} processes", checkpoints)
+        raise TrainingInterrupted(message, exc.sigval) from None
     except ChildFailedError as exc:
+        stopped = _stopped_by_signal(exc)
+        if stopped is not None:  # the workers themselves were signalled and stopped cleanly
+            message = _stopped(stopped, f"the {nproc_per_node} processes", checkpoints)
+            raise TrainingInterrupted(message, stopped) from None
         raise BackendError(_describe_failures(nproc_per_node, exc)) from None
+    finally:
+        for name, handler in handlers.items():
+            signal.signal(getattr(signal, name), signal.SIG_DFL if handler is None else handler)
     return 0
+
+
+def _stopped_by_signal(error: Any) -> int | None:
+    """The signal when the first failed worker exited ``128 + SIGINT/SIGTERM/SIGHUP``."""
+    _rank, first = error.get_first_failure()
+    stops = {128 + int(s): int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    return stops.get(first.exitcode)
+
+
+def _stopped(signal_number: int, who: str, checkpoints: Sequence[tuple[str, str]]) -> str:
+    from plugtrain.train.checkpoint import find_latest
+    from plugtrain.train.interrupt import signal_name
+
+    newest = [find_latest(model_dir, name) for model_dir, name in checkpoints]
+    found = ", ".join(str(path) for path in newest if path is not None)
+    kept = f"the newest checkpoint is {found}" if found else "no checkpoint was saved"
+    return (
+        f"interrupted by {signal_name(signal_number)}: {who} were asked to save their step "
+        f"and stop; {kept}; run the same command again to resume"
+    )
 
 
 def _describe_failures(count: int, error: Any) -> str:
@@ -187,19 +246,36 @@ def exit_worker_when_done() -> Iterator[None]:
     Only after :func:`exit_after_atexit_handlers` was called (otherwise the process ends as
     usual): output is flushed, every ``atexit`` handler runs, logging is shut down, and the
     process exits with status 0 without the interpreter's teardown. Errors leave through the
-    normal path.
+    normal path, except a stop on a signal
+    (:class:`~plugtrain.train.interrupt.TrainingInterrupted`) in a launched run of several
+    processes: rank 0 prints where it saved, and every worker exits ``128 + signal`` the same
+    way, after its ``atexit`` handlers.
     """
-    yield
+    launched = launched_process()
+    several = launched is not None and launched.world_size > 1
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        status = getattr(exc, "exit_status", None)
+        if not several or status is None:
+            raise
+        if launched is not None and launched.rank == 0:
+            sys.stderr.write(f"plugtrain: {exc}\n")
+        _exit_now(int(status))
     if _exit_reason is None:
         return
     log.debug("ending the process after its atexit handlers: %s", _exit_reason)
+    _exit_now(0)
+
+
+def _exit_now(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     atexit._run_exitfuncs()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(status)
 
 
 _COLLECTIVE_HINTS = ("gloo", "nccl", "connection closed by peer", "timed out", "connection reset")
