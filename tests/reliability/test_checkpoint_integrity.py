@@ -355,13 +355,16 @@ def test_c06_checkpoint_name_must_hold_step_exactly_once(name, tmp_path):
     outcome = run_cli("check", str(run))
     assert_positioned_config_error(outcome, run, text)
     line = next(n for n, t in enumerate(text.splitlines(), 1) if "checkpoint_name: " in t)
-    column = text.splitlines()[line - 1].index('"') + 1
+    column = text.splitlines()[line - 1].index("checkpoint_name: ") + 1  # at the key
     expected = (
-        f"{run}:{line}:{column}: trainer.init.checkpoint.checkpoint_name: must hold '{{step}}' "
+        f"{run}:{line}:{column}: trainer.init.checkpoint.checkpoint_name: checkpoint_name must "
+        f"hold '{{step}}' "
         f"exactly once and no other '{{' or '}}', got {name!r}"
     )
     assert expected in outcome.err, outcome.err
-    with pytest.raises(ConfigError, match=r"checkpoint\.checkpoint_name: must hold"):
+    with pytest.raises(
+        ConfigError, match=r"checkpoint\.checkpoint_name: checkpoint_name must hold"
+    ):
         _trainer(tmp_path, checkpoint={"checkpoint_name": name})
 
 

@@ -2,7 +2,8 @@
 
 Metrics rows of the replayed steps are written once (the files are cut back to the resumed
 step), an empty or headerless ``metrics.csv`` gets its header, hidden temporaries of interrupted
-saves are removed when a fit starts, and checkpoints follow the umask like the metrics files.
+saves are removed when a fit starts, checkpoints follow the umask like the metrics files, and
+a run file with lists and mappings in every section saves and resumes.
 """
 
 from __future__ import annotations

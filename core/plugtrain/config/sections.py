@@ -92,8 +92,8 @@ def _checkpoint_name_problem(name: str) -> str | None:
     It must hold ``{step}`` exactly once and no other ``{`` or ``}``: another field (``{epoch}``)
     has no value when saving, and a second ``{step}`` could not be read back to resume.
     """
-    if "/" in name or "\0" in name:
-        return "must be a file name: no '/' or NUL"
+    if "/" in name:
+        return "must be a file name: no '/'"
     count = name.count("{step}")
     rest = name.replace("{step}", "")
     if count != 1 or "{" in rest or "}" in rest:

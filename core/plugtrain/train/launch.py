@@ -132,11 +132,12 @@ def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> 
     return torchrun(count, ["-m", "plugtrain", *argv], _checkpoint_places(plan.trainers))
 
 
-def _checkpoint_places(plans: Sequence[Any]) -> list[tuple[str, str]]:
+def _checkpoint_places(trainers: Sequence[Any]) -> list[tuple[str, str]]:
+    """``(model_dir, checkpoint_name)`` of each trainer of the run."""
     places = []
-    for plan in plans:
-        checkpoint = plan.checkpoint or CheckpointSettings()
-        places.append((plan.model_dir, checkpoint.checkpoint_name))
+    for trainer in trainers:
+        checkpoint = trainer.checkpoint or CheckpointSettings()
+        places.append((str(trainer.model_dir), checkpoint.checkpoint_name))
     return places
 
 
