@@ -69,7 +69,7 @@ PAIRS: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
         ours(
             "OneCycleLR",
             initial_learning_rate=0.004,
-            max_learning_rate=0.1,
+            max_lr=0.1,
             total_steps=10_001,
         ),
         theirs(lambda o: ts.OneCycleLR(o, max_lr=0.1, total_steps=10_001, cycle_momentum=False)),

@@ -182,6 +182,12 @@ def test_an_incompatible_plugin_is_reported_once_and_never_imported(site):
         assert rows[name]["components"] == {"model": [model]}
         assert (log / name).exists()
 
+    # the API each distribution declared, whatever became of it
+    assert rows["future_plugin"]["api"] == ["2.0"]
+    assert rows["current_plugin"]["api"] == [plugtrain.PLUGIN_API_VERSION]
+    assert rows["legacy_plugin"]["api"] == []
+    assert rows["builtin"]["api"] == [plugtrain.PLUGIN_API_VERSION]
+
     lines = [line for line in done.stderr.splitlines() if "future_plugin" in line]
     assert len(lines) == 1
     assert "from future-plugin 3.1 failed and was skipped" in lines[0]
@@ -221,3 +227,36 @@ def test_built_in_distributions_declare_a_compatible_api(distribution):
         pytest.skip(f"{distribution} is not installed")
     assert declared_api(found), f"{distribution} declares no {API_GROUP} entry point"
     assert incompatibility(found) is None
+
+
+def test_plugins_shows_the_api_each_plugin_declared(site):
+    make_distribution(site, "future_plugin", ["2.0"], version="3.1")
+    make_distribution(site, "legacy_plugin", None)
+    code = "from plugtrain.cli import main\nraise SystemExit(main(['plugins']))"
+    done = run_python(code, site, site.parent / "log")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    provided = plugtrain.PLUGIN_API_VERSION
+    assert lines[0] == f"plugtrain {plugtrain.__version__} provides plugin API {provided}"
+    future = lines.index("future_plugin: future-plugin 3.1 [failed] (future_plugin.plugin)")
+    assert lines[future + 1] == "    plugin API: 2.0"
+    legacy = lines.index("legacy_plugin: legacy-plugin 0.3 [loaded] (legacy_plugin.plugin)")
+    assert lines[legacy + 1] == "    plugin API: not declared"
+
+
+def _in_repo_distributions() -> list[Path]:
+    repo = Path(__file__).resolve().parents[1]
+    return sorted([*repo.glob("plugins/*/pyproject.toml"), *repo.glob("examples/*/pyproject.toml")])
+
+
+@pytest.mark.parametrize("pyproject", _in_repo_distributions(), ids=lambda p: p.parent.name)
+def test_every_distribution_here_requires_the_core_by_the_one_rule(pyproject):
+    import tomllib
+
+    from plugtrain.compat import core_requirement
+
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    declared = list(project["entry-points"][API_GROUP])
+    oldest = min(declared, key=parse_api_version)
+    required = [d for d in project["dependencies"] if d.startswith("plugtrain")]
+    assert required == [core_requirement(oldest)]

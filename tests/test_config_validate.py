@@ -142,3 +142,62 @@ def test_a_malformed_override_is_a_config_error():
 def test_a_run_file_must_be_a_mapping(registry):
     with pytest.raises(ConfigError, match="got an empty file"):
         check_run(load_yaml(b""), registry)
+
+
+def test_a_cross_check_about_one_argument_is_placed_at_its_key(registry):
+    text = VALID.replace(
+        "    loop: {max_steps: 10}\n",
+        "    loop: {max_steps: 10}\n"
+        "    checkpoint:\n"
+        "      steps: 5\n"
+        "      checkpoint_name: last.mdl\n",
+    )
+    issues = _issues(text, registry)
+    (issue,) = issues.values()
+    assert issue.path == "trainer.init.checkpoint.checkpoint_name"
+    assert issue.message == "checkpoint_name must contain '{step}' and no '/', got 'last.mdl'"
+    assert issue.location == "run.yaml:18:7"  # the key, not the checkpoint section
+
+
+def test_cross_checks_are_placed_at_the_first_given_argument_they_name(registry):
+    text = VALID.replace(
+        "        momentum: 0.9\n", "        momentum: 0.9\n        nesterov: true\n"
+    )
+    text = text.replace(
+        "        momentum: 0.9\n", "        momentum: 0.9\n        dampening: 0.5\n"
+    )
+    text = text.replace(
+        VALID.splitlines(keepends=True)[13],  # the LinearLR line
+        "      - PiecewiseConstantWD:\n"
+        "          milestones: [2]\n"
+        "          vals: [0.1]\n"
+        "      - OneCycleLR: {initial_learning_rate: 0.1, max_lr: 1.0, total_steps: 3}\n"
+        "      - LinearLR:\n"
+        "          initial_learning_rate: 0.1\n"
+        "          end_learning_rate: 0.01\n"
+        "          total_iters: 10\n"
+        "          param_group_tags: [a, a]\n",
+    )
+    issues = _issues(text, registry)
+    nesterov = issues["trainer.init.optimizer.SGD.nesterov"]
+    assert nesterov.message.startswith("nesterov=True needs momentum > 0 and dampening = 0")
+    assert nesterov.location == "run.yaml:12:9"
+    # Named (weight_decays, milestones); weight_decays was written as its alias vals.
+    values = issues["trainer.init.schedulers[0].PiecewiseConstantWD.vals"]
+    assert values.message.startswith("weight_decays needs one more entry than milestones")
+    assert values.location == "run.yaml:18:11"
+    # Named (pct_start, total_steps, three_phase); pct_start is left at its default.
+    phases = issues["trainer.init.schedulers[1].OneCycleLR.total_steps"]
+    assert phases.message == "pct_start=0.3 with total_steps=3 leaves a phase without steps"
+    assert phases.location == "run.yaml:19:63"
+    tags = issues["trainer.init.schedulers[2].LinearLR.param_group_tags"]
+    assert tags.message == "param_group_tags lists 'a' more than once"
+    assert tags.location == "run.yaml:24:11"
+    assert len(issues) == 4
+
+
+def test_a_cross_check_about_the_whole_section_stays_at_the_section(registry):
+    text = VALID.replace("loop: {max_steps: 10}", "loop: {eval_steps: 2}")
+    issues = _issues(text, registry)
+    assert issues["trainer.init.loop"].message.startswith("give at least one of max_steps")
+    assert issues["trainer.init.loop"].location == "run.yaml:15:11"

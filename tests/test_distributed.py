@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDER = '''\
 """Test double: an SGD that saves its parameters after each step; a checkpoint-writer spy."""
 
+import atexit
 import os
 import signal
 import time
@@ -78,6 +79,14 @@ def spy_save_checkpoint(path, state):
 
 
 checkpoint.save_checkpoint = spy_save_checkpoint
+
+
+def record_exit():
+    with open(os.path.join(RECORD_DIR, f"atexit_rank{RANK}.txt"), "w") as out:
+        out.write("ran\\n")
+
+
+atexit.register(record_exit)  # must run in every worker, exit workaround or not
 
 
 @hookimpl
@@ -182,6 +191,9 @@ def _assert_data_parallel_run(tmp_path: Path, done: subprocess.CompletedProcess[
     assert [r["step"] for r in lines if r["split"] == "train"] == list(range(1, STEPS + 1))
     assert [r["step"] for r in lines if r["split"] == "val"] == [3, 6]
     assert done.stdout.count("trainer 0: validation") == 1
+    # torch 2.13 and later: the gloo workers end right after their atexit handlers ran.
+    for rank in range(2):
+        assert (records / f"atexit_rank{rank}.txt").exists(), f"rank {rank}: atexit did not run"
 
 
 pytestmark = pytest.mark.slow
@@ -191,6 +203,14 @@ def test_plugtrain_fit_launches_two_gloo_processes_that_match_one_process(tmp_pa
     run = _setup(tmp_path, "backend: {backend_type: CPU, num_processes: 2, dist_timeout: 30}")
     done = _run(tmp_path, ["-m", "plugtrain", "fit", str(run)])
     assert "starting 2 processes with torchrun" in done.stderr
+    _assert_data_parallel_run(tmp_path, done)
+
+
+def test_launched_workers_run_their_atexit_handlers_with_the_exit_workaround_switched_off(
+    tmp_path,
+):
+    run = _setup(tmp_path, "backend: {backend_type: CPU, num_processes: 2, dist_timeout: 30}")
+    done = _run(tmp_path, ["-m", "plugtrain", "fit", str(run)], PLUGTRAIN_GLOO_EXIT_WORKAROUND="0")
     _assert_data_parallel_run(tmp_path, done)
 
 

@@ -150,3 +150,136 @@ def test_bind_arguments_keeps_only_what_was_given():
     }
     with pytest.raises(TypeError):
         bind_arguments(signature, ["P", 0.1], {"lr": 0.2})
+
+
+@attrs.frozen
+class RuleArgs:
+    """A schema whose rules name the arguments they are about."""
+
+    low: float = arg(0.0, aliases=("minimum",))
+    high: float = arg(1.0)
+    mode: str = arg("a")
+
+    @staticmethod
+    def cross_check(arguments):
+        from plugtrain.schema import about
+
+        if arguments["low"] > arguments["high"]:
+            yield about(("high", "low"), "high must not be below low")
+        if arguments["mode"] == "b":
+            yield about("mode", "mode 'b' is retired")
+        if arguments["mode"] == "c":
+            yield "mode 'c' needs the whole component"
+
+
+def test_a_cross_check_message_is_keyed_by_the_first_given_argument_it_names():
+    from plugtrain.schema import argument_problems
+
+    assert argument_problems(RuleArgs, {"low": 3.0, "high": 2.0}) == [
+        ("high", "high must not be below low", True)
+    ]
+    # high left at its default: the message goes to low, under the alias it was written as.
+    assert check_arguments(RuleArgs, {"minimum": 3.0}) == [
+        ("minimum", "high must not be below low")
+    ]
+    assert check_arguments(RuleArgs, {"mode": "b"}) == [("mode", "mode 'b' is retired")]
+    assert check_arguments(RuleArgs, {"mode": "c"}) == [("", "mode 'c' needs the whole component")]
+
+
+def test_a_named_argument_left_at_its_default_places_the_message_at_the_component():
+    @attrs.frozen
+    class Defaults:
+        """A rule that fires on defaults."""
+
+        x: int = arg(1)
+
+        @staticmethod
+        def cross_check(arguments):
+            from plugtrain.schema import about
+
+            yield about("x", "x is never right")
+
+    assert check_arguments(Defaults, {}) == [("", "x is never right")]
+    with pytest.raises(ConfigError, match=r"^Defaults: x is never right$"):
+        validated_arguments(Defaults, {}, owner="Defaults")
+
+
+def test_a_bad_value_given_under_an_alias_is_keyed_by_the_alias():
+    from plugtrain.schema import argument_problems
+
+    assert argument_problems(Args, {"learning_rate": -1}) == [
+        ("learning_rate", "must be >= 0, got -1", False)
+    ]
+    with pytest.raises(ConfigError, match=r"Opt\.learning_rate: must be >= 0, got -1"):
+        validated_arguments(Args, {"learning_rate": -1}, owner="Opt")
+
+
+@attrs.frozen
+class MachineArgs:
+    """Numbers and strings training has to use."""
+
+    rate: float | None = arg(None)
+    pair: tuple[float, float] = arg((0.0, 0.0))
+    steps: int = arg(1)
+    seed: int = arg(0, ge=0, le=2**64 - 1, finite=False)
+    path: str = arg("")
+    names: list[str] = arg([])
+    fn: Callable[[int], float] | None = arg(None)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"rate": float("inf")}, ("rate", "must be a finite number, got inf")),
+        ({"rate": float("nan")}, ("rate", "must be a finite number, got nan")),
+        (
+            {"rate": 1e300},
+            ("rate", "must be within float32's range (|x| <= 3.402823e+38), got 1e+300"),
+        ),
+        (
+            {"rate": -(10**39)},
+            ("rate", f"must be within float32's range (|x| <= 3.402823e+38), got {-(10**39)}"),
+        ),
+        ({"pair": (0.5, float("-inf"))}, ("pair", "must be a finite number, got (0.5, -inf)")),
+        (
+            {"steps": 2**63},
+            ("steps", f"must fit a 64-bit integer (|x| <= {2**63 - 1}), got {2**63}"),
+        ),
+        ({"seed": 2**64}, ("seed", f"must be <= {2**64 - 1}, got {2**64}")),
+        ({"path": "a\0b"}, ("path", "must not contain a NUL character (\\0), got 'a\\x00b'")),
+        (
+            {"names": ["ok", "n\0"]},
+            ("names", "must not contain a NUL character (\\0), got ['ok', 'n\\x00']"),
+        ),
+    ],
+    ids=[
+        "inf",
+        "nan",
+        "1e300",
+        "huge_int_as_float",
+        "inf_in_tuple",
+        "int64",
+        "seed",
+        "nul",
+        "nul_in_list",
+    ],
+)
+def test_values_training_cannot_use_are_problems(arguments, problem):
+    assert check_arguments(MachineArgs, arguments) == [problem]
+
+
+def test_values_at_the_machine_limits_are_accepted():
+    edge = {
+        "rate": 3.4028234663852886e38,
+        "pair": (-3.4e38, 1e-45),
+        "steps": -(2**63 - 1),
+        "seed": 2**64 - 1,
+        "path": "a/b c",
+        "fn": lambda step: float("inf"),
+    }
+    assert check_arguments(MachineArgs, edge) == []
+
+
+def test_python_callers_get_the_same_finite_check():
+    with pytest.raises(ConfigError, match=r"Owner\.rate: must be a finite number, got inf"):
+        validated_arguments(MachineArgs, {"rate": float("inf")}, owner="Owner")

@@ -8,6 +8,7 @@ other errors 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -163,9 +164,15 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
         json.dump(rows, out, indent=2)
         out.write("\n")
         return EXIT_OK
+    from plugtrain import PLUGIN_API_VERSION, __version__
+
+    out.write(f"plugtrain {__version__} provides plugin API {PLUGIN_API_VERSION}\n")
     for row in rows:
         provider = f"{row['distribution']} {row['version']}" if row["distribution"] else "local"
         out.write(f"{row['name']}: {provider} [{row['status']}] ({row['module']})\n")
+        if row["api"] is not None:
+            declared = ", ".join(row["api"]) or "not declared"
+            out.write(f"    plugin API: {declared}\n")
         if row["error"]:
             out.write(f"    error: {row['error']}\n")
         if row["hooks"]:
@@ -181,13 +188,12 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
 
 
 def _cmd_check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
-    from plugtrain.train.run import check_run_file
+    from plugtrain.config import load_plan
 
-    plans = check_run_file(args.run_file, args.set)
-    for plan in plans:
-        steps = [name for name in ("fit", "validate") if getattr(plan, name) is not None]
-        out.write(f"{plan.path}: backend {plan.backend_type}; {', '.join(steps)}\n")
-    count = len(plans)
+    plan, _run_registry = load_plan(args.run_file, args.set)
+    for trainer in plan.trainers:
+        out.write(f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}\n")
+    count = len(plan.trainers)
     out.write(f"{args.run_file}: OK ({count} trainer{'s' if count != 1 else ''})\n")
     return EXIT_OK
 
@@ -204,17 +210,20 @@ def _configure_logging() -> None:
 
 
 def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from plugtrain.config import load_plan
     from plugtrain.train import launch
-    from plugtrain.train.run import run_file
+    from plugtrain.train.run import run_plan
 
     _configure_logging()
+    # Validated once, used throughout; fit and validate import the run file's local plugins.
+    plan, run_registry = load_plan(args.run_file, args.set, import_local=True)
     # Several processes asked for: torchrun starts them, each runs this same command line.
-    status = launch.launch_if_needed(args.run_file, args.set, args.argv)
+    status = launch.launch_if_needed(plan, run_registry, args.argv)
     if status is not None:
         return status
     with launch.exit_worker_when_done():
         with launch.collective_errors():
-            results = run_file(args.run_file, args.set, mode=args.command)
+            results = run_plan(plan, run_registry, mode=args.command)
         for index, metrics in enumerate(results):
             if metrics and launch.is_main_rank():
                 shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
@@ -226,22 +235,22 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     from pathlib import Path
 
     from plugtrain.authoring.schedule_plot import plot_schedules
-    from plugtrain.train.run import check_run_file
+    from plugtrain.config import load_plan
 
-    plans = check_run_file(args.run_file, args.set)
+    plan, run_registry = load_plan(args.run_file, args.set)
     target = Path(args.output)
     drawn = 0
-    for index, plan in enumerate(plans):
-        specs = plan.init.get("schedulers") or []
-        specs = [specs] if isinstance(specs, dict) else list(specs)
-        if not specs:
+    for index, trainer in enumerate(plan.trainers):
+        if not trainer.schedulers:
             continue
-        path = target if len(plans) == 1 else target.with_stem(f"{target.stem}-{index}")
-        loop = plan.init.get("loop") or {}
-        steps = args.steps or loop.get("max_steps") or loop.get("num_steps")
-        optimizer = plan.init.get("optimizer")  # a stepped scheduler starts from its lr
-        plot_schedules(specs, path, steps, plugins.get_registry(), optimizer=optimizer)
-        out.write(f"{plan.path}: schedules drawn in {path}\n")
+        path = target if len(plan.trainers) == 1 else target.with_stem(f"{target.stem}-{index}")
+        loop = trainer.loop
+        steps = args.steps or (loop and (loop.max_steps or loop.num_steps))
+        specs = [spec.to_mapping() for spec in trainer.schedulers]
+        # a stepped scheduler starts from the optimizer's lr
+        optimizer = trainer.optimizer.spec.to_mapping() if trainer.optimizer else None
+        plot_schedules(specs, path, steps or None, run_registry, optimizer=optimizer)
+        out.write(f"{trainer.path}: schedules drawn in {path}\n")
         drawn += 1
     if not drawn:
         out.write(f"{args.run_file}: no schedulers to draw\n")
@@ -346,17 +355,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    out = sys.stdout
     try:
-        registry = _registry(args)
-        handler: Command = args.handler
-        return handler(args, registry, sys.stdout)
+        # Machine-read output gets the real stdout; whatever plugin code prints goes to stderr.
+        with _stray_prints_to_stderr(args):
+            registry = _registry(args)
+            handler: Command = args.handler
+            return handler(args, registry, out)
     except ConfigError as exc:
         return _fail(args, exc, EXIT_CONFIG)
     except PlugtrainError as exc:
         return _fail(args, exc, EXIT_ERROR)
     except KeyboardInterrupt as exc:  # fit's TrainingInterrupted says where it saved the run
         sys.stderr.write(f"plugtrain: {str(exc) or 'interrupted'}\n")
-        return 130
+        return int(getattr(exc, "exit_status", 130))  # 128 + the signal: 130, 143, 129
     except Exception as exc:
         if args.traceback:
             raise
@@ -368,6 +380,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(run again with --traceback for details)\n"
         )
         return EXIT_ERROR
+
+
+def _stray_prints_to_stderr(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    machine_read = getattr(args, "json", False) or args.command == "schema"
+    if machine_read:
+        return contextlib.redirect_stdout(sys.stderr)
+    return contextlib.nullcontext()
 
 
 def _fail(args: argparse.Namespace, exc: BaseException, status: int) -> int:

@@ -23,7 +23,9 @@ import re
 
 __all__ = [
     "API_GROUP",
+    "FIRST_RELEASE",
     "compatible",
+    "core_requirement",
     "declared_api",
     "incompatibility",
     "parse_api_version",
@@ -32,6 +34,14 @@ __all__ = [
 
 API_GROUP = "plugtrain.api"
 """The entry-point group whose names are the plugin API versions a distribution supports."""
+
+FIRST_RELEASE: dict[str, str] = {"1.0": "0.1"}
+"""The first plugtrain release providing each plugin API minor version.
+
+A plugin declaring API ``V`` requires ``plugtrain>=FIRST_RELEASE[V]`` and no upper bound: the
+declaration itself bounds the core from above, checked before the plugin is imported
+(:func:`core_requirement`). Each release that adds an API minor adds a row.
+"""
 
 _VERSION = re.compile(r"^\s*(\d+)(?:\.(\d+))?\s*$")
 
@@ -107,3 +117,21 @@ def incompatibility(
 
 def _major(version: str) -> int:
     return parse_api_version(version)[0]
+
+
+def core_requirement(declared: str) -> str:
+    """The requirement on the core for a plugin declaring API ``declared``: ``"plugtrain>=0.1"``.
+
+    The oldest core it allows is the first release providing that API; the newest is any
+    release whose API is compatible (the declaration is checked when plugins are loaded). A
+    distribution declaring several versions requires the core of the oldest one.
+
+    :raises ValueError: for a version no plugtrain release provides.
+    """
+    major, minor = parse_api_version(declared)
+    key = f"{major}.{minor}"
+    if key not in FIRST_RELEASE:
+        known = ", ".join(FIRST_RELEASE)
+        message = f"no plugtrain release provides plugin API {declared} (known: {known})"
+        raise ValueError(message)
+    return f"plugtrain>={FIRST_RELEASE[key]}"

@@ -15,6 +15,9 @@ from a module that does not import torch, see :mod:`plugtrain.schema`); plugtrai
 implementation on first use.
 
 None of the hooks is ``firstresult`` or historic; their return values are ignored.
+
+What a registered component must *be* (the methods the Trainer, the wrappers and ``plot`` call)
+is stated in :mod:`plugtrain.protocols`, one protocol per kind; ``docs/plugin-api.md`` lists them.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def plugtrain_register_optimizers(registry: ComponentRegistrar) -> None:
 
     An optimizer is constructed as ``Optimizer(params, **arguments)`` where ``params`` is an
     iterable of tensors, of ``(name, tensor)`` pairs or of param-group dicts, and returns a
-    ``torch.optim.Optimizer``.
+    ``torch.optim.Optimizer`` (:class:`plugtrain.protocols.Optimizer`).
 
     :param registry: call ``registry.register("SGD", "pkg.sgd:SGD", schema=SGDArgs)`` for each
         optimizer; the name is what users write in run files.
@@ -77,8 +80,10 @@ def plugtrain_register_schedulers(registry: ComponentRegistrar) -> None:
 def plugtrain_register_backends(registry: ComponentRegistrar) -> None:
     """Declare backends (``CPU``, ``GPU``, ``CSX`` ...); called once when a registry is built.
 
-    A backend is constructed as ``Backend(**arguments)``; the name is the ``backend_type`` (or
-    ``device``) users write. Only one backend type may exist per process.
+    A backend is constructed as ``Backend(**arguments)`` and meets
+    :class:`plugtrain.protocols.Backend` (derive from :class:`plugtrain.backend_base.BackendBase`
+    for the single-process defaults); the name is the ``backend_type`` (or ``device``) users
+    write. Only one backend type may exist per process.
 
     :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
         backend.
@@ -94,7 +99,9 @@ def plugtrain_register_backends(registry: ComponentRegistrar) -> None:
 def plugtrain_register_models(registry: ComponentRegistrar) -> None:
     """Declare models a run file can name; called once when a registry is built.
 
-    A model is constructed as ``Model(**arguments)`` and returns a ``torch.nn.Module``.
+    A model is constructed as ``Model(**arguments)`` and returns a ``torch.nn.Module``
+    (:class:`plugtrain.protocols.Model` says what ``forward`` receives and how the loss is
+    computed).
 
     :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
         model.
@@ -107,7 +114,7 @@ def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
     """Declare data loaders a run file can name; called once when a registry is built.
 
     A data loader is constructed as ``factory(**arguments)`` and returns an iterable of batches
-    (usually a ``torch.utils.data.DataLoader``).
+    (usually a ``torch.utils.data.DataLoader``; see :class:`plugtrain.protocols.DataLoader`).
 
     :param registry: call ``registry.register(name, "pkg.module:factory", schema=Args)`` for
         each data loader.

@@ -10,8 +10,20 @@ Switches, as in pytest:
 - ``PLUGTRAIN_BLOCK_PLUGINS=a,b`` or ``-p no:a``: never load plugin ``a`` (entry-point name,
   distribution name or module name).
 - ``-p MODULE`` / ``plugins: [MODULE]`` in a run file: also load that module (or that entry point
-  when autoloading is off). Nothing else in a run file can cause an import.
+  when autoloading is off). Nothing else in a run file can cause an import, and a run file's
+  ``plugins:`` are imported only by commands that train or evaluate
+  (:func:`run_file_plugin_settings`):
+  ``check`` and ``plot`` import only those that are installed or also named with ``-p``.
 - ``PLUGTRAIN_STRICT_PLUGINS=1``: a plugin failure raises :class:`PluginLoadError` instead.
+
+Isolation covers every exception a plugin's import or hook raises, ``SystemExit`` included (a
+failure of that plugin, never a silent exit of the program). ``KeyboardInterrupt`` still stops the
+program, as :class:`PluginInterrupted` naming the plugin it interrupted. While plugins load,
+``sys.stdout`` is ``sys.stderr``: what a plugin prints cannot mix with a command's output.
+
+Modules are found on ``sys.path`` as Python sets it, except that ``python -m plugtrain`` drops the
+current folder Python puts first, so that it finds exactly what the ``plugtrain`` script finds: a
+local module is one on ``PYTHONPATH`` (``PYTHONPATH=. plugtrain fit run.yaml``) or installed.
 
 A distribution that declares the plugin API versions it supports (:mod:`plugtrain.compat`) and
 none of them is compatible with :data:`plugtrain.PLUGIN_API_VERSION` fails without being imported.
@@ -19,12 +31,14 @@ none of them is compatible with :data:`plugtrain.PLUGIN_API_VERSION` fails witho
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import os
 import sys
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
 
 import attrs
 import pluggy
@@ -37,11 +51,13 @@ from plugtrain.registry import ComponentRegistrar, PluginInfo, Registry
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "PluginInterrupted",
     "PluginSettings",
     "build_registry",
     "get_plugin_manager",
     "get_registry",
     "reset",
+    "run_file_plugin_settings",
 ]
 
 ENTRY_POINT_GROUP = "plugtrain"
@@ -49,6 +65,19 @@ BUILTIN_PLUGIN = "builtin"
 """Name of the core's own plugin (models and data loaders), blockable with ``-p no:builtin``."""
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
+
+WITHHELD = (
+    "named by the run file and not imported: check and plot import only the plugins that are "
+    "installed or named with -p (fit and validate import a run file's plugins)"
+)
+"""Why a plugin listed under a run file's ``plugins:`` was not imported."""
+
+
+class PluginInterrupted(KeyboardInterrupt):
+    """A ``KeyboardInterrupt`` (Ctrl-C, or raised by a plugin) while a plugin was loading.
+
+    It stops the program like any ``KeyboardInterrupt``; the message names the plugin.
+    """
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:
@@ -63,12 +92,15 @@ class PluginSettings:
     :param strict: turn a plugin failure into an error (``PLUGTRAIN_STRICT_PLUGINS``).
     :param blocked: plugin, distribution or module names never to load.
     :param explicit: modules (or entry-point names) to load in addition, in order.
+    :param withheld: modules a run file lists that are recorded as not imported (status
+        ``not imported``), so that a name they would provide is reported with the reason.
     """
 
     autoload: bool = True
     strict: bool = False
     blocked: frozenset[str] = frozenset()
     explicit: tuple[str, ...] = ()
+    withheld: tuple[str, ...] = ()
 
     @classmethod
     def from_env(
@@ -117,7 +149,28 @@ def _report(info: PluginInfo) -> None:
 
 
 def _describe_exception(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): the plugin called sys.exit()"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _interrupted(info: PluginInfo, exc: KeyboardInterrupt, where: str = "") -> NoReturn:
+    what = f"in hook {where} of" if where else "while loading"
+    message = f"interrupted {what} plugin {info.name!r} from {info.provider}"
+    raise PluginInterrupted(message) from exc
+
+
+def _not_found_hint(exc: BaseException, module_name: str) -> str:
+    """A hint for a local module Python cannot find because it sits in the current folder."""
+    if not isinstance(exc, ModuleNotFoundError) or exc.name != module_name.partition(".")[0]:
+        return ""
+    top = Path.cwd() / exc.name
+    if not (top.with_suffix(".py").is_file() or (top / "__init__.py").is_file()):
+        return ""
+    return (
+        f" ({exc.name} is in the current folder, which plugtrain does not search: "
+        "run with PYTHONPATH=. or install it)"
+    )
 
 
 class _Loader:
@@ -143,7 +196,9 @@ class _Loader:
         try:
             self.pm.register(plugin, name=info.name)
             unknown = _unknown_hooks(self.pm, plugin)
-        except Exception as exc:  # noqa: BLE001 - a plugin may fail in any way; isolate it
+        except KeyboardInterrupt as exc:
+            _interrupted(info, exc)
+        except BaseException as exc:  # noqa: BLE001 - a plugin may fail in any way; isolate it
             self.fail(info, exc)
             return
         if unknown:
@@ -179,7 +234,9 @@ class _Loader:
                 continue
             try:
                 plugin = ep.load()
-            except Exception as exc:  # noqa: BLE001 - isolate a plugin that cannot import
+            except KeyboardInterrupt as exc:
+                _interrupted(info, exc)
+            except BaseException as exc:  # noqa: BLE001 - isolate a plugin that cannot import
                 self.fail(info, exc)
                 continue
             self.register(plugin, info)
@@ -196,8 +253,11 @@ class _Loader:
             return
         try:
             module = importlib.import_module(module_name)
-        except Exception as exc:  # noqa: BLE001 - isolate a plugin that cannot import
-            self.fail(info, exc)
+        except KeyboardInterrupt as exc:
+            _interrupted(info, exc)
+        except BaseException as exc:  # noqa: BLE001 - isolate a plugin that cannot import
+            hint = _not_found_hint(exc, module_name)
+            self.fail(info, f"{_describe_exception(exc)}{hint}" if hint else exc)
             return
         self.register(module, info)
 
@@ -245,18 +305,29 @@ def build_registry(
     """
     settings = settings or PluginSettings.from_env()
     loader = _Loader(settings)
-    claimed = loader.load_entry_points()
-    loader.load_module("plugtrain.builtin", name=BUILTIN_PLUGIN, distribution="plugtrain")
-    for name in settings.explicit:
-        if name not in claimed and name not in loader.infos:
-            loader.load_module(name)
-    for name, plugin in extra:
-        info = PluginInfo(name, getattr(plugin, "__name__", name))
-        if settings.is_blocked(name):
-            loader.infos[name] = attrs.evolve(info, status="blocked")
-        else:
-            loader.register(plugin, info)
-    return _collect(loader)
+    with _stdout_to_stderr():
+        claimed = loader.load_entry_points()
+        loader.load_module("plugtrain.builtin", name=BUILTIN_PLUGIN, distribution="plugtrain")
+        for name in settings.explicit:
+            if name not in claimed and name not in loader.infos:
+                loader.load_module(name)
+        for name, plugin in extra:
+            info = PluginInfo(name, getattr(plugin, "__name__", name))
+            if settings.is_blocked(name):
+                loader.infos[name] = attrs.evolve(info, status="blocked")
+            else:
+                loader.register(plugin, info)
+        for name in settings.withheld:
+            if name not in loader.infos:
+                loader.infos[name] = PluginInfo(name, name, status="not imported", error=WITHHELD)
+        return _collect(loader)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Plugin code runs with ``sys.stdout`` pointing at ``sys.stderr``."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
 
 
 def _collect(loader: _Loader) -> Registry:
@@ -276,7 +347,9 @@ def _collect(loader: _Loader) -> Registry:
                         "registry.register(...) and return None"
                     )
                     raise TypeError(message)  # noqa: TRY301 - reported like any hook failure
-            except Exception as exc:  # noqa: BLE001 - isolate a plugin whose hook raises
+            except KeyboardInterrupt as exc:
+                _interrupted(info, exc, kind.hook)
+            except BaseException as exc:  # noqa: BLE001 - isolate a plugin whose hook raises
                 registry.remove_plugin(info.name)
                 loader.fail(info, f"in hook {kind.hook}: {_describe_exception(exc)}")
                 registry.set_plugin(loader.infos[info.name])
@@ -321,7 +394,7 @@ def current_extra() -> tuple[tuple[str, object], ...]:
 
 
 def use_plugins(modules: Iterable[str]) -> None:
-    """Also load ``modules`` as plugins (a run file's ``plugins:``); rebuilds the registry."""
+    """Also load ``modules`` as plugins (like ``-p MODULE``); rebuilds the registry."""
     modules = list(modules)
     current = _default_settings or PluginSettings.from_env()
     if all(m in current.explicit for m in modules):
@@ -329,8 +402,51 @@ def use_plugins(modules: Iterable[str]) -> None:
     reset(current.with_plugins(modules), extra=_default_extra)
 
 
+def installed_plugin_names() -> frozenset[str]:
+    """Entry-point names, distribution names and modules of the installed plugins."""
+    names: set[str] = set()
+    for ep in _entry_points():
+        dist = getattr(ep, "dist", None)
+        names.update((ep.name, ep.value, ep.module))
+        if dist is not None:
+            names.add(dist.metadata["Name"])
+    return frozenset(names)
+
+
+def run_file_plugin_settings(
+    modules: Iterable[str], *, import_local: bool, settings: PluginSettings | None = None
+) -> PluginSettings:
+    """The plugin settings for a run whose file lists ``modules`` under ``plugins:``.
+
+    :param modules: the listed module (or entry-point) names.
+    :param import_local: import every one (``fit``, ``validate``); when false (``check``,
+        ``plot``) only those that are installed plugins or already named with ``-p`` are
+        loaded, and the others are recorded as ``not imported`` and reported once on stderr.
+    :param settings: the settings to start from; default: the process's current ones.
+    """
+    modules = list(dict.fromkeys(modules))
+    current = settings or _default_settings or PluginSettings.from_env()
+    withheld: list[str] = []
+    if not import_local:
+        installed = installed_plugin_names()
+        withheld = [m for m in modules if m not in current.explicit and m not in installed]
+        modules = [m for m in modules if m not in withheld]
+    new_withheld = [m for m in withheld if m not in current.withheld]
+    if new_withheld:
+        sys.stderr.write(
+            f"plugtrain: not importing {', '.join(map(repr, new_withheld))} from the run "
+            "file's plugins: check and plot import only plugins that are installed or named "
+            f"with -p (e.g. -p {new_withheld[0]}); fit and validate import them\n"
+        )
+    return attrs.evolve(current.with_plugins(modules), withheld=(*current.withheld, *new_withheld))
+
+
 def plugin_summary(registry: Registry) -> list[dict[str, Any]]:
-    """Each plugin with provider, status, hooks and contributed names (``plugtrain plugins``)."""
+    """Each plugin with provider, status, hooks and names, as ``plugtrain plugins`` shows them.
+
+    ``api`` is the list of plugin API versions its distribution declares (``[]`` when it declares
+    none, ``None`` for a local module).
+    """
     contributed: dict[str, dict[str, list[str]]] = {}
     for component in registry.components():
         per_kind = contributed.setdefault(component.plugin.name, {})
@@ -340,5 +456,20 @@ def plugin_summary(registry: Registry) -> list[dict[str, Any]]:
         row = attrs.asdict(info)
         row["hooks"] = list(info.hooks)
         row["components"] = contributed.get(info.name, {})
+        row["api"] = _declared_api(info.distribution)
         rows.append(row)
     return rows
+
+
+def _declared_api(distribution: str | None) -> list[str] | None:
+    """The plugin API versions ``distribution`` declares; ``None`` for a local module."""
+    if distribution is None:
+        return None
+    if distribution == "plugtrain":  # the core's own plugin is written for the API it provides
+        from plugtrain import PLUGIN_API_VERSION
+
+        return [PLUGIN_API_VERSION]
+    try:
+        return compat.declared_api(importlib.metadata.distribution(distribution))
+    except importlib.metadata.PackageNotFoundError:
+        return None

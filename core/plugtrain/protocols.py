@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "CALLBACK_HOOKS",
     "Backend",
     "Callback",
     "Curve",
@@ -165,8 +166,17 @@ class Scheduler(Protocol):
 class Backend(Protocol):
     """Where and how a run executes (``CPU``, ``GPU``, ``CSX``), built as ``Backend(**arguments)``.
 
-    The constructor claims its type with :func:`plugtrain.train.backends.claim_backend_type`
-    (one backend type per process). The Trainer calls exactly these members.
+    The Trainer, ``plugtrain fit`` and its launcher call exactly these members, and nothing else,
+    on every backend, built-in or not; a backend that lacks one is refused when a Trainer is
+    created, naming what is missing. :class:`plugtrain.backend_base.BackendBase` implements them
+    all for one process on one device (derive from it and override what differs). The
+    constructor validates its arguments and then claims its type with
+    :func:`plugtrain.backend_base.claim_backend_type` (one backend type per process).
+
+    The order of calls in a Trainer: ``check_runnable()``, ``device``, ``prepare_model(model)``
+    at construction; ``is_main_process`` wherever files are written; ``prepare_dataloader`` at
+    the start of ``fit``; ``prepare_eval_dataloader`` and ``reduce_sums`` at each evaluation;
+    ``close()`` once after the last trainer of a run file.
     """
 
     backend_type: str
@@ -181,22 +191,40 @@ class Backend(Protocol):
         """Whether this process writes checkpoints, metrics and logs (rank 0)."""
 
     def check_runnable(self) -> None:
-        """Raise :class:`plugtrain.errors.BackendError` before any work if the run cannot start."""
+        """Raise :class:`plugtrain.errors.BackendError` before any work if the run cannot start.
+
+        A data-parallel backend joins its process group here.
+        """
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The model placed on the device (and wrapped, e.g. in DDP) for training."""
+        """The model placed on the device (and wrapped, e.g. in DDP) for training.
+
+        The Trainer keeps the unwrapped model (``.module`` when there is one) for evaluation and
+        checkpoints.
+        """
 
     def prepare_dataloader(self, loader: Iterable[Any]) -> Iterable[Any]:
         """The share of the training batches that this process trains on."""
 
     def prepare_eval_dataloader(self, loader: Iterable[Any], max_batches: int | None) -> Any:
-        """The share of the first ``max_batches`` evaluation batches for this process."""
+        """The share of this process of the first ``max_batches`` evaluation batches.
+
+        ``None``: every batch. The Trainer evaluates everything this returns.
+        """
 
     def reduce_sums(self, sums: Mapping[str, float]) -> dict[str, float]:
-        """Sums over every process (the identity on one process)."""
+        """Each value summed over every process (a copy on one process)."""
 
     def close(self) -> None:
         """Release what the backend holds (process groups ...); called once at the end."""
+
+    @classmethod
+    def processes_per_node(cls, arguments: Mapping[str, Any]) -> int:
+        """How many processes ``plugtrain fit`` starts on this machine (with torchrun).
+
+        Called on the class, before any backend exists, with the arguments as written in the
+        run file (without ``backend_type``). ``1``: the run stays in the calling process.
+        """
 
 
 # -------------------------------------------------------------------------------------------
@@ -207,14 +235,26 @@ class Backend(Protocol):
 class Model(Protocol):
     """A model: a :class:`torch.nn.Module` built as ``Model(**arguments)``.
 
-    For a batch ``(inputs, targets)`` the Trainer calls ``model(inputs)`` and scores the outputs
-    with its loss function (cross-entropy for integer class labels, mean squared error
-    otherwise). Bias and normalisation-layer parameters go into ``weight_decay: 0`` groups unless
-    the optimizer section switches that off.
+    What the Trainer does with it, at each step:
+
+    - a batch is a pair ``(inputs, targets)`` (a list or tuple of two), moved to the backend's
+      device when that is not the CPU (tensors inside lists, tuples and dicts too);
+    - ``outputs = model(inputs)``: ``forward`` receives ``inputs`` as the one positional
+      argument, whatever it is (a tensor, a tuple, a dict);
+    - the loss is the Trainer's ``loss_fn(outputs, targets)``: by default cross-entropy when the
+      targets are integer class labels and ``outputs`` has one more dimension (then accuracy is
+      reported as well), mean squared error otherwise; ``Trainer(loss_fn=...)`` replaces it;
+    - the optimizer gets the model's named parameters in param groups: the ``params:`` tagging
+      filters make tagged groups, and unless ``exclude_from_weight_decay: false`` each group's
+      biases (names ending in ``bias``) and normalisation parameters (of a module whose class
+      name contains ``Norm``, or 0-D/1-D ones of a module whose name contains ``norm``, ``bn``
+      or ``ln``) move into a ``weight_decay: 0`` twin group with the same tags.
+
+    Checkpoints hold ``state_dict()`` of the unwrapped model.
     """
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """The forward pass."""
+        """The forward pass: ``model(inputs)``."""
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         """The trainable tensors."""
@@ -228,33 +268,63 @@ class Model(Protocol):
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
         """Restore the weights."""
 
+    def train(self, mode: bool = True) -> Any:
+        """Switch training behaviour (dropout, batch norm) on or off."""
+
+    def eval(self) -> Any:
+        """Switch to evaluation behaviour."""
+
 
 @runtime_checkable
 class DataLoader(Protocol):
-    """A data loader: built as ``factory(**arguments)``, an iterable of batches.
+    """A data loader: built as ``factory(**arguments)``, an iterable of ``(inputs, targets)``.
 
     Each pass of ``iter()`` is one epoch. A ``len()`` (batches per epoch) is needed for
     ``loop.num_epochs``. Exact resume replays the batches of an interrupted epoch, so iterating
-    must be deterministic once the global RNGs are seeded.
+    must be deterministic once the global RNGs are seeded. A data-parallel backend shards a
+    ``torch.utils.data.DataLoader`` with a map-style dataset (or one that already has a
+    ``DistributedSampler``); other iterables run on one process.
     """
 
     def __iter__(self) -> Iterator[Any]:
         """The batches of one epoch."""
 
 
+CALLBACK_HOOKS = ("on_fit_start", "on_train_step_end", "on_validate_end", "on_fit_end")
+"""The methods of :class:`Callback`, in the order a ``fit`` calls them first."""
+
+
 @runtime_checkable
 class Callback(Protocol):
-    """Code that runs at points of ``fit`` and ``validate``; every method is optional.
+    """Code that runs at points of ``fit`` and ``validate``: ``Trainer(callbacks=[...])``.
 
-    The Trainer calls only the methods a callback defines: ``on_fit_start(trainer)``,
-    ``on_train_step_end(trainer, metrics)``, ``on_validate_end(trainer, metrics)``,
-    ``on_fit_end(trainer)``. Any object satisfies ``isinstance(obj, Callback)``.
+    Every method is optional: the Trainer reads which of these a callback defines once, when it
+    is created, and calls only those (deriving from this class gives no-op defaults for the
+    rest). A method named ``on_...`` that is none of these is reported as a likely typo. Callbacks
+    run on every process; ``trainer.is_main_process`` tells the one that writes files.
     """
+
+    def on_fit_start(self, trainer: Any) -> None:
+        """At the start of ``fit``, after a checkpoint was restored and before the first step."""
+
+    def on_train_step_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
+        """After each step whose training metrics are logged (every ``logging.log_steps``)."""
+
+    def on_validate_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
+        """After each evaluation (during ``fit`` and in ``validate``) with its metrics."""
+
+    def on_fit_end(self, trainer: Any) -> None:
+        """After ``fit`` finished training and saved its last checkpoint."""
 
 
 @runtime_checkable
 class Logger(Protocol):
-    """Where metrics go (files, TensorBoard ...): called on the main process only."""
+    """Where metrics go (files, TensorBoard ...): called on the main process only.
+
+    Not yet a kind a plugin registers: the Trainer writes its own metrics files
+    (``metrics.jsonl``, ``metrics.csv`` and TensorBoard events in ``model_dir``). This states the
+    contract that loggers registered as plugins will meet.
+    """
 
     def log_metrics(self, step: int, split: str, metrics: Mapping[str, float]) -> None:
         """Record ``metrics`` of ``split`` (``"train"`` or ``"val"``) at ``step``."""

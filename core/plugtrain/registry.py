@@ -31,7 +31,7 @@ __all__ = [
     "import_target",
 ]
 
-PluginStatus = Literal["loaded", "failed", "blocked", "not loaded"]
+PluginStatus = Literal["loaded", "failed", "blocked", "not loaded", "not imported"]
 
 
 @attrs.frozen
@@ -43,7 +43,8 @@ class PluginInfo:
     :param module: the module (entry-point value) that holds its hook implementations.
     :param distribution: the installed distribution that declares it (``None`` for a local module).
     :param version: that distribution's version.
-    :param status: ``loaded``, ``failed``, ``blocked`` or ``not loaded`` (autoload disabled).
+    :param status: ``loaded``, ``failed``, ``blocked``, ``not loaded`` (autoload disabled) or
+        ``not imported`` (a run file's local plugin, which ``check`` and ``plot`` do not import).
     :param error: for a failed plugin, what went wrong.
     :param hooks: the hooks it implements.
     """
@@ -361,6 +362,12 @@ class Registry:
         failed = [p for p in self.plugins if p.status == "failed"]
         if failed:
             source += " Plugins that failed to load: " + ", ".join(p.name for p in failed) + "."
+        withheld = [p.name for p in self.plugins if p.status == "not imported"]
+        if withheld:
+            source += (
+                f" The run file's plugins {', '.join(withheld)} were not imported "
+                f"(check and plot import a local plugin only with -p, e.g. -p {withheld[0]})."
+            )
         return f"Unknown {kind.name} {name!r}.{hint}{source}"
 
     def resolve(self, kind: str, name: str) -> Any:

@@ -41,7 +41,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from plugtrain.curve import Curve
-from plugtrain.schema import arg, bind_arguments, constructor_signature, validated_arguments
+from plugtrain.schema import (
+    Problem,
+    about,
+    arg,
+    bind_arguments,
+    constructor_signature,
+    validated_arguments,
+)
 from plugtrain.tags import select_param_groups, tag_problems
 
 __all__ = [
@@ -107,14 +114,15 @@ class ScheduleSchema:
         raise NotImplementedError
 
     @staticmethod
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str | Problem]:
         """Messages for broken rules that involve several arguments."""
         return ()
 
     @classmethod
-    def cross_check(cls, arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(cls, arguments: Mapping[str, Any]) -> Iterator[str | Problem]:
         """Every rule across arguments, with ``param_group_tags`` checked first."""
-        yield from tag_problems(arguments.get("param_group_tags"))
+        for message in tag_problems(arguments.get("param_group_tags")):
+            yield about("param_group_tags", message)
         yield from cls.rules(arguments, _same_name)
 
 

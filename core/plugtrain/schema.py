@@ -11,9 +11,21 @@ does not import torch, so listing, describing and validating never import an imp
         momentum: float = arg(0.0, ge=0)
 
 The field's annotation is its type (checked as in :func:`matches_type`), :func:`arg`'s keywords
-are its constraints. A schema may define ``cross_check(arguments) -> Iterable[str]`` (a
-staticmethod) for rules that involve several arguments; it receives every argument with defaults
-filled in and yields one message per broken rule.
+are its constraints. A schema may define ``cross_check(arguments)`` (a staticmethod) for rules
+that involve several arguments; it receives every argument (canonical names, defaults filled in)
+and yields one message per broken rule: :func:`about` when the message is about particular
+arguments (a run file then places it at the first of them that is written), a plain string when
+it is about the component as a whole::
+
+        @staticmethod
+        def cross_check(arguments):
+            if arguments["nesterov"] and arguments["momentum"] <= 0:
+                yield about(("nesterov", "momentum"), "nesterov=True needs momentum > 0")
+
+Every value a schema accepts is one training can use: a ``float`` argument (each element of a
+list or tuple of floats) must be finite and within float32's range, an ``int`` argument must fit a
+64-bit integer (``arg(finite=False)`` turns both off, for an argument with its own bounds), and a
+string never holds a NUL character (no path or name can).
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from __future__ import annotations
 import collections.abc
 import functools
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,11 +41,17 @@ from typing import Any
 
 import attrs
 
+from plugtrain._problems import ArgumentProblem, Problem, about, cross_check_problem
+
 __all__ = [
     "REQUIRED",
     "ArgInfo",
+    "ArgumentProblem",
+    "Problem",
+    "about",
     "arg",
     "arg_infos",
+    "argument_problems",
     "bind_arguments",
     "canonical_arguments",
     "check_arguments",
@@ -48,6 +67,11 @@ so that an alias (``learning_rate``) can stand in for the argument; a value equa
 
 _META_KEY = "plugtrain"
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: a float argument beyond it overflows in tensor arithmetic."""
+INT64_MAX = 2**63 - 1
+"""The largest int64: an int argument beyond it overflows in torch and in C APIs."""
+
 
 @attrs.frozen
 class _Constraint:
@@ -60,13 +84,13 @@ class _Constraint:
     def describe(self) -> str:
         parts = []
         if self.ge is not None:
-            parts.append(f">= {self.ge:g}")
+            parts.append(f">= {_bound(self.ge)}")
         if self.gt is not None:
-            parts.append(f"> {self.gt:g}")
+            parts.append(f"> {_bound(self.gt)}")
         if self.le is not None:
-            parts.append(f"<= {self.le:g}")
+            parts.append(f"<= {_bound(self.le)}")
         if self.lt is not None:
-            parts.append(f"< {self.lt:g}")
+            parts.append(f"< {_bound(self.lt)}")
         if self.choices is not None:
             parts.append("one of " + ", ".join(repr(c) for c in self.choices))
         return ", ".join(parts)
@@ -76,14 +100,19 @@ class _Constraint:
             return f"must be one of {', '.join(repr(c) for c in self.choices)}, got {value!r}"
         for number in _numbers_in(value):
             if self.ge is not None and not number >= self.ge:
-                return f"must be >= {self.ge:g}, got {value!r}"
+                return f"must be >= {_bound(self.ge)}, got {value!r}"
             if self.gt is not None and not number > self.gt:
-                return f"must be > {self.gt:g}, got {value!r}"
+                return f"must be > {_bound(self.gt)}, got {value!r}"
             if self.le is not None and not number <= self.le:
-                return f"must be <= {self.le:g}, got {value!r}"
+                return f"must be <= {_bound(self.le)}, got {value!r}"
             if self.lt is not None and not number < self.lt:
-                return f"must be < {self.lt:g}, got {value!r}"
+                return f"must be < {_bound(self.lt)}, got {value!r}"
         return None
+
+
+def _bound(number: float) -> str:
+    """A bound as written: ints exactly (a seed's 2**64 - 1), floats briefly."""
+    return str(number) if isinstance(number, int) else f"{number:g}"
 
 
 def _numbers_in(value: Any) -> Iterable[float]:
@@ -105,6 +134,7 @@ class _ArgMeta:
     component: str | None
     many: bool
     section: type | None = None
+    finite: bool = True
 
 
 def arg(
@@ -120,6 +150,7 @@ def arg(
     component: str | None = None,
     many: bool = False,
     section: type | None = None,
+    finite: bool = True,
 ) -> Any:
     """Declare one argument of a component schema.
 
@@ -137,6 +168,8 @@ def arg(
         mapping ``{Name: {arguments}}`` (or an already built object from Python).
     :param many: with ``component``: the value is a list of such components.
     :param section: the value is a mapping checked against this schema (a config section).
+    :param finite: a float must be finite and within float32's range, an int within int64's;
+        ``False`` for an argument whose explicit bounds say what it accepts (a seed).
     :returns: an ``attrs.field`` carrying the metadata; use it as the field's default.
     """
     meta = _ArgMeta(
@@ -148,6 +181,7 @@ def arg(
         component=component,
         many=many,
         section=section,
+        finite=finite,
     )
     if isinstance(default, list | dict | set):
         factory = functools.partial(type(default), default)
@@ -302,6 +336,14 @@ def canonical_arguments(
     :returns: the renamed arguments and a list of ``(key, message)`` problems: an argument given
         under two names, or a key the schema does not know (with a suggestion).
     """
+    renamed, _written, _alias_of, problems = _canonical(schema, arguments)
+    return renamed, problems
+
+
+def _canonical(
+    schema: type, arguments: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str], dict[str, str], list[tuple[str, str]]]:
+    """Renamed arguments, canonical name -> key as written, alias -> canonical, problems."""
     alias_of: dict[str, str] = {}
     names = []
     for field, _hint in _fields(schema):
@@ -309,7 +351,7 @@ def canonical_arguments(
         for alias in _meta(field).aliases:
             alias_of[alias] = field.name
     renamed: dict[str, Any] = {}
-    origin: dict[str, str] = {}
+    written: dict[str, str] = {}
     problems: list[tuple[str, str]] = []
     for key, value in arguments.items():
         if value is REQUIRED:
@@ -320,12 +362,12 @@ def canonical_arguments(
             continue
         if canonical in renamed:
             problems.append(
-                (key, f"'{key}' and '{origin[canonical]}' name the same argument; give only one")
+                (key, f"'{key}' and '{written[canonical]}' name the same argument; give only one")
             )
             continue
         renamed[canonical] = value
-        origin[canonical] = key
-    return renamed, problems
+        written[canonical] = key
+    return renamed, written, alias_of, problems
 
 
 def _unknown_argument_message(key: str, known: list[str]) -> str:
@@ -348,29 +390,54 @@ def check_arguments(
     :param arguments: argument name to value, as written (aliases allowed).
     :param nested: called as ``nested(kind, value, key)`` for each nested-component argument;
         returns problems as ``(dotted key relative to this component, message)``.
-    :returns: ``(key, message)`` pairs; empty when the arguments are valid.
+    :returns: ``(key, message)`` pairs (as :func:`argument_problems`, without ``of_key``); empty
+        when the arguments are valid.
     """
-    renamed, problems = canonical_arguments(schema, arguments)
+    return [(p.key, p.message) for p in argument_problems(schema, arguments, nested=nested)]
+
+
+def argument_problems(
+    schema: type,
+    arguments: Mapping[str, Any],
+    *,
+    nested: Callable[[str, Any, str], list[tuple[str, str]]] | None = None,
+) -> list[ArgumentProblem]:
+    """Every problem of ``arguments``, each keyed by the argument it is about, as written.
+
+    Field checks come first; ``cross_check`` runs only when they all pass, and each of its
+    :func:`about` messages is keyed by the first of its arguments that was given (a plain string,
+    or none of them given: key ``""``).
+
+    :param schema: the component's attrs schema class.
+    :param arguments: argument name to value, as written (aliases allowed).
+    :param nested: as for :func:`check_arguments`.
+    """
+    renamed, written, alias_of, found = _canonical(schema, arguments)
+    problems = [ArgumentProblem(key, message, of_key=True) for key, message in found]
     complete: dict[str, Any] = {}
     for field, hint in _fields(schema):
         meta = _meta(field)
         if field.name not in renamed:
             if field.default is attrs.NOTHING:
-                problems.append((field.name, f"missing required argument '{field.name}'"))
+                missing = f"missing required argument '{field.name}'"
+                problems.append(ArgumentProblem(field.name, missing))
             else:
                 complete[field.name] = _default_of(field)
             continue
         value = renamed[field.name]
         complete[field.name] = value
+        key = written[field.name]
         message = _value_problem(value, hint, field, meta)
         if message is not None:
-            problems.append((field.name, message))
+            problems.append(ArgumentProblem(key, message))
         elif meta.component is not None and nested is not None:
-            problems.extend(nested(meta.component, value, field.name))
+            problems.extend(ArgumentProblem(k, m) for k, m in nested(meta.component, value, key))
     if not problems:
         cross_check = getattr(schema, "cross_check", None)
         if cross_check is not None:
-            problems.extend(("", message) for message in cross_check(complete))
+            problems.extend(
+                cross_check_problem(found, written, alias_of) for found in cross_check(complete)
+            )
     return problems
 
 
@@ -388,7 +455,38 @@ def _value_problem(
     if not matches_type(value, hint):
         written = field.type if isinstance(field.type, str) else _type_name(hint)
         return f"must be of type {written}, got {type(value).__name__} {value!r}"
-    return meta.constraint.violation(value)
+    return _unusable(value, hint, meta) or meta.constraint.violation(value)
+
+
+def _unusable(value: Any, hint: Any, meta: _ArgMeta) -> str | None:
+    """Why training could not use a value its type admits (overflow, NUL), or ``None``."""
+    written = _written_types(hint)
+    items = value if isinstance(value, list | tuple) else (value,)
+    if "str" in written and any(isinstance(v, str) and "\0" in v for v in items):
+        return f"must not contain a NUL character (\\0), got {value!r}"
+    if not meta.finite:
+        return None
+    for number in _numbers_in(value):
+        if "float" in written:
+            if isinstance(number, float) and not math.isfinite(number):
+                return f"must be a finite number, got {value!r}"
+            if abs(number) > FLOAT32_MAX:
+                return f"must be within float32's range (|x| <= {FLOAT32_MAX:.7g}), got {value!r}"
+        elif "int" in written and abs(number) > INT64_MAX:
+            return f"must fit a 64-bit integer (|x| <= {INT64_MAX}), got {value!r}"
+    return None
+
+
+@functools.cache
+def _written_types(hint: Any) -> frozenset[str]:
+    """Which of float, int and str annotation ``hint`` admits, at any depth."""
+    found = {t.__name__ for t in (float, int, str) if hint is t}
+    if typing.get_origin(hint) is collections.abc.Callable:
+        return frozenset()  # a callable's argument types are not values written in a file
+    for inner in typing.get_args(hint):
+        if not isinstance(inner, list):  # Concatenate and similar parameter lists
+            found |= _written_types(inner)
+    return frozenset(found)
 
 
 def _component_shape_problem(value: Any, meta: _ArgMeta) -> str | None:

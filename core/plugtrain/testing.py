@@ -329,3 +329,16 @@ if pytest is not None:
 
         yield register
         plugins.reset(settings, extra=saved_extra)
+
+
+def pytest_report_header(config: Any) -> str:
+    """The core the tests run against, first in pytest's header (see ``core_versions``)."""
+    from pathlib import Path
+
+    import plugtrain
+
+    where = Path(inspect.getfile(plugtrain)).parent.parent
+    return (
+        f"plugtrain {plugtrain.__version__} (plugin API {plugtrain.PLUGIN_API_VERSION}) "
+        f"from {where}"
+    )

@@ -12,7 +12,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -128,3 +129,90 @@ def write_dist(
     lines = ["[plugtrain]", *(f"{name} = {value}" for name, value in entry_points)]
     (folder / "entry_points.txt").write_text("\n".join(lines) + "\n")
     (folder / "RECORD").write_text("")
+
+
+# -- real training runs ------------------------------------------------------------------------
+
+TRAIN_RUN = """\
+trainer:
+  init:
+    {backend}
+    model_dir: {model_dir}
+    seed: 3
+    model:
+      MLP: {{in_features: 64, hidden: {hidden}, out_features: 10, dropout: 0.1}}
+    optimizer:
+      SGD: {{lr: {lr}, momentum: 0.9}}
+    schedulers:
+      - LinearLR: {{initial_learning_rate: {lr}, end_learning_rate: 0.001, total_iters: 500}}
+    loop: {{max_steps: {steps}}}
+    checkpoint: {{steps: {every}}}
+    logging: {{log_steps: {every}}}
+  fit:
+    train_dataloader: {{Digits: {{batch_size: 16}}}}
+"""
+
+
+def write_train_run(
+    folder: Path,
+    *,
+    steps: int,
+    every: int,
+    hidden: int = 16,
+    lr: float | str = 0.05,
+    backend: str = "device: CPU",
+    plugins: Sequence[str] = (),
+    **changes: str,
+) -> Path:
+    """A run file training an MLP on Digits into ``folder/model``; ``changes`` replace text."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = TRAIN_RUN.format(
+        model_dir=folder / "model", steps=steps, every=every, hidden=hidden, lr=lr, backend=backend
+    )
+    if plugins:
+        text = f"plugins: [{', '.join(plugins)}]\n" + text
+    for old, new in changes.items():
+        text = text.replace(old, new)
+    path = folder / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def start_plugtrain(*args: str, **popen: object) -> subprocess.Popen[str]:
+    """``python -m plugtrain ARGS`` in its own session, output captured (not waited for)."""
+    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-m", "plugtrain", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
+
+
+def finish_process(process: subprocess.Popen[str]) -> Outcome:
+    """Wait for ``process`` (a hang guard, not a time limit) and collect its outcome."""
+    try:
+        out, err = process.communicate(timeout=HANG_GUARD_S * 4)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        raise
+    return Outcome(process.returncode, out, err)
+
+
+def wait_until(condition: Callable[[], bool], process: subprocess.Popen[str]) -> None:
+    """Poll ``condition()`` every millisecond while ``process`` runs (hang-guarded)."""
+    deadline = time.monotonic() + HANG_GUARD_S * 4
+    while not condition():
+        if process.poll() is not None:
+            _out, err = process.communicate()
+            message = f"the run ended before the moment came:\n{err[-3000:]}"
+            raise AssertionError(message)
+        assert time.monotonic() < deadline, "the moment never came"
+        time.sleep(0.001)
+
+
+def last_line(err: str) -> str:
+    """The last line a command printed on stderr."""
+    lines = err.strip().splitlines()
+    return lines[-1] if lines else ""

@@ -239,9 +239,13 @@ def test_h15_component_names_that_are_module_paths_import_nothing(command, tmp_p
     assert not (tmp_path / "model").exists()
 
     listed = _write(tmp_path, "plugins: [canary_mod]\n" + text, name="listed.yaml")
-    outcome = run_subprocess("check", str(listed), env=env)
+    outcome = run_subprocess(command, str(listed), env=env)
     assert outcome.status == 2
-    assert marker.read_text() == "imported", "plugins: is the way a run file imports code"
+    if command == "fit":
+        assert marker.read_text() == "imported", "plugins: is the way a run file imports code"
+    else:
+        assert not marker.exists(), "check imported a module because a run file names it"
+        assert "-p canary_mod" in outcome.err
 
 
 def test_h16_a_python_tag_in_a_set_override_is_rejected(tmp_path):
@@ -252,3 +256,74 @@ def test_h16_a_python_tag_in_a_set_override_is_rejected(tmp_path):
     assert outcome.status == 2
     assert "--set trainer.init.seed: the value is not valid YAML" in outcome.err
     assert not marker.exists()
+
+
+def _set_error(outcome) -> str:
+    assert outcome.status == 2, outcome
+    assert "Traceback" not in outcome.err
+    (issue,) = error_lines(outcome.err)
+    return issue
+
+
+def test_h17_an_alias_bomb_in_a_set_value_is_rejected_at_once(tmp_path):
+    # 405 bytes: 9 levels of 9 aliases, 387 million values once expanded (it used to hang)
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 9) + "]" for n in range(1, 9)]
+    bomb = "{" + ", ".join(levels) + "}"
+    run = _write(tmp_path, VALID.format(model_dir=tmp_path / "m"))
+    outcome = run_subprocess("check", str(run), "--set", f"trainer.init.seed={bomb}")
+    issue = _set_error(outcome)
+    assert issue.startswith("--set trainer.init.seed: the value is not valid YAML: ")
+    assert f"expands to more than {MAX_EXPANDED_NODES} values" in issue
+    assert issue.endswith("of the value)")
+    cycle = "trainer.init.schedulers=&s [{ChainedLR: {schedulers: *s}}]"
+    issue = _set_error(run_subprocess("check", str(run), "--set", cycle))
+    assert "alias *s refers to a value that contains it (a cycle) (at line 1, column" in issue
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "trainer.init.seed=" + "[" * 5000,
+            "--set trainer.init.seed: the value is not valid YAML: nesting deeper than 200 "
+            "levels (at line 1, column 202 of the value)",
+        ),
+        (
+            "trainer.init.seed=" + "{a: " * 5000,
+            "--set trainer.init.seed: the value is not valid YAML: nesting deeper than 200 "
+            "levels (at line 1, column 802 of the value)",
+        ),
+        (
+            "trainer.init.seed=" + "[" * 199 + "]" * 199,
+            "--set trainer.init.seed: nesting deeper than 200 levels "
+            "(3 in the key path, 199 in the value)",
+        ),
+        (
+            ".".join(["trainer"] * 5000) + "=1",
+            "--set: the key path has 5000 levels; nesting deeper than 200",
+        ),
+    ],
+    ids=["brackets", "mappings", "path_and_value", "key_path"],
+)
+def test_h18_deep_nesting_in_a_set_override_is_a_clean_error(value, message, tmp_path):
+    run = _write(tmp_path, VALID.format(model_dir=tmp_path / "m"))
+    assert _set_error(run_subprocess("check", str(run), "--set", value)) == message
+    assert not (tmp_path / "m").exists()
+
+
+def test_h18_values_from_set_are_positioned_at_the_set(tmp_path):
+    run = _write(tmp_path, VALID.format(model_dir=tmp_path / "m"))
+    outcome = run_cli(
+        "check",
+        str(run),
+        "--set",
+        "trainer.init.optimizer={SGD: {lr: -1}}",
+        "--set",
+        "trainer.init.seed=x",
+    )
+    assert outcome.status == 2
+    assert error_lines(outcome.err) == [
+        "--set trainer.init.seed:1:1: trainer.init.seed: must be of type int | None, got str 'x'",
+        "--set trainer.init.optimizer:1:12: trainer.init.optimizer.SGD.lr: must be >= 0, got -1",
+    ]

@@ -273,6 +273,7 @@ def test_i03_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_pa
     assert resumed.status == 0, resumed.err
     assert f"resumed from {first} at step 5" in resumed.err
     assert load_checkpoint(model_dir / "checkpoint_6.mdl")["global_step"] == 6
+    assert not list(model_dir.glob(".checkpoint_10.mdl.*"))  # removed when the next fit started
 
 
 # -- model directories that cannot hold a checkpoint ------------------------------------------

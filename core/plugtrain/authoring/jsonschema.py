@@ -234,6 +234,28 @@ class _Builder:
         self.registry = registry
         self.defs: dict[str, Schema] = {}
         self.components = {kind: registry.components(kind) for kind in KINDS}
+        # Indexes over each kind's names, built once: asking them per component was quadratic.
+        self._lowered: dict[str, dict[str, set[str]]] = {}
+        self._name_counts: dict[str, dict[str, int]] = {}
+
+    def lowered(self, kind: str) -> dict[str, set[str]]:
+        """``kind``'s names (and aliases) by their lower case."""
+        if kind not in self._lowered:
+            index: dict[str, set[str]] = {}
+            for other in self.components[kind]:
+                for name in (other.name, *other.aliases):
+                    index.setdefault(name.lower(), set()).add(name)
+            self._lowered[kind] = index
+        return self._lowered[kind]
+
+    def name_count(self, kind: str, name: str) -> int:
+        """How many components of ``kind`` are registered under the name ``name``."""
+        if kind not in self._name_counts:
+            counts: dict[str, int] = {}
+            for other in self.components[kind]:
+                counts[other.name] = counts.get(other.name, 0) + 1
+            self._name_counts[kind] = counts
+        return self._name_counts[kind].get(name, 0)
 
     # -- sections of the run file -----------------------------------------------------------
 
@@ -388,10 +410,7 @@ class _Builder:
 
         Any case (when unique among ``kind``'s names), optionally qualified by the provider.
         """
-        lowered: dict[str, set[str]] = {}
-        for other in self.components[kind]:
-            for name in (other.name, *other.aliases):
-                lowered.setdefault(name.lower(), set()).add(name)
+        lowered = self.lowered(kind)
         alternatives = []
         for name in (component.name, *component.aliases):
             unique = len(lowered[name.lower()]) == 1
@@ -405,7 +424,7 @@ class _Builder:
     def component_key(self, component: Component) -> str:
         """The ``$defs`` key of ``component``'s arguments."""
         key = f"{component.kind}.{component.name}"
-        if sum(c.name == component.name for c in self.components[component.kind]) > 1:
+        if self.name_count(component.kind, component.name) > 1:
             key += f" ({component.plugin.distribution or component.plugin.name})"
         return key
 
@@ -577,7 +596,9 @@ def _loop_rules(_builder: _Builder) -> list[Schema]:
 
 
 def _checkpoint_rules(_builder: _Builder) -> list[Schema]:
-    return [{"properties": {"checkpoint_name": {"pattern": "^[^/]*\\{step\\}[^/]*$"}}}]
+    return [
+        {"properties": {"checkpoint_name": {"pattern": "^[^/{}\\x00]*\\{step\\}[^/{}\\x00]*$"}}}
+    ]
 
 
 def _init_rules(_builder: _Builder) -> list[Schema]:

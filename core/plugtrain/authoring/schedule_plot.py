@@ -18,7 +18,7 @@ import attrs
 
 from plugtrain.curve import closed_form, spec_parts
 from plugtrain.errors import ConfigError, ConfigIssue, UnknownNameError
-from plugtrain.schema import validated_arguments
+from plugtrain.schema import arg_infos, validated_arguments
 
 if TYPE_CHECKING:
     from plugtrain.registry import Registry
@@ -80,28 +80,31 @@ def _natural_length(length: Any) -> int | None:
 
 
 def _initial_values(registry: Registry, optimizer: Any) -> dict[str, float]:
-    """``lr`` and ``weight_decay`` the optimizer ``{Name: {arguments}}`` starts the groups at."""
+    """``lr`` and ``weight_decay`` the optimizer ``{Name: {arguments}}`` starts the groups at.
+
+    Read as written (under any alias) or as the schema's default; not validated again: the
+    run file was validated before anything is plotted, and a cross-check may be costly.
+    """
     if not isinstance(optimizer, Mapping) or len(optimizer) != 1:
         return {}
     ((name, given),) = optimizer.items()
+    given = given if isinstance(given, Mapping) else {}
     try:
-        schema = registry.lookup("optimizer", name).schema_class
-        arguments = validated_arguments(
-            schema,
-            {
-                k: v
-                for k, v in (given or {}).items()
-                if k not in ("params", "exclude_from_weight_decay")
-            },
-            owner="optimizer",
-        )
-    except (ConfigError, UnknownNameError):
+        infos = {
+            info.name: info for info in arg_infos(registry.lookup("optimizer", name).schema_class)
+        }
+    except UnknownNameError:
         return {}
-    return {
-        k: float(arguments[k])
-        for k in ("lr", "weight_decay")
-        if isinstance(arguments.get(k), int | float) and not isinstance(arguments.get(k), bool)
-    }
+    values: dict[str, float] = {}
+    for key in ("lr", "weight_decay"):
+        info = infos.get(key)
+        names = (key, *info.aliases) if info is not None else (key,)
+        value = next((given[n] for n in names if n in given), None)
+        if value is None and info is not None and not info.required:
+            value = info.default
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            values[key] = float(value)
+    return values
 
 
 class _Stepped:

@@ -1,12 +1,16 @@
-"""``--set a.b.c=VALUE`` overrides of a loaded run file."""
+"""``--set a.b.c=VALUE`` overrides of a loaded run file.
+
+A value is read by the run files' own loader (:func:`plugtrain.config.yaml_loader.load_yaml`),
+so it meets the same limits: plain YAML only, no alias bombs, at most
+:data:`~plugtrain.config.yaml_loader.MAX_DEPTH` levels of nesting counting the key path.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
-import yaml
-
+from plugtrain.config.yaml_loader import MAX_DEPTH, LocatedDict, Mark, load_yaml
 from plugtrain.errors import ConfigError, ConfigIssue
 
 __all__ = ["apply_overrides"]
@@ -18,12 +22,49 @@ def _parse(override: str) -> tuple[list[str], Any]:
     if not sep or not path.strip() or not all(keys):
         message = f"--set expects KEY.PATH=VALUE, got {override!r}"
         raise ConfigError([ConfigIssue("", message)])
+    if len(keys) > MAX_DEPTH:
+        message = f"--set: the key path has {len(keys)} levels; nesting deeper than {MAX_DEPTH}"
+        raise ConfigError([ConfigIssue("", message)])
+    source = _source(path)
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as exc:
-        message = f"--set {path}: the value is not valid YAML: {exc}"
+        value = load_yaml(text, source) if text.strip() else None
+    except ConfigError as exc:
+        issue = exc.issues[0]
+        where = (issue.location or "").removeprefix(source).lstrip(":")
+        at = f" (at line {where.replace(':', ', column ', 1)} of the value)" if where else ""
+        message = f"--set {path}: the value is not valid YAML: {issue.message}{at}"
         raise ConfigError([ConfigIssue("", message)]) from None
+    depth = len(keys) + _depth(value)
+    if depth > MAX_DEPTH:
+        message = (
+            f"--set {path}: nesting deeper than {MAX_DEPTH} levels "
+            f"({len(keys)} in the key path, {depth - len(keys)} in the value)"
+        )
+        raise ConfigError([ConfigIssue("", message)])
     return keys, value
+
+
+def _source(path: str) -> str:
+    """What positions inside a ``--set`` value are relative to: ``--set a.b:LINE:COLUMN``."""
+    return f"--set {path.strip()}"
+
+
+def _depth(value: Any) -> int:
+    """Levels of lists and mappings in ``value`` (0 for a scalar); iterative, so never deep."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        current, level = stack.pop()
+        if isinstance(current, Mapping):
+            children: Iterable[Any] = current.values()
+        elif isinstance(current, list):
+            children = current
+        else:
+            deepest = max(deepest, level)
+            continue
+        deepest = max(deepest, level + 1)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _assign(target: Any, keys: list[str], value: Any, override: str) -> None:
@@ -38,6 +79,10 @@ def _assign(target: Any, keys: list[str], value: Any, override: str) -> None:
         message = f"--set {override!r}: cannot set {keys[-1]!r} inside a non-mapping"
         raise ConfigError([ConfigIssue("", message)])
     target[keys[-1]] = value
+    if isinstance(target, LocatedDict):  # point at the --set, not at the value it replaced
+        mark = Mark(_source(override.partition("=")[0]), 0, 0)
+        target.value_marks[keys[-1]] = mark
+        target.key_marks.setdefault(keys[-1], mark)
 
 
 def apply_overrides(data: Any, overrides: Iterable[str]) -> Any:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.schema import Problem, about, arg
 
 __all__ = [
     "CheckpointSettings",
@@ -50,6 +50,11 @@ class LoopSettings:
         help="a NaN or infinite loss: stop (keep the last good checkpoint) or skip_step (drop "
         "that step's update, count the step, go on)",
     )
+    max_consecutive_skips: int = arg(
+        10,
+        help="with nan_policy skip_step: stop after this many skipped steps in a row",
+        gt=0,
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
@@ -67,14 +72,33 @@ class CheckpointSettings:
         True, help="resume from the newest checkpoint in model_dir when ckpt_path is unset"
     )
     save_initial_checkpoint: bool = arg(False, help="save a checkpoint before the first step")
-    checkpoint_name: str = arg("checkpoint_{step}.mdl", help="file name; must contain {step}")
+    checkpoint_name: str = arg(
+        "checkpoint_{step}.mdl",
+        help="file name; holds {step} exactly once and no other {field} or '/'",
+    )
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
-        """The file name must distinguish steps."""
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
+        """The file name must tell steps apart, and find_latest must be able to read it back."""
         name = arguments["checkpoint_name"]
-        if "{step}" not in name or "/" in name:
-            yield f"checkpoint_name must contain '{{step}}' and no '/', got {name!r}"
+        problem = _checkpoint_name_problem(name)
+        if problem is not None:
+            yield about("checkpoint_name", f"{problem}, got {name!r}")
+
+
+def _checkpoint_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a checkpoint file name pattern, or ``None`` when it can.
+
+    It must hold ``{step}`` exactly once and no other ``{`` or ``}``: another field (``{epoch}``)
+    has no value when saving, and a second ``{step}`` could not be read back to resume.
+    """
+    if "/" in name or "\0" in name:
+        return "must be a file name: no '/' or NUL"
+    count = name.count("{step}")
+    rest = name.replace("{step}", "")
+    if count != 1 or "{" in rest or "}" in rest:
+        return "must hold '{step}' exactly once and no other '{' or '}'"
+    return None
 
 
 @attrs.frozen
@@ -97,7 +121,13 @@ class InitSection:
         None, help="{backend_type: CPU|GPU|CSX, ...arguments of that backend}"
     )
     model_dir: str = arg("./model_dir", help="where checkpoints, metrics and plots go")
-    seed: int | None = arg(None, help="seed of Python, numpy and torch", ge=0)
+    seed: int | None = arg(
+        None,
+        help="seed of Python, numpy and torch",
+        ge=0,
+        le=2**64 - 1,  # what torch.manual_seed takes; numpy gets it modulo 2**32
+        finite=False,
+    )
     model: dict[str, Any] = arg(component="model", help="the model, {Name: {arguments}}")
     optimizer: dict[str, Any] | None = arg(
         None, component="optimizer", help="the optimizer, {Name: {arguments, params: [...]}}"

@@ -1,20 +1,33 @@
-"""Validating a whole run file against the registered schemas, before anything is built.
+"""Validating a whole run file against the registered schemas, once, into its plan.
 
 Every problem is collected, each with its dotted path (``trainer.init.optimizer.AdamW.lr``)
-and, for values read from a file, its ``file:line:column``. Nothing here imports torch.
+and, for values read from a file, its ``file:line:column``; a file without problems becomes a
+:class:`~plugtrain.config.plan.RunPlan`. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import attrs
+from typing import Any, TypeVar
 
 from plugtrain.config.nesting import nested_scheduler_problems
+from plugtrain.config.plan import (
+    BackendPlan,
+    ComponentSpec,
+    FitPlan,
+    OptimizerPlan,
+    ParamFilter,
+    RunPlan,
+    TrainerPlan,
+    ValidatePlan,
+    plain,
+)
 from plugtrain.config.sections import (
+    CheckpointSettings,
     FitSection,
     InitSection,
+    LoggingSettings,
+    LoopSettings,
     RunFile,
     TrainerSection,
     ValidateSection,
@@ -22,9 +35,17 @@ from plugtrain.config.sections import (
 from plugtrain.config.yaml_loader import LocatedDict, location_of
 from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
 from plugtrain.registry import Registry
-from plugtrain.schema import arg_infos, check_arguments
+from plugtrain.schema import (
+    ArgInfo,
+    arg_infos,
+    argument_problems,
+    check_arguments,
+    validated_arguments,
+)
 
-__all__ = ["TrainerPlan", "check_run", "render_path"]
+_S = TypeVar("_S")
+
+__all__ = ["TrainerPlan", "check_run", "plan_component", "plan_run", "render_path"]
 
 Path = tuple[str | int, ...]
 
@@ -41,24 +62,6 @@ def render_path(path: Path) -> str:
         else:
             text += f".{part}" if text else str(part)
     return text
-
-
-@attrs.frozen
-class TrainerPlan:
-    """One validated trainer of a run file.
-
-    :param path: where it is in the file (``trainer`` or ``trainer[1].trainer``).
-    :param init: the ``init`` mapping.
-    :param fit: the ``fit`` mapping, if any.
-    :param validate: the ``validate`` mapping, if any.
-    :param backend_type: the backend type it asks for (registered name).
-    """
-
-    path: str
-    init: Mapping[str, Any]
-    fit: Mapping[str, Any] | None
-    validate: Mapping[str, Any] | None
-    backend_type: str
 
 
 class _Checker:
@@ -80,81 +83,115 @@ class _Checker:
 
     def schema(
         self, schema: type, mapping: Any, path: Path, parent: Any = None, name: Any = None
-    ) -> None:
+    ) -> dict[str, Any] | None:
         """Check ``mapping`` against ``schema``, then its sections and nested components.
 
         ``parent[name]`` is ``mapping``: where a value that is not a mapping is reported.
+
+        :returns: ``mapping`` in plain values, each nested component as a
+            :class:`ComponentSpec` (``None`` when it is not a mapping).
         """
         if not isinstance(mapping, Mapping):
             where = mapping if parent is None else parent
             self.add(path, f"must be a mapping, got {type(mapping).__name__}", where, name)
-            return
-        for key, message in check_arguments(schema, mapping):
+            return None
+        for key, message, of_key in argument_problems(schema, mapping):
             if key and key in mapping:
-                is_key_problem = message.startswith(("unknown argument", f"'{key}' and"))
-                self.add((*path, key), message, mapping, key, of_key=is_key_problem)
+                self.add((*path, key), message, mapping, key, of_key=of_key)
             elif key:
                 self.add((*path, key), message, mapping)
             else:
                 self.add(path, message, mapping)
-        by_name = {info.name: info for info in arg_infos(schema)}
+        by_name: dict[str, ArgInfo] = {}
+        for argument in arg_infos(schema):
+            by_name.update(dict.fromkeys((argument.name, *argument.aliases), argument))
+        checked: dict[str, Any] = {}
         for key, value in mapping.items():
             info = by_name.get(key)
+            checked[key] = plain(value)
             if info is None or value is None:
                 continue
-            section = _section(schema, key)
+            section = _section(schema, info.name)
             if section is not None and isinstance(value, Mapping):
-                self.schema(section, value, (*path, key))
+                checked[key] = self.schema(section, value, (*path, key))
             elif info.component is not None:
-                self.components(info.component, value, (*path, key), mapping, key, many=info.many)
+                checked[key] = self.components(
+                    info.component, value, (*path, key), mapping, key, many=info.many
+                )
+        return checked
 
     def components(
         self, kind: str, value: Any, path: Path, parent: Any, key: Any, *, many: bool
-    ) -> None:
+    ) -> Any:
+        """One component, or a list of them (``many``); ``None`` where one is malformed."""
         if many and isinstance(value, Sequence) and not isinstance(value, str):
-            for index, item in enumerate(value):
+            return [
                 self.component(kind, item, (*path, index), value, index)
-        elif (many and isinstance(value, Mapping)) or not many:
-            self.component(kind, value, path, parent, key)
+                for index, item in enumerate(value)
+            ]
+        if (many and isinstance(value, Mapping)) or not many:
+            return self.component(kind, value, path, parent, key)
+        return None
 
-    def component(self, kind: str, spec: Any, path: Path, parent: Any, index: Any) -> None:
-        """Check one ``{Name: {arguments}}``; already-built objects (from Python) pass."""
+    def component(self, kind: str, spec: Any, path: Path, parent: Any, index: Any) -> Any:
+        """Check one ``{Name: {arguments}}``.
+
+        :returns: its :class:`ComponentSpec` (an :class:`OptimizerPlan` for an optimizer), or
+            ``None`` when it is malformed.
+        """
         if not isinstance(spec, Mapping):
             if isinstance(spec, str):
                 self.add(path, f"write the {kind} as {{{spec}: {{...arguments}}}}", parent, index)
             else:
                 self.add(path, "must be a one-key mapping {Name: {arguments}}", parent, index)
-            return
+            return None
         if len(spec) != 1:
             names = ", ".join(map(str, spec)) or "nothing"
             message = f"a {kind} is a one-key mapping {{Name: {{arguments}}}}, got keys: {names}"
             self.add(path, message, spec)
-            return
+            return None
         ((name, arguments),) = spec.items()
         try:
             component = self.registry.lookup(kind, name)
         except (UnknownNameError, DuplicateNameError) as exc:
             self.add((*path, str(name)), str(exc), spec, name, of_key=True)
-            return
+            return None
         if arguments is None:
             arguments = _no_arguments(spec, name)
         if not isinstance(arguments, Mapping):
             message = f"arguments of {name} must be a mapping, got {type(arguments).__name__}"
             self.add((*path, name), message, spec, name)
-            return
+            return None
+        tagging: tuple[tuple[ParamFilter, ...] | None, bool] = (None, True)
         if kind == "optimizer":
-            self.tagging(arguments, (*path, name))
+            tagging = self.tagging(arguments, (*path, name))
             arguments = _without(arguments, OPTIMIZER_TRAINER_KEYS)
         before = len(self.issues)
-        self.schema(component.schema_class, arguments, (*path, name))
+        checked = self.schema(component.schema_class, arguments, (*path, name))
         if kind == "scheduler" and len(self.issues) == before:  # children a wrapper refuses
             for below, message, container, key in nested_scheduler_problems(
                 self.registry, str(name), component.schema_class, arguments, spec
             ):
                 self.add((*path, name, *below), message, container, key, of_key=True)
+        built = ComponentSpec(
+            kind,
+            str(name),
+            checked or {},
+            render_path(path),
+            location_of(parent, index) if parent is not None else location_of(spec),
+        )
+        if kind == "optimizer":
+            return OptimizerPlan(built, *tagging)
+        return built
 
-    def tagging(self, arguments: Mapping[str, Any], path: Path) -> None:
-        """Check the optimizer's ``params:`` filters (parameter tagging) structurally."""
+    def tagging(
+        self, arguments: Mapping[str, Any], path: Path
+    ) -> tuple[tuple[ParamFilter, ...] | None, bool]:
+        """Check the optimizer's ``params:`` filters (parameter tagging) structurally.
+
+        :returns: the filters (``None`` when none are written) and
+            ``exclude_from_weight_decay``.
+        """
         exclude = arguments.get("exclude_from_weight_decay", True)
         if not isinstance(exclude, bool):
             message = f"must be true or false, got {exclude!r}"
@@ -166,12 +203,13 @@ class _Checker:
             )
         filters = arguments.get("params")
         if filters is None:
-            return
+            return None, exclude is not False
         items = [filters] if isinstance(filters, Mapping) else filters
         if not isinstance(items, Sequence) or isinstance(items, str):
             message = "must be a list of {params: GLOB or [GLOB...], tag: NAME}"
             self.add((*path, "params"), message, arguments, "params")
-            return
+            return None, exclude is not False
+        found = []
         for index, item in enumerate(items):
             where = (*path, "params", index)
             if not isinstance(item, Mapping):
@@ -186,16 +224,20 @@ class _Checker:
                         key,
                         of_key=True,
                     )
-            globs = item.get("params")
-            if isinstance(globs, str):
-                globs = [globs]
-            if not globs or not all(isinstance(g, str) and g for g in globs):
+            written = item.get("params")
+            globs: list[Any] = [written] if isinstance(written, str) else list(written or ())
+            good_globs = bool(globs) and all(isinstance(g, str) and g for g in globs)
+            if not good_globs:
                 self.add((*where, "params"), "must be a glob or a list of globs", item, "params")
-            if not isinstance(item.get("tag"), str) or not item.get("tag"):
+            tag = item.get("tag")
+            if not isinstance(tag, str) or not tag:
                 self.add((*where, "tag"), "every filter needs a tag (a string)", item, "tag")
+            elif good_globs:
+                found.append(ParamFilter(tuple(globs), tag))
+        return tuple(found), exclude is not False
 
-    def backend_type(self, init: Mapping[str, Any], path: Path) -> str | None:
-        """Check ``device`` or ``backend`` and return the registered backend type."""
+    def backend(self, init: Mapping[str, Any], path: Path) -> BackendPlan | None:
+        """Check ``device`` or ``backend``; the plan of the backend it names."""
         device, backend = init.get("device"), init.get("backend")
         if device is not None and backend is not None:
             return None  # reported by InitSection.cross_check
@@ -213,16 +255,20 @@ class _Checker:
             found = self._backend(
                 backend_type, (*path, "backend", "backend_type"), backend, "backend_type"
             )
-            if found is not None:
-                arguments = _without(backend, ("backend_type",))
-                self.schema(found.schema_class, arguments, (*path, "backend"))
-                return str(found.name)
-            return None
+            if found is None:
+                return None
+            arguments = _without(backend, ("backend_type",))
+            checked = self.schema(found.schema_class, arguments, (*path, "backend"))
+            where = render_path((*path, "backend"))
+            return BackendPlan(str(found.name), checked or {}, where, location_of(init, "backend"))
         name = device if device is not None else "CPU"
         if not isinstance(name, str):
             return None
         found = self._backend(name, (*path, "device"), init, "device")
-        return found.name if found is not None else None
+        if found is None:
+            return None
+        where = render_path((*path, "device"))
+        return BackendPlan(str(found.name), {}, where, location_of(init, "device"))
 
     def _backend(self, name: str, path: Path, container: Any, key: str) -> Any:
         try:
@@ -280,11 +326,16 @@ def _trainer_entries(
     return entries
 
 
-def check_run(data: Any, registry: Registry, source: str = "<run>") -> list[TrainerPlan]:
-    """Validate a loaded run file; return one plan per trainer.
+def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
+    """Validate a loaded run file once and return its plan.
+
+    Validation reads the registry and changes nothing else: no plugin is loaded, no global
+    setting touched.
 
     :param data: the parsed YAML (from :func:`plugtrain.config.load_run_file`).
-    :param registry: the registry to resolve names with (its plugins already loaded).
+    :param registry: the registry to resolve names with (its plugins already loaded); build
+        the run with the same registry.
+    :param source: the file's name, for messages.
     :raises ConfigError: listing every problem with its path and position.
     """
     checker = _Checker(registry)
@@ -306,25 +357,95 @@ def check_run(data: Any, registry: Registry, source: str = "<run>") -> list[Trai
     plans = []
     backend_types: list[tuple[Path, str, Any]] = []
     for path, entry, parent in _trainer_entries(data, checker):
-        checker.schema(TrainerSection, entry, path, parent, "trainer")
+        checked = checker.schema(TrainerSection, entry, path, parent, "trainer")
         if not isinstance(entry, Mapping) or not isinstance(entry.get("init"), Mapping):
             continue
         init = entry["init"]
-        backend_type = checker.backend_type(init, (*path, "init"))
-        if backend_type is None:
+        backend = checker.backend(init, (*path, "init"))
+        if backend is None:
             continue
-        backend_types.append(((*path, "init"), backend_type, init))
-        plans.append(
-            TrainerPlan(
-                render_path(path), init, entry.get("fit"), entry.get("validate"), backend_type
-            )
-        )
+        backend_types.append(((*path, "init"), backend.backend_type, init))
         if entry.get("fit") is not None:
             _check_fit_needs(checker, init, (*path, "init"))
+        if not checker.issues and checked is not None:
+            plans.append(_trainer_plan(render_path(path), checked, backend, entry))
     _check_one_backend_type(checker, backend_types)
     if checker.issues:
         raise ConfigError(checker.issues)
-    return plans
+    modules = data.get("plugins") or ()
+    return RunPlan(source, tuple(plans), tuple(str(m) for m in modules))
+
+
+def plan_component(registry: Registry, kind: str, spec: Any, path: str = "") -> ComponentSpec:
+    """Validate one component written as ``{Name: {arguments}}`` (from Python) into its spec.
+
+    :param path: where it is, for messages (default: the kind).
+    :raises ConfigError: listing every problem.
+    """
+    checker = _Checker(registry)
+    where: Path = (path or kind,)
+    found = checker.component(kind, spec, where, None, None)
+    if checker.issues:
+        raise ConfigError(checker.issues)
+    return found.spec if isinstance(found, OptimizerPlan) else found
+
+
+def check_run(data: Any, registry: Registry, source: str = "<run>") -> list[TrainerPlan]:
+    """Validate a loaded run file; return one plan per trainer (see :func:`plan_run`).
+
+    :raises ConfigError: listing every problem with its path and position.
+    """
+    return list(plan_run(data, registry, source).trainers)
+
+
+def _settings(cls: type[_S], value: Any, owner: str) -> _S | None:
+    if value is None:
+        return None
+    return cls(**validated_arguments(cls, value, owner=owner))
+
+
+def _schedulers(value: Any) -> tuple[ComponentSpec, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, ComponentSpec):
+        return (value,)
+    return tuple(value)
+
+
+def _fit_plan(fit: Mapping[str, Any], written: Mapping[str, Any]) -> FitPlan:
+    return FitPlan(
+        fit["train_dataloader"],
+        fit.get("val_dataloader"),
+        fit.get("ckpt_path"),
+        "ckpt_path" in written,
+    )
+
+
+def _validate_plan(section: Mapping[str, Any], written: Mapping[str, Any]) -> ValidatePlan:
+    return ValidatePlan(section["val_dataloader"], section.get("ckpt_path"), "ckpt_path" in written)
+
+
+def _trainer_plan(
+    path: str, checked: Mapping[str, Any], backend: BackendPlan, entry: Mapping[str, Any]
+) -> TrainerPlan:
+    """The typed plan of one trainer that passed validation (``checked`` is its plain form)."""
+    init = checked["init"]
+    fit, validate = checked.get("fit"), checked.get("validate")
+    return TrainerPlan(
+        path=path,
+        backend=backend,
+        model=init["model"],
+        optimizer=init.get("optimizer"),
+        schedulers=_schedulers(init.get("schedulers")),
+        model_dir=init.get("model_dir", "./model_dir"),
+        seed=init.get("seed"),
+        loop=_settings(LoopSettings, init.get("loop"), f"{path}.init.loop"),
+        checkpoint=_settings(CheckpointSettings, init.get("checkpoint"), f"{path}.init.checkpoint"),
+        logging=_settings(LoggingSettings, init.get("logging"), f"{path}.init.logging"),
+        fit=_fit_plan(fit, entry["fit"]) if fit is not None else None,
+        validate=_validate_plan(validate, entry["validate"]) if validate is not None else None,
+        config=plain(entry["init"]),
+    )
 
 
 def _check_fit_needs(checker: _Checker, init: Mapping[str, Any], path: Path) -> None:

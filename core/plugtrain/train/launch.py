@@ -1,30 +1,43 @@
 """Starting a data-parallel run through PyTorch's elastic launcher (torchrun).
 
-``plugtrain fit RUN.yaml`` asks each trainer's backend how many processes it wants on this
-machine (a backend class may define ``processes_per_node(arguments) -> int``). Above one, it
+``plugtrain fit RUN.yaml`` asks each trainer's backend class how many processes it wants on this
+machine (``processes_per_node(arguments) -> int`` of the Backend protocol). Above one, it
 runs ``torch.distributed.run`` (torchrun) in this process with
 ``--standalone --nproc-per-node N -m plugtrain <the same command line>``; each worker sees
 torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and runs the file itself. A process that
 already has those variables (started by an outside ``torchrun``, possibly on several machines)
 is never launched again. Nothing here imports torch until a launch is needed.
+
+SIGTERM, SIGINT or SIGHUP to the launcher is forwarded by torchrun to every worker; the workers
+agree on a step, save it once and stop, and the launcher exits ``128 + signal`` naming the newest
+checkpoint. torchrun kills workers that take longer than its shutdown timeout (30 s, or
+``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import signal
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from plugtrain.config.sections import CheckpointSettings
 from plugtrain.errors import BackendError, ConfigError, ConfigIssue
+
+if TYPE_CHECKING:
+    from plugtrain.config.plan import RunPlan, TrainerPlan
+    from plugtrain.registry import Registry
 
 __all__ = [
     "LaunchedProcess",
     "collective_errors",
+    "exit_after_atexit_handlers",
     "exit_worker_when_done",
     "is_main_rank",
     "launch_if_needed",
@@ -73,18 +86,27 @@ def is_main_rank() -> bool:
     return launched is None or launched.rank == 0
 
 
-def processes_wanted(plans: Sequence[Any], registry: Any) -> int:
+def processes_wanted(plans: Iterable[TrainerPlan], registry: Registry) -> int:
     """How many processes on this machine the run's trainers ask for (they must agree).
 
+    Each trainer's backend class answers through the Backend protocol's
+    ``processes_per_node(arguments)``.
+
     :raises ConfigError: when two trainers ask for different numbers.
+    :raises BackendError: when a backend class does not implement ``processes_per_node``.
     """
     wanted: dict[int, str] = {}
     for plan in plans:
-        backend = plan.init.get("backend")
-        arguments = {k: v for k, v in (backend or {}).items() if k != "backend_type"}
+        component = registry.lookup("backend", plan.backend_type)
         implementation = registry.resolve("backend", plan.backend_type)
-        ask = getattr(implementation, "processes_per_node", None)
-        count = int(ask(arguments)) if callable(ask) else 1
+        if not callable(getattr(implementation, "processes_per_node", None)):
+            message = (
+                f"backend {component.name!r} from {component.provider} does not implement "
+                "processes_per_node(arguments) of the Backend protocol "
+                "(plugtrain.protocols.Backend); subclass plugtrain.backend_base.BackendBase"
+            )
+            raise BackendError(message)
+        count = int(implementation.processes_per_node(plan.backend.call_arguments()))
         wanted.setdefault(count, plan.path)
     if len(wanted) > 1:
         listed = ", ".join(f"{path} asks for {count}" for count, path in wanted.items())
@@ -93,36 +115,87 @@ def processes_wanted(plans: Sequence[Any], registry: Any) -> int:
     return next(iter(wanted), 1)
 
 
-def launch_if_needed(run_file: str, overrides: Sequence[str], argv: Sequence[str]) -> int | None:
+def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> int | None:
     """Start the run under torchrun when it asks for several processes and nobody launched it.
 
+    :param plan: the validated run; each worker validates the file again on its own.
+    :param registry: the registry the plan was validated with.
     :param argv: this command line without the program name; each worker runs it again.
     :returns: ``None`` when this process should run the file itself, else the exit status.
     :raises BackendError: when a worker fails, naming each failed rank and how it ended.
     """
     if launched_process() is not None:
         return None
-    from plugtrain import plugins
-    from plugtrain.train.run import check_run_file
-
-    count = processes_wanted(check_run_file(run_file, overrides), plugins.get_registry())
+    count = processes_wanted(plan.trainers, registry)
     if count <= 1:
         return None
-    return torchrun(count, ["-m", "plugtrain", *argv])
+    return torchrun(count, ["-m", "plugtrain", *argv], _checkpoint_places(plan.trainers))
 
 
-def torchrun(nproc_per_node: int, command: Sequence[str]) -> int:
-    """Run ``command`` (torchrun's script arguments) on ``nproc_per_node`` local processes."""
+def _checkpoint_places(plans: Sequence[Any]) -> list[tuple[str, str]]:
+    places = []
+    for plan in plans:
+        checkpoint = plan.checkpoint or CheckpointSettings()
+        places.append((plan.model_dir, checkpoint.checkpoint_name))
+    return places
+
+
+_TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+def torchrun(
+    nproc_per_node: int, command: Sequence[str], checkpoints: Sequence[tuple[str, str]] = ()
+) -> int:
+    """Run ``command`` (torchrun's script arguments) on ``nproc_per_node`` local processes.
+
+    :param checkpoints: ``(model_dir, checkpoint_name)`` of the run's trainers, named in the
+        message when the run is stopped by a signal.
+    :raises TrainingInterrupted: when a signal stopped the run (after the workers saved).
+    """
     from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from plugtrain.train.interrupt import TrainingInterrupted
 
     arguments = ["--standalone", f"--nproc-per-node={nproc_per_node}", *command]
     log.info("starting %d processes with torchrun", nproc_per_node)
+    handlers = {name: signal.getsignal(getattr(signal, name)) for name in _TORCHRUN_SIGNALS}
     try:
         torch_run.run(torch_run.parse_args(arguments))
+    except SignalException as exc:  # torchrun forwarded it to the workers, which saved
+        message = _stopped(exc.sigval, f"the {nproc_per_node} processes", checkpoints)
+        raise TrainingInterrupted(message, exc.sigval) from None
     except ChildFailedError as exc:
+        stopped = _stopped_by_signal(exc)
+        if stopped is not None:  # the workers themselves were signalled and stopped cleanly
+            message = _stopped(stopped, f"the {nproc_per_node} processes", checkpoints)
+            raise TrainingInterrupted(message, stopped) from None
         raise BackendError(_describe_failures(nproc_per_node, exc)) from None
+    finally:
+        for name, handler in handlers.items():
+            signal.signal(getattr(signal, name), signal.SIG_DFL if handler is None else handler)
     return 0
+
+
+def _stopped_by_signal(error: Any) -> int | None:
+    """The signal when the first failed worker exited ``128 + SIGINT/SIGTERM/SIGHUP``."""
+    _rank, first = error.get_first_failure()
+    stops = {128 + int(s): int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    return stops.get(first.exitcode)
+
+
+def _stopped(signal_number: int, who: str, checkpoints: Sequence[tuple[str, str]]) -> str:
+    from plugtrain.train.checkpoint import find_latest
+    from plugtrain.train.interrupt import signal_name
+
+    newest = [find_latest(model_dir, name) for model_dir, name in checkpoints]
+    found = ", ".join(str(path) for path in newest if path is not None)
+    kept = f"the newest checkpoint is {found}" if found else "no checkpoint was saved"
+    return (
+        f"interrupted by {signal_name(signal_number)}: {who} were asked to save their step "
+        f"and stop; {kept}; run the same command again to resume"
+    )
 
 
 def _describe_failures(count: int, error: Any) -> str:
@@ -149,23 +222,60 @@ def _describe_failures(count: int, error: Any) -> str:
     )
 
 
+_exit_reason: str | None = None
+
+
+def exit_after_atexit_handlers(reason: str) -> None:
+    """Ask ``plugtrain fit`` to end this process once its work is done and atexit handlers ran.
+
+    For a backend whose teardown is known to crash the interpreter's own shutdown: the process
+    then skips only what comes after the ``atexit`` handlers (module and C++ teardown). Called by
+    the gloo process group of ``plugtrain-backends`` when it leaves, on the torch versions that
+    need it.
+
+    :param reason: why, for the debug log.
+    """
+    global _exit_reason  # noqa: PLW0603 - one process, one way to end it
+    _exit_reason = reason
+
+
 @contextmanager
 def exit_worker_when_done() -> Iterator[None]:
-    """In a launched worker of several, end the process at once after the block succeeds.
+    """End the process right after the block succeeds, when a backend asked for it.
 
-    Works around a torch bug: a DDP-over-gloo worker sometimes aborts while the interpreter
-    shuts down ("terminate called without an active exception", SIGABRT) after its work is
-    done; reproduced with torch 2.13 and a ten-line script in about one run of ten. Output is
-    flushed and logging shut down first; errors leave through the normal path.
+    Only after :func:`exit_after_atexit_handlers` was called (otherwise the process ends as
+    usual): output is flushed, every ``atexit`` handler runs, logging is shut down, and the
+    process exits with status 0 without the interpreter's teardown. Errors leave through the
+    normal path, except a stop on a signal
+    (:class:`~plugtrain.train.interrupt.TrainingInterrupted`) in a launched run of several
+    processes: rank 0 prints where it saved, and every worker exits ``128 + signal`` the same
+    way, after its ``atexit`` handlers.
     """
-    yield
     launched = launched_process()
-    if launched is None or launched.world_size == 1:
+    several = launched is not None and launched.world_size > 1
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        status = getattr(exc, "exit_status", None)
+        if not several or status is None:
+            raise
+        if launched is not None and launched.rank == 0:
+            sys.stderr.write(f"plugtrain: {exc}\n")
+        _exit_now(int(status))
+    if _exit_reason is None:
         return
+    log.debug("ending the process after its atexit handlers: %s", _exit_reason)
+    _exit_now(0)
+
+
+def _exit_now(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
+    atexit._run_exitfuncs()
     logging.shutdown()
-    os._exit(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 _COLLECTIVE_HINTS = ("gloo", "nccl", "connection closed by peer", "timed out", "connection reset")

@@ -10,14 +10,20 @@ import csv
 import json
 import logging
 import math
+import os
+import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["MetricsLog", "Progress"]
+__all__ = ["CSV_HEADER", "MetricsLog", "Progress", "truncate_metrics"]
 
 log = logging.getLogger("plugtrain")
+
+CSV_HEADER = ("step", "split", "name", "value")
+"""The columns of ``metrics.csv``."""
 
 
 class MetricsLog:
@@ -25,19 +31,29 @@ class MetricsLog:
 
     :param directory: the run's ``model_dir``.
     :param tensorboard: also write TensorBoard events when ``tensorboard`` is installed.
+    :param resume_step: a fit resuming from this step: rows of later steps (written before an
+        interruption, about to be replayed) and a partial last line are removed first.
     """
 
-    def __init__(self, directory: Path, *, tensorboard: bool = True) -> None:
+    def __init__(
+        self, directory: Path, *, tensorboard: bool = True, resume_step: int | None = None
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = directory / "metrics.jsonl"
         self.csv_path = directory / "metrics.csv"
-        new_csv = not self.csv_path.exists()
+        if resume_step is not None:
+            truncate_metrics(directory, resume_step)
+        header = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
         self._jsonl: TextIO = self.jsonl_path.open("a", encoding="utf-8")
         self._csv_file: TextIO = self.csv_path.open("a", encoding="utf-8", newline="")
         self._csv = csv.writer(self._csv_file)
-        if new_csv:
-            self._csv.writerow(["step", "split", "name", "value"])
-        self._board = _summary_writer(directory / "tensorboard") if tensorboard else None
+        if header:
+            self._csv.writerow(CSV_HEADER)
+            self._csv_file.flush()
+        self._board = None
+        if tensorboard:
+            purge = None if resume_step is None else resume_step + 1
+            self._board = _summary_writer(directory / "tensorboard", purge)
 
     def write(self, step: int, split: str, values: dict[str, float]) -> None:
         """Record ``values`` of ``split`` (``train``/``val``) at ``step``."""
@@ -58,13 +74,84 @@ class MetricsLog:
             self._board.close()
 
 
-def _summary_writer(directory: Path) -> Any:
+def _summary_writer(directory: Path, purge_step: int | None) -> Any:
     try:
         import tensorboard  # noqa: F401 - only to know whether it is installed
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         return None
-    return SummaryWriter(str(directory))
+    return SummaryWriter(str(directory), purge_step=purge_step)
+
+
+def _keep_rows(path: Path, keep: Callable[[str], bool], header: str | None = None) -> int:
+    """Rewrite ``path`` (atomically) with the complete lines ``keep`` accepts; count the rest.
+
+    With ``header``, a first line equal to it is always kept and written when missing.
+    """
+    if not path.exists():
+        return 0
+    dropped = 0
+    changed = False
+    temporary = path.with_name(f".{path.name}.truncating")
+    with (
+        path.open(encoding="utf-8", errors="replace", newline="") as source,
+        temporary.open("w", encoding="utf-8", newline="") as target,
+    ):
+        first = header is not None
+        for line in source:
+            if first:
+                first = False
+                target.write(f"{header}\r\n")
+                if line.rstrip("\r\n") == header:
+                    continue
+                changed = True
+            if line.endswith("\n") and keep(line):
+                target.write(line)
+            else:
+                dropped += 1
+    if dropped or changed:
+        shutil.copymode(path, temporary)
+        os.replace(temporary, path)
+    else:
+        temporary.unlink()
+    return dropped
+
+
+def _jsonl_step(line: str) -> int | None:
+    try:
+        record = json.loads(line)
+        return int(record["step"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _csv_step(line: str) -> int | None:
+    try:
+        (row,) = csv.reader([line])
+        return int(row[0]) if len(row) == len(CSV_HEADER) else None
+    except (ValueError, csv.Error):
+        return None
+
+
+def truncate_metrics(directory: Path, step: int) -> int:
+    """Drop the metrics rows of steps after ``step`` (and partial lines); returns how many.
+
+    A fit resuming from the checkpoint of ``step`` replays the later steps: without this they
+    would appear twice.
+    """
+
+    def before(read: Callable[[str], int | None]) -> Callable[[str], bool]:
+        def keep(line: str) -> bool:
+            found = read(line)
+            return found is not None and found <= step
+
+        return keep
+
+    dropped = _keep_rows(directory / "metrics.jsonl", before(_jsonl_step))
+    dropped += _keep_rows(directory / "metrics.csv", before(_csv_step), ",".join(CSV_HEADER))
+    if dropped:
+        log.info("metrics: removed %d rows after step %d (replayed on resuming)", dropped, step)
+    return dropped
 
 
 def _format(values: dict[str, float]) -> str:

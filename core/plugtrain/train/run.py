@@ -1,4 +1,8 @@
-"""Running a run file: build each trainer from its validated plan and fit or validate it."""
+"""Running a run file: build each trainer from its validated plan and fit or validate it.
+
+Everything here reads a :class:`~plugtrain.config.plan.RunPlan` and builds through the one
+registry that validated it; nothing parses the run file's mappings again.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,29 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from plugtrain import plugins
-from plugtrain.config import check_run, load_run_file
-from plugtrain.config.validate import OPTIMIZER_TRAINER_KEYS, TrainerPlan
+from plugtrain.config import load_plan
+from plugtrain.config.plan import (
+    BackendPlan,
+    ComponentSpec,
+    OptimizerPlan,
+    RunPlan,
+    TrainerPlan,
+    ValidatePlan,
+    plain,
+)
+from plugtrain.config.validate import plan_component
 from plugtrain.errors import PluginLoadError
 from plugtrain.kinds import KINDS
-from plugtrain.registry import Registry
-from plugtrain.schema import arg_infos
+from plugtrain.registry import Component, Registry
 
-__all__ = ["build_component", "check_run_file", "run_file"]
+__all__ = [
+    "build_backend",
+    "build_component",
+    "build_trainer",
+    "check_run_file",
+    "run_file",
+    "run_plan",
+]
 
 log = logging.getLogger("plugtrain")
 
@@ -36,49 +54,56 @@ def _context_count(kind: str, implementation: Any) -> int:
 
 
 def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> Any:
-    """Build ``{Name: {arguments}}`` of ``kind``; nested components are built first.
+    """Build a component of ``kind``; nested components are built first.
 
+    :param spec: a validated :class:`~plugtrain.config.plan.ComponentSpec` (from a plan), or a
+        ``{Name: {arguments}}`` mapping from Python, validated here first; anything else (an
+        object already built) is returned as it is.
     :param context: what the kind's constructors take first (the params of an optimizer, the
-        optimizer of a scheduler). Already built objects (from Python) are returned as they are.
+        optimizer of a scheduler); handed on to nested components of the same kind.
+    :raises ConfigError: for a mapping that does not validate, naming every problem.
     """
-    if not isinstance(spec, Mapping):
+    if isinstance(spec, Mapping):
+        spec = plan_component(registry, kind, spec)
+    if not isinstance(spec, ComponentSpec):
         return spec
-    ((name, arguments),) = spec.items()
-    component = registry.lookup(kind, name)
-    implementation = registry.resolve(kind, name)
-    arguments = dict(arguments or {})
-    for info in arg_infos(component.schema_class):
-        if info.component is None or arguments.get(info.name) is None:
-            continue
-        value = arguments[info.name]
-        child_context = context if info.component == kind else ()
-        if info.many and isinstance(value, list | tuple):
-            arguments[info.name] = [
-                _build_nested(registry, info.component, item, child_context) for item in value
-            ]
-        else:
-            arguments[info.name] = _build_nested(registry, info.component, value, child_context)
-    count = _context_count(kind, implementation)
-    _check_signature(component, implementation, context[:count], arguments)
+    component = registry.lookup(spec.kind, spec.name)
+    implementation = registry.resolve(spec.kind, spec.name)
+    arguments = spec.call_arguments()
+    for key, value in arguments.items():
+        if isinstance(value, ComponentSpec):
+            arguments[key] = _build_child(registry, spec, value, context)
+        elif isinstance(value, list) and any(isinstance(v, ComponentSpec) for v in value):
+            arguments[key] = [_build_child(registry, spec, item, context) for item in value]
+    count = _context_count(spec.kind, implementation)
+    _check_signature(spec, component, implementation, context[:count], arguments)
     return implementation(*context[:count], **arguments)
 
 
-def _build_nested(registry: Registry, kind: str, spec: Any, context: Sequence[Any]) -> Any:
+def _build_child(
+    registry: Registry, parent: ComponentSpec, child: Any, context: Sequence[Any]
+) -> Any:
     """Build a nested component; a nested scheduler's first writes into the groups are undone.
 
     A child built for a wrapper writes its first value into the groups it targets (a torch
     scheduler: every group); neither its siblings nor other schedulers may see that.
     """
-    if kind != "scheduler" or not context:
-        return build_component(registry, kind, spec, *context)
+    if not isinstance(child, ComponentSpec) or child.kind != parent.kind:
+        return build_component(registry, getattr(child, "kind", ""), child)
+    if child.kind != "scheduler" or not context:
+        return build_component(registry, child.kind, child, *context)
     from plugtrain.scheduler import keep_group_values
 
     with keep_group_values(context[0]):
-        return build_component(registry, kind, spec, *context)
+        return build_component(registry, child.kind, child, *context)
 
 
 def _check_signature(
-    component: Any, implementation: Any, context: Sequence[Any], arguments: Mapping[str, Any]
+    spec: ComponentSpec,
+    component: Component,
+    implementation: Any,
+    context: Sequence[Any],
+    arguments: Mapping[str, Any],
 ) -> None:
     """Name the provider when a constructor refuses what its own schema accepted."""
     try:
@@ -89,132 +114,132 @@ def _check_signature(
         signature.bind(*context, **arguments)
     except TypeError as exc:
         message = (
-            f"{component.kind} {component.name!r} from {component.provider} does not accept "
-            f"arguments its schema allows ({exc}): the plugin's schema and constructor "
-            "disagree; plugtrain.testing.check_plugin_contract reports such mismatches"
+            f"{spec.where}: {component.kind} {component.name!r} from {component.provider} does "
+            f"not accept arguments its schema allows ({exc}): the plugin's schema and "
+            "constructor disagree; plugtrain.testing.check_plugin_contract reports such "
+            "mismatches"
         )
         raise PluginLoadError(message) from exc
 
 
-def _optimizer_factory(registry: Registry, spec: Mapping[str, Any]) -> Any:
-    ((name, arguments),) = spec.items()
-    arguments = dict(arguments or {})
-    filters = arguments.get("params")
-    exclude = arguments.get("exclude_from_weight_decay", True)
-    rest = {k: v for k, v in arguments.items() if k not in OPTIMIZER_TRAINER_KEYS}
+def _optimizer_factory(registry: Registry, plan: OptimizerPlan) -> Any:
+    filters = (
+        [f.to_mapping() for f in plan.param_filters] if plan.param_filters is not None else None
+    )
 
     def make(model: Any) -> Any:
         from plugtrain.train.params import build_param_groups
 
-        groups = build_param_groups(model, filters, exclude_from_weight_decay=exclude)
-        return build_component(registry, "optimizer", {name: rest}, groups)
+        groups = build_param_groups(
+            model, filters, exclude_from_weight_decay=plan.exclude_from_weight_decay
+        )
+        return build_component(registry, "optimizer", plan.spec, groups)
 
     return make
 
 
-def _backend_for(plan: TrainerPlan, shared: dict[str, Any]) -> Any:
-    """One backend object per distinct backend configuration; the same type throughout."""
-    from plugtrain.train.backends import backend as make_backend
+def build_backend(registry: Registry, plan: BackendPlan) -> Any:
+    """The backend a trainer plan asks for, built through ``registry``."""
+    return registry.resolve("backend", plan.backend_type)(**plan.call_arguments())
 
-    init = plan.init
-    if init.get("backend") is not None:
-        arguments = {k: v for k, v in init["backend"].items() if k != "backend_type"}
-    else:
-        arguments = {}
-    key = repr((plan.backend_type, sorted(arguments.items(), key=repr)))
+
+def _backend_for(plan: BackendPlan, registry: Registry, shared: dict[str, Any]) -> Any:
+    """One backend object per distinct backend configuration; the same type throughout."""
+    key = repr((plan.backend_type, sorted(plain(dict(plan.arguments)).items(), key=repr)))
     if key not in shared:
-        shared[key] = make_backend(plan.backend_type, **arguments)
+        shared[key] = build_backend(registry, plan)
     return shared[key]
 
 
 def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any]) -> Any:
-    """A :class:`~plugtrain.train.trainer.Trainer` for one validated trainer of a run file."""
-    from plugtrain.train.checkpoint import plain
+    """A :class:`~plugtrain.train.trainer.Trainer` for one validated trainer of a run file.
+
+    :param backends: backends already built for this run, by configuration; shared so that
+        trainers with the same backend settings use one backend object.
+    """
     from plugtrain.train.trainer import Trainer
 
-    init = plan.init
     schedulers = [
         (lambda optimizer, spec=spec: build_component(registry, "scheduler", spec, optimizer))
-        for spec in _scheduler_specs(init.get("schedulers"))
+        for spec in plan.schedulers
     ]
+    optimizer = _optimizer_factory(registry, plan.optimizer) if plan.optimizer else None
     return Trainer(
-        backend=_backend_for(plan, backends),
-        model_dir=init.get("model_dir", "./model_dir"),
-        model=lambda: build_component(registry, "model", init["model"]),
-        optimizer=_optimizer_factory(registry, init["optimizer"])
-        if init.get("optimizer")
-        else None,
+        backend=_backend_for(plan.backend, registry, backends),
+        model_dir=plan.model_dir,
+        model=lambda: build_component(registry, "model", plan.model),
+        optimizer=optimizer,
         schedulers=schedulers,
-        loop=init.get("loop"),
-        checkpoint=init.get("checkpoint"),
-        logging=init.get("logging"),
-        seed=init.get("seed"),
-        config=plain(init),
+        loop=plan.loop,
+        checkpoint=plan.checkpoint,
+        logging=plan.logging,
+        seed=plan.seed,
+        config=plain(plan.config),
     )
 
 
-def _scheduler_specs(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    if isinstance(value, Mapping):
-        return [value]
-    return list(value)
-
-
 def check_run_file(
-    path: str | os.PathLike[str], overrides: Sequence[str] = ()
+    path: str | os.PathLike[str], overrides: Sequence[str] = (), *, import_plugins: bool = False
 ) -> list[TrainerPlan]:
-    """Load, override and validate a run file (loading its ``plugins:``); imports no torch."""
-    data = load_run_file(path, overrides)
-    if isinstance(data, Mapping) and isinstance(data.get("plugins"), list):
-        plugins.use_plugins([p for p in data["plugins"] if isinstance(p, str)])
-    return check_run(data, plugins.get_registry(), str(path))
+    """Load, override and validate a run file; imports no torch.
+
+    :param import_plugins: import every module the file lists under ``plugins:`` (what ``fit``
+        and ``validate`` do); by default only installed plugins or those named with ``-p``.
+    """
+    plan, _registry = load_plan(path, overrides, import_local=import_plugins)
+    return list(plan.trainers)
 
 
-def _ckpt_argument(section: Mapping[str, Any]) -> dict[str, Any]:
-    return {"ckpt_path": section["ckpt_path"]} if "ckpt_path" in section else {}
+def _ckpt_argument(section: Any) -> dict[str, Any]:
+    return {"ckpt_path": section.ckpt_path} if section.ckpt_path_given else {}
+
+
+def run_plan(plan: RunPlan, registry: Registry, *, mode: str = "fit") -> list[dict[str, float]]:
+    """Run the trainers of a validated plan in order.
+
+    :param registry: the registry the plan was validated with.
+    :param mode: ``"fit"`` runs each trainer's ``fit`` then its ``validate`` section;
+        ``"validate"`` runs only ``validate`` sections (or evaluates ``fit.val_dataloader``).
+    :returns: the final validation metrics of each trainer.
+    """
+    backends: dict[str, Any] = {}
+    results = []
+    for trainer_plan in plan.trainers:
+        trainer = build_trainer(trainer_plan, registry, backends)
+        metrics: dict[str, float] = {}
+        fit = trainer_plan.fit
+        if mode == "fit" and fit is not None:
+            train = build_component(registry, "dataloader", fit.train_dataloader)
+            val = (
+                build_component(registry, "dataloader", fit.val_dataloader)
+                if fit.val_dataloader
+                else None
+            )
+            metrics = trainer.fit(train, val, **_ckpt_argument(fit))
+            _plot_schedules(trainer_plan, trainer, registry)
+        validate = trainer_plan.validate
+        if validate is None and mode == "validate" and fit and fit.val_dataloader:
+            validate = ValidatePlan(fit.val_dataloader)
+        if validate is not None:
+            val = build_component(registry, "dataloader", validate.val_dataloader)
+            metrics = trainer.validate(val, **_ckpt_argument(validate))
+        results.append(metrics)
+    for backend in backends.values():
+        backend.close()  # e.g. leave a data-parallel process group together
+    return results
 
 
 def run_file(
     path: str | os.PathLike[str], overrides: Sequence[str] = (), *, mode: str = "fit"
 ) -> list[dict[str, float]]:
-    """Validate the whole file, then run its trainers in order.
-
-    :param mode: ``"fit"`` runs each trainer's ``fit`` then its ``validate`` section;
-        ``"validate"`` runs only ``validate`` sections (or evaluates ``fit.val_dataloader``).
-    :returns: the final validation metrics of each trainer.
-    """
-    plans = check_run_file(path, overrides)
-    registry = plugins.get_registry()
-    backends: dict[str, Any] = {}
-    results = []
-    for plan in plans:
-        trainer = build_trainer(plan, registry, backends)
-        metrics: dict[str, float] = {}
-        if mode == "fit" and plan.fit is not None:
-            train = build_component(registry, "dataloader", plan.fit["train_dataloader"])
-            val_spec = plan.fit.get("val_dataloader")
-            val = build_component(registry, "dataloader", val_spec) if val_spec else None
-            metrics = trainer.fit(train, val, **_ckpt_argument(plan.fit))
-            _plot_schedules(plan, trainer)
-        validate = plan.validate
-        if validate is None and mode == "validate" and plan.fit and plan.fit.get("val_dataloader"):
-            validate = {"val_dataloader": plan.fit["val_dataloader"]}
-        if validate is not None:
-            val = build_component(registry, "dataloader", validate["val_dataloader"])
-            metrics = trainer.validate(val, **_ckpt_argument(validate))
-        results.append(metrics)
-    for backend in backends.values():
-        close = getattr(backend, "close", None)
-        if callable(close):  # e.g. leave a data-parallel process group together
-            close()
-    return results
+    """Validate the whole file once, then run its trainers in order (see :func:`run_plan`)."""
+    plan, registry = load_plan(path, overrides, import_local=True)
+    return run_plan(plan, registry, mode=mode)
 
 
-def _plot_schedules(plan: TrainerPlan, trainer: Any) -> None:
+def _plot_schedules(plan: TrainerPlan, trainer: Any, registry: Registry) -> None:
     """Draw the run's schedules into ``model_dir/schedule.png`` when matplotlib is installed."""
-    specs = _scheduler_specs(plan.init.get("schedulers"))
-    if not specs or not trainer.is_main_process:
+    if not plan.schedulers or not trainer.is_main_process:
         return
     try:
         import matplotlib  # noqa: F401 - optional
@@ -223,6 +248,8 @@ def _plot_schedules(plan: TrainerPlan, trainer: Any) -> None:
     from plugtrain.authoring.schedule_plot import plot_schedules
 
     target = Path(trainer.model_dir) / "schedule.png"
-    optimizer = plan.init.get("optimizer")
-    plot_schedules(specs, target, steps=trainer.global_step or None, optimizer=optimizer)
+    specs = [spec.to_mapping() for spec in plan.schedulers]
+    optimizer = plan.optimizer.spec.to_mapping() if plan.optimizer else None
+    steps = trainer.global_step or None
+    plot_schedules(specs, target, steps=steps, registry=registry, optimizer=optimizer)
     log.info("schedule plot written to %s", target)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from plugtrain.backend_base import check_backend, claim_backend_type
 from plugtrain.config.sections import (
     MUTUALLY_EXCLUSIVE,
     CheckpointSettings,
@@ -33,9 +34,11 @@ from plugtrain.scheduler import scheduler_groups, scheduler_key
 from plugtrain.schema import validated_arguments
 from plugtrain.train import checkpoint as ckpt
 from plugtrain.train.backends import backend as make_backend
-from plugtrain.train.backends import claim_backend_type
+from plugtrain.train.callbacks import Callbacks
+from plugtrain.train.checkpoint_fit import check_fits, first_non_finite
 from plugtrain.train.disk import reserve
-from plugtrain.train.interrupt import InterruptRequest
+from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted, signal_name
+from plugtrain.train.lock import ModelDirLock
 from plugtrain.train.metrics import MetricsLog, Progress
 from plugtrain.train.resume import DataStream, rng_state, seed_everything, set_rng_state
 from plugtrain.train.state_check import verify_first_checkpoint
@@ -48,14 +51,6 @@ UNSET: Any = object()
 """``ckpt_path`` left unset: resume from the newest checkpoint when autoloading is on."""
 
 DEFAULT_LOG_STEPS = 50
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """``fit`` stopped on SIGINT (Ctrl-C) after finishing the step and saving a checkpoint.
-
-    It is a ``KeyboardInterrupt``, so code that does not expect it still stops; the message says
-    where the checkpoint is. Fitting again with the same settings resumes from it exactly.
-    """
 
 
 def _settings(cls: type, value: Any, owner: str) -> Any:
@@ -114,9 +109,9 @@ class Trainer:
     :param loop: :class:`LoopSettings` or its mapping.
     :param checkpoint: :class:`CheckpointSettings` or its mapping.
     :param logging: :class:`LoggingSettings` or its mapping.
-    :param callbacks: objects with any of ``on_fit_start(trainer)``,
-        ``on_train_step_end(trainer, metrics)``, ``on_validate_end(trainer, metrics)``,
-        ``on_fit_end(trainer)``.
+    :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`:
+        ``on_fit_start(trainer)``, ``on_train_step_end(trainer, metrics)``,
+        ``on_validate_end(trainer, metrics)``, ``on_fit_end(trainer)``.
     :param seed: seeds Python, numpy and torch before the model is built.
     :param loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy for class labels.
     :param config: the resolved run configuration, stored in checkpoints' metadata.
@@ -142,9 +137,7 @@ class Trainer:
         if device is not None and backend is not None:
             raise ValueError(MUTUALLY_EXCLUSIVE)
         self.backend = self._make_backend(device, backend)
-        check = getattr(self.backend, "check_runnable", None)
-        if callable(check):
-            check()
+        self.backend.check_runnable()
         self.model_dir = Path(model_dir)
         self.loop: LoopSettings | None = _settings(LoopSettings, loop, "loop")
         self.checkpoint: CheckpointSettings = (
@@ -154,16 +147,16 @@ class Trainer:
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
         self.callbacks = list(callbacks or [])
+        self._callbacks = Callbacks(self.callbacks)
         self.seed = seed
         self.loss_fn = loss_fn or default_loss
         self.config = config
         if seed is not None:
             seed_everything(seed)
-        self.device: torch.device = getattr(self.backend, "device", torch.device("cpu"))
+        self.device: torch.device = self.backend.device
         self._move_batches = self.device.type != "cpu"
         built = model if isinstance(model, nn.Module) else model()
-        prepare = getattr(self.backend, "prepare_model", None)
-        self.model: nn.Module = prepare(built) if callable(prepare) else built.to(self.device)
+        self.model: nn.Module = self.backend.prepare_model(built)
         self.optimizer = self._make_optimizer(optimizer)
         self.schedulers = [
             s if hasattr(s, "step") else s(self.optimizer) for s in _as_list(schedulers)
@@ -174,25 +167,27 @@ class Trainer:
         self._saved_step = -1
         self._state_verified = False
         self._metrics: MetricsLog | None = None
+        self._last_good: Path | None = None  # the newest checkpoint known to be sound
+        self._skipped_in_a_row = 0
 
     # -- construction --------------------------------------------------------------------------
 
     @staticmethod
     def _make_backend(device: str | None, backend: Any) -> Any:
+        """The backend object, checked against the Backend protocol."""
         if backend is None:
-            return make_backend(device or "CPU")
-        if isinstance(backend, str):
-            return make_backend(backend)
-        if isinstance(backend, Mapping):
+            backend = make_backend(device or "CPU")
+        elif isinstance(backend, str):
+            backend = make_backend(backend)
+        elif isinstance(backend, Mapping):
             arguments = dict(backend)
             backend_type = arguments.pop("backend_type", None)
             if not isinstance(backend_type, str):
                 message = "a backend mapping needs backend_type (CPU, GPU or CSX)"
                 raise ConfigError([ConfigIssue("backend", message)])
-            return make_backend(backend_type, **arguments)
-        backend_type = getattr(backend, "backend_type", None)
-        if backend_type is not None:
-            claim_backend_type(backend_type)
+            backend = make_backend(backend_type, **arguments)
+        check_backend(backend)
+        claim_backend_type(backend.backend_type)
         return backend
 
     def _make_optimizer(self, optimizer: Any) -> Any:
@@ -210,7 +205,7 @@ class Trainer:
     @property
     def is_main_process(self) -> bool:
         """Whether this process writes checkpoints and metrics (rank 0)."""
-        return bool(getattr(self.backend, "is_main_process", True))
+        return bool(self.backend.is_main_process)
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -253,6 +248,7 @@ class Trainer:
                 count += batch_count
         if math.isfinite(total_loss):
             self.optimizer.step()
+            self._skipped_in_a_row = 0
         elif self.loop is not None and self.loop.nan_policy == "skip_step":
             self.optimizer.zero_grad(set_to_none=True)
             log.warning(
@@ -260,6 +256,8 @@ class Trainer:
                 self.global_step + 1,
                 total_loss,
             )
+            self._skipped_in_a_row += 1
+            self._check_skipping()
         else:
             self._stop_non_finite(total_loss)
         for scheduler in self.schedulers:
@@ -267,14 +265,41 @@ class Trainer:
         self.global_step += 1
         return total_loss, correct, count
 
+    def _kept(self) -> str:
+        if self._last_good is None:
+            return "; no checkpoint of this fit was saved"
+        return f"; the last good checkpoint is {self._last_good}"
+
     def _stop_non_finite(self, loss: float) -> None:
-        latest = ckpt.find_latest(self.model_dir, self.checkpoint.checkpoint_name)
-        kept = f"; the last good checkpoint is {latest}" if latest else ""
         message = (
-            f"the loss is {loss} at step {self.global_step + 1}; training stopped{kept} "
+            f"the loss is {loss} at step {self.global_step + 1}; training stopped{self._kept()} "
             "(loop.nan_policy: skip_step drops such steps instead)"
         )
         raise TrainingError(message)
+
+    def _non_finite_weight(self) -> str | None:
+        parameters = dict(self._unwrapped_model.named_parameters())
+        return first_non_finite(parameters, parameters)
+
+    def _check_skipping(self) -> None:
+        """Under ``skip_step``, stop when skipping cannot help: weights gone, or too many skips."""
+        assert self.loop is not None
+        step = self.global_step + 1
+        bad = self._non_finite_weight()
+        if bad is not None:
+            message = (
+                f"the weights are not finite at step {step} (NaN or infinity in {bad}): "
+                f"skipping steps cannot recover them; training stopped{self._kept()}"
+            )
+            raise TrainingError(message)
+        limit = self.loop.max_consecutive_skips
+        if self._skipped_in_a_row >= limit:
+            message = (
+                f"the loss was not finite for {limit} steps in a row (steps {step - limit + 1} "
+                f"to {step}, nan_policy: skip_step); training stopped{self._kept()} "
+                "(loop.max_consecutive_skips sets how many)"
+            )
+            raise TrainingError(message)
 
     def group_values(self) -> dict[str, float]:
         """Learning rate and weight decay of every param group, for metrics."""
@@ -293,16 +318,13 @@ class Trainer:
         self, dataloader: Iterable[Any], max_batches: int | None = None
     ) -> dict[str, float]:
         """Mean loss (and accuracy, for class labels) over ``dataloader``."""
-        shard = getattr(self.backend, "prepare_eval_dataloader", None)
-        if callable(shard):  # this process's share of the first max_batches batches
-            dataloader, max_batches = shard(dataloader, max_batches), None
+        # This process's share of the first max_batches batches.
+        dataloader = self.backend.prepare_eval_dataloader(dataloader, max_batches)
         was_training = self.model.training
         self.model.eval()
         loss_sum = 0.0
         correct = count = examples = 0
-        for batches, batch in enumerate(dataloader):
-            if max_batches is not None and batches >= max_batches:
-                break
+        for batch in dataloader:
             # The unwrapped model: ranks may see different numbers of evaluation batches, and
             # a DDP forward could wait on the others.
             loss, batch_correct, batch_count = self._forward(batch, self._unwrapped_model)
@@ -313,9 +335,10 @@ class Trainer:
             count += batch_count
         self.model.train(was_training)
         totals = {"loss_sum": loss_sum, "examples": examples, "correct": correct, "count": count}
-        reduce = getattr(self.backend, "reduce_sums", None)
-        if callable(reduce):
-            totals = reduce(totals)
+        totals = self.backend.reduce_sums(totals)
+        if not totals["examples"]:
+            message = "the evaluation data (val_dataloader) is empty: it yields no example"
+            raise TrainingError(message)
         metrics = {"loss": totals["loss_sum"] / max(totals["examples"], 1)}
         if totals["count"]:
             metrics["accuracy"] = totals["correct"] / totals["count"]
@@ -325,10 +348,7 @@ class Trainer:
         metrics = self.evaluate(dataloader, max_batches)
         if self._metrics is not None:
             self._metrics.write(self.global_step, "val", metrics)
-        for callback in self.callbacks:
-            hook = getattr(callback, "on_validate_end", None)
-            if hook:
-                hook(self, metrics)
+        self._callbacks.on_validate_end(self, metrics)
         return metrics
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -351,6 +371,7 @@ class Trainer:
             "metadata": {
                 "plugtrain": __version__,
                 "torch": str(torch.__version__),
+                "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
                 "config": ckpt.plain(self.config) if self.config is not None else None,
             },
         }
@@ -359,6 +380,13 @@ class Trainer:
         """Write the checkpoint of the current step (on the main process only)."""
         if stream is not None:
             self._stream_position = stream.position()
+        bad = self._non_finite_weight()
+        if bad is not None:  # every process holds the same weights, so all of them stop here
+            message = (
+                f"the weights are not finite at step {self.global_step} (NaN or infinity in "
+                f"{bad}); no checkpoint written; training stopped{self._kept()}"
+            )
+            raise TrainingError(message)
         path = None
         if self.is_main_process:
             state = self.state_dict()
@@ -368,36 +396,53 @@ class Trainer:
                 verify_first_checkpoint(path, state, {**owners, "schedulers": self.schedulers})
                 self._state_verified = True
         self._saved_step = self.global_step
+        self._last_good = self.checkpoint_path(self.global_step)
         return path
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore weights, optimizer, schedulers, step, RNG and data position from ``path``."""
+        """Restore weights, optimizer, schedulers, step, RNG and data position from ``path``.
+
+        :raises CorruptCheckpointError: the file is damaged or holds non-finite weights.
+        :raises CheckpointMismatchError: it does not fit this trainer (nothing was changed).
+        """
         state = ckpt.load_checkpoint(path)
+        check_fits(path, state, self._unwrapped_model, self.optimizer, self.schedulers)
         self._unwrapped_model.load_state_dict(state["model"])
         if self.optimizer is not None and state.get("optimizer") is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+            try:
+                self.optimizer.load_state_dict(state["optimizer"])
+            except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+                message = f"{path}: does not fit this run: optimizer: {exc}"
+                raise ckpt.CheckpointMismatchError(message) from exc
         saved = state.get("schedulers") or []
-        if len(saved) != len(self.schedulers):
-            message = (
-                f"{path}: holds {len(saved)} scheduler states but the trainer has "
-                f"{len(self.schedulers)} schedulers"
-            )
-            raise ckpt.CheckpointError(message)
         for scheduler, scheduler_state in zip(self.schedulers, saved, strict=True):
             scheduler.load_state_dict(scheduler_state)
         self.global_step = int(state["global_step"])
         self._stream_position = state.get("data")
         if state.get("rng") is not None:
             set_rng_state(state["rng"])
+        self._last_good = Path(path)
         log.info("resumed from %s at step %d", path, self.global_step)
 
-    def _restore(self, ckpt_path: Any) -> None:
-        if ckpt_path is UNSET:
-            if not self.checkpoint.autoload_last_checkpoint:
-                return
-            ckpt_path = ckpt.find_latest(self.model_dir, self.checkpoint.checkpoint_name)
-        if ckpt_path is not None:
-            self.load_checkpoint(ckpt_path)
+    def _restore(self, ckpt_path: Any) -> Path | None:
+        """Load ``ckpt_path``, or (unset, autoloading) the newest sound checkpoint; the path."""
+        if ckpt_path is not UNSET:
+            if ckpt_path is not None:
+                self.load_checkpoint(ckpt_path)
+            return None if ckpt_path is None else Path(ckpt_path)
+        if not self.checkpoint.autoload_last_checkpoint:
+            return None
+        found = ckpt.find_checkpoints(self.model_dir, self.checkpoint.checkpoint_name)
+        for index, (_, path) in enumerate(found):
+            try:
+                self.load_checkpoint(path)
+            except ckpt.CorruptCheckpointError as exc:
+                older = found[index + 1][1].name if index + 1 < len(found) else None
+                instead = f"trying the older {older}" if older else "no older checkpoint to try"
+                log.warning("skipping a bad checkpoint: %s; %s", exc, instead)
+                continue
+            return path
+        return None
 
     def _check_model_dir(self) -> None:
         """Fail before training when ``model_dir`` cannot hold a checkpoint (read-only, full)."""
@@ -462,27 +507,43 @@ class Trainer:
     ) -> dict[str, float]:
         """Train until the loop's limit; returns the last validation metrics (or ``{}``).
 
-        :param ckpt_path: a checkpoint to start from; ``None``: none; unset: the newest in
-            ``model_dir`` when ``autoload_last_checkpoint``.
+        The main process holds ``model_dir``'s lock throughout (one fit per directory).
+
+        :param ckpt_path: a checkpoint to start from; ``None``: none; unset: the newest sound
+            checkpoint in ``model_dir`` when ``autoload_last_checkpoint`` (a damaged newer one
+            is skipped with a warning).
         """
         if self.optimizer is None:
             message = "fit needs an optimizer"
             raise ConfigError([ConfigIssue("optimizer", message)])
         self._check_model_dir()
+        if _is_empty(val_dataloader):
+            message = "the evaluation data (val_dataloader) is empty: it yields no example"
+            raise TrainingError(message)
+        lock = ModelDirLock(self.model_dir) if self.is_main_process else contextlib.nullcontext()
+        with lock:
+            return self._fit(train_dataloader, val_dataloader, ckpt_path)
+
+    def _fit(
+        self, train_dataloader: Iterable[Any], val_dataloader: Iterable[Any] | None, ckpt_path: Any
+    ) -> dict[str, float]:
+        if self.is_main_process:
+            for stale in ckpt.remove_stale_temporaries(
+                self.model_dir, self.checkpoint.checkpoint_name
+            ):
+                log.info("removed %s, left by an interrupted save", stale)
         self._restore(ckpt_path)
-        prepare = getattr(self.backend, "prepare_dataloader", None)
-        if callable(prepare):
-            train_dataloader = prepare(train_dataloader)
+        train_dataloader = self.backend.prepare_dataloader(train_dataloader)
         target = self._target_step(train_dataloader)
         stream = DataStream(train_dataloader, self._stream_position)
-        self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
+        self._metrics = None
+        if self.is_main_process:
+            self._metrics = MetricsLog(self.model_dir, resume_step=self.global_step)
         show = self.logging.progress if self.is_main_process else False
         progress = Progress(target, self.global_step, show)
         last_val: dict[str, float] = {}
         try:
-            for callback in self.callbacks:
-                if hasattr(callback, "on_fit_start"):
-                    callback.on_fit_start(self)
+            self._callbacks.on_fit_start(self)
             if self.checkpoint.save_initial_checkpoint and self.global_step == 0:
                 self.save_checkpoint(stream)
             with InterruptRequest() as interrupt:
@@ -492,9 +553,7 @@ class Trainer:
             if self._metrics is not None:
                 self._metrics.close()
                 self._metrics = None
-        for callback in self.callbacks:
-            if hasattr(callback, "on_fit_end"):
-                callback.on_fit_end(self)
+        self._callbacks.on_fit_end(self)
         return last_val
 
     def _loop(
@@ -535,9 +594,7 @@ class Trainer:
                 values.update(self.group_values())
                 if self._metrics is not None:
                     self._metrics.write(step, "train", values)
-                for callback in self.callbacks:
-                    if hasattr(callback, "on_train_step_end"):
-                        callback.on_train_step_end(self, values)
+                self._callbacks.on_train_step_end(self, values)
                 window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
                 window_skipped = 0
                 window_start = time.perf_counter()
@@ -547,36 +604,52 @@ class Trainer:
                 progress.message(f"step {step}: validation " + _describe(last_val))
             if save_every and step % save_every == 0 and step != target:
                 self.save_checkpoint(stream)
-            if interrupt is not None and interrupt.requested:
-                self._stop_interrupted(stream)
+            if interrupt is not None and interrupt.agreed():
+                self._stop_interrupted(stream, interrupt)
         if val_dataloader is not None and not (
             eval_every and target % eval_every == 0 and last_val
         ):
             last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
             progress.message(f"step {self.global_step}: validation " + _describe(last_val))
         self.save_checkpoint(stream)
-        if interrupt is not None and interrupt.requested:
-            self._stop_interrupted(stream)
+        if interrupt is not None and interrupt.agreed(final=True):
+            self._stop_interrupted(stream, interrupt)
         return last_val
 
-    def _stop_interrupted(self, stream: DataStream) -> None:
+    def _stop_interrupted(self, stream: DataStream, interrupt: InterruptRequest) -> None:
         """Save the current step (unless just saved) and raise :class:`TrainingInterrupted`."""
         if self._saved_step != self.global_step:
             self.save_checkpoint(stream)
         path = self.checkpoint_path(self.global_step)
+        number = interrupt.signal_number or 2
+        how = "interrupted" if number == 2 else f"interrupted by {signal_name(number)}"
         message = (
-            f"interrupted at step {self.global_step}; checkpoint saved to {path}; "
+            f"{how} at step {self.global_step}; checkpoint saved to {path}; "
             "run the same command again to resume"
         )
-        raise TrainingInterrupted(message)
+        raise TrainingInterrupted(message, number)
 
     def validate(
         self,
         val_dataloader: Iterable[Any],
         ckpt_path: str | os.PathLike[str] | None = UNSET,
     ) -> dict[str, float]:
-        """Evaluate on ``val_dataloader`` (after loading a checkpoint) and return the metrics."""
-        self._restore(ckpt_path)
+        """Evaluate on ``val_dataloader`` (after loading a checkpoint) and return the metrics.
+
+        :param ckpt_path: the checkpoint to evaluate; ``None``: the model as it is (untrained
+            unless this trainer has fitted); unset: the newest sound checkpoint in
+            ``model_dir``, and an error when there is none and this trainer has not fitted.
+        """
+        loaded = self._restore(ckpt_path)
+        if ckpt_path is UNSET and loaded is None and self._last_good is None:
+            name = self.checkpoint.checkpoint_name
+            where = "" if self.model_dir.is_dir() else "; the folder does not exist"
+            message = (
+                f"{self.model_dir}: no checkpoint to validate (no sound file named {name}"
+                f"{where}); give ckpt_path a checkpoint, or ckpt_path: null to evaluate the "
+                "untrained model"
+            )
+            raise ckpt.CheckpointError(message)
         self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
         try:
             eval_steps = self.loop.eval_steps if self.loop else None
@@ -587,6 +660,14 @@ class Trainer:
                 self._metrics = None
         log.info("validation at step %d: %s", self.global_step, _describe(metrics))
         return metrics
+
+
+def _is_empty(loader: Iterable[Any] | None) -> bool:
+    """Whether ``loader`` is known to yield nothing (it has a length of 0)."""
+    try:
+        return loader is not None and len(loader) == 0  # type: ignore[arg-type]
+    except TypeError:
+        return False
 
 
 def _describe(metrics: Mapping[str, float]) -> str:

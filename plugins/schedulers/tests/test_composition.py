@@ -167,15 +167,6 @@ def test_scale_per_param_multiplies_by_each_groups_factor(helpers):
         scheduler.step()
 
 
-def test_scale_per_param_wd_reads_adjust_weight_decay(helpers):
-    optimizer = helpers.build_optimizer("a", ...)
-    optimizer.param_groups[0]["adjust_weight_decay"] = 3.0
-    plugtrain.resolve("scheduler", "ScalePerParamWD")(
-        optimizer, scheduler={"ConstantWD": {"weight_decay": 0.01}}, param_group_tags="a"
-    )
-    assert [g["weight_decay"] for g in optimizer.param_groups] == pytest.approx([0.03, 0.25])
-
-
 def test_wrapper_tags_are_pushed_down_to_children(helpers):
     optimizer = helpers.build_optimizer("a", "b", ...)
     scheduler = plugtrain.resolve("scheduler", "SequentialLR")(

@@ -58,8 +58,8 @@ def build(helpers, name: str, **arguments: Any):
         ("StepLR", {"initial_learning_rate": 0.1, "step_size": 0, "gamma": 0.5}, "> 0"),
         (
             "MultiStepLR",
-            {"initial_learning_rate": 0.1, "gamma": 0.5, "milestones": [5, 3]},
-            "strictly increasing",
+            {"initial_learning_rate": 0.1, "gamma": 0.5, "milestones": [5, -3]},
+            ">= 0",
         ),
         (
             "PiecewiseConstantLR",
@@ -80,17 +80,17 @@ def build(helpers, name: str, **arguments: Any):
         ("CyclicLR", {"base_lr": 0.1, "max_lr": 1.0, "scale_mode": "epochs"}, "must be one of"),
         (
             "OneCycleLR",
-            {"initial_learning_rate": 0.1, "max_learning_rate": 1.0, "anneal_strategy": "cosine"},
+            {"initial_learning_rate": 0.1, "max_lr": 1.0, "anneal_strategy": "cosine"},
             "must be one of",
         ),
         (
             "OneCycleLR",
-            {"initial_learning_rate": 0.1, "max_learning_rate": 1.0, "total_steps": 3},
+            {"initial_learning_rate": 0.1, "max_lr": 1.0, "total_steps": 3},
             "leaves a phase without steps",
         ),
         (
             "OneCycleLR",
-            {"initial_learning_rate": 0.1, "max_learning_rate": 1.0, "pct_start": 1.5},
+            {"initial_learning_rate": 0.1, "max_lr": 1.0, "pct_start": 1.5},
             "< 1",
         ),
         (

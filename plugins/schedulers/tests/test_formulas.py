@@ -138,8 +138,9 @@ CASES: list[tuple[str, dict[str, Any], dict[int, float]]] = [
     ),
     (
         "CyclicLR",
+        # exp_range scales by gamma ** e unless scale_mode says otherwise (torch's default).
         {"base_lr": 0.1, "max_lr": 1.0, "step_size_up": 4, "mode": "exp_range", "gamma": 0.99},
-        {4: 0.1 + 0.9 * 0.99, 12: 0.1 + 0.9 * 0.99**2},
+        {4: 0.1 + 0.9 * 0.99**4, 12: 0.1 + 0.9 * 0.99**12},
     ),
     (
         "CyclicLR",
@@ -149,13 +150,18 @@ CASES: list[tuple[str, dict[str, Any], dict[int, float]]] = [
             "step_size_up": 4,
             "mode": "exp_range",
             "gamma": 0.99,
-            "scale_mode": "iterations",
+            "scale_mode": "cycle",
         },
-        {4: 0.1 + 0.9 * 0.99**4, 12: 0.1 + 0.9 * 0.99**12},
+        {4: 0.1 + 0.9 * 0.99, 12: 0.1 + 0.9 * 0.99**2},
+    ),
+    (
+        "MultiStepLR",
+        {"initial_learning_rate": 1.0, "gamma": 0.1, "milestones": [20, 10, 10]},
+        {0: 1.0, 9: 1.0, 10: 0.01, 19: 0.01, 20: 0.001, 10**4: 0.001},
     ),
     (
         "OneCycleLR",
-        {"initial_learning_rate": 0.1, "max_learning_rate": 1.0, "total_steps": 100},
+        {"initial_learning_rate": 0.1, "max_lr": 1.0, "total_steps": 100},
         # Phase ends 29 and 99; final value 0.1 / 1e4.
         {
             0: 0.1,
@@ -171,7 +177,7 @@ CASES: list[tuple[str, dict[str, Any], dict[int, float]]] = [
         "OneCycleLR",
         {
             "initial_learning_rate": 0.1,
-            "max_learning_rate": 1.0,
+            "max_lr": 1.0,
             "total_steps": 100,
             "final_div_factor": 10,
             "three_phase": True,
@@ -194,7 +200,6 @@ WD_NAMES = {
     "learning_rates": "weight_decays",
     "base_lr": "base_weight_decay",
     "max_lr": "max_weight_decay",
-    "max_learning_rate": "max_weight_decay",
     "lr_lambda": "wd_lambda",
 }
 

@@ -6,10 +6,12 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from plugtrain.backend_base import BackendBase
+
 __all__ = ["DataParallelBackend"]
 
 
-class DataParallelBackend:
+class DataParallelBackend(BackendBase):
     """Backend hooks for data parallel training; subclasses set the device and process group.
 
     The Trainer calls ``check_runnable`` (which joins the process group), ``prepare_model``,
@@ -17,7 +19,6 @@ class DataParallelBackend:
     metrics are written where ``is_main_process`` is true.
     """
 
-    backend_type = ""
     main_process_id = 0
     _group: Any = None
 

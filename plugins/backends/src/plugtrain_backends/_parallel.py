@@ -10,6 +10,8 @@ from __future__ import annotations
 import atexit
 import datetime
 import logging
+import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -19,9 +21,15 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 from plugtrain.errors import BackendError
-from plugtrain.train.launch import LaunchedProcess, launched_process
+from plugtrain.train.launch import LaunchedProcess, exit_after_atexit_handlers, launched_process
 
-__all__ = ["ProcessGroup", "shard_eval_batches", "shard_train_loader"]
+__all__ = [
+    "GLOO_EXIT_SWITCH",
+    "ProcessGroup",
+    "gloo_exit_workaround",
+    "shard_eval_batches",
+    "shard_train_loader",
+]
 
 log = logging.getLogger("plugtrain")
 
@@ -108,6 +116,10 @@ class ProcessGroup:
         if self.distributed and dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()
+            if self.dist_backend == "gloo" and gloo_exit_workaround(str(torch.__version__)):
+                exit_after_atexit_handlers(
+                    f"torch {torch.__version__}: a gloo worker may abort in interpreter teardown"
+                )
 
     def reduce_sums(self, sums: Mapping[str, float]) -> dict[str, float]:
         """Sum each value over every process (one all-reduce); a single process returns a copy."""
@@ -121,6 +133,31 @@ class ProcessGroup:
             name: type(original)(total)
             for (name, original), total in zip(sums.items(), reduced, strict=True)
         }
+
+
+GLOO_EXIT_SWITCH = "PLUGTRAIN_GLOO_EXIT_WORKAROUND"
+"""``0`` turns the gloo exit workaround off, ``1`` turns it on for any torch version."""
+
+GLOO_EXIT_AFFECTED = (2, 13)
+"""The oldest torch seen to abort a gloo worker in interpreter teardown (no fixed one known).
+
+After a data-parallel run over gloo, a worker sometimes aborts while the interpreter shuts down
+("terminate called without an active exception", SIGABRT) although its work is done and the
+process group was destroyed: reproduced with torch 2.13 and a ten-line script in about one run
+of ten. On these versions ``plugtrain fit`` ends such a worker right after its atexit handlers.
+"""
+
+
+def gloo_exit_workaround(torch_version: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a gloo worker of ``torch_version`` should skip the interpreter's teardown.
+
+    :param environ: where :data:`GLOO_EXIT_SWITCH` is read (default ``os.environ``).
+    """
+    switch = (os.environ if environ is None else environ).get(GLOO_EXIT_SWITCH, "").strip()
+    if switch in ("0", "1"):
+        return switch == "1"
+    match = re.match(r"(\d+)\.(\d+)", torch_version)
+    return match is not None and (int(match[1]), int(match[2])) >= GLOO_EXIT_AFFECTED
 
 
 def _leave() -> None:

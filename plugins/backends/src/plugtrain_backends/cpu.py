@@ -7,10 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from plugtrain.errors import BackendError
-from plugtrain.schema import validated_arguments
-from plugtrain.train.backends import claim_backend_type
 from plugtrain_backends._dataparallel import DataParallelBackend
-from plugtrain_backends.schemas import DEFAULT_DIST_TIMEOUT, CPUArgs
+from plugtrain_backends.schemas import CPUArgs
 
 __all__ = ["CPUBackend"]
 
@@ -24,35 +22,18 @@ class CPUBackend(DataParallelBackend):
     and they train data parallel (DDP over gloo). A process started by an outside ``torchrun``
     joins the run torchrun describes, whatever ``num_processes`` says.
 
+    The constructor's signature is derived from :class:`~plugtrain_backends.schemas.CPUArgs`.
+
     :param artifact_dir: where the backend writes its artifacts.
     :param num_processes: processes on this machine.
     :param dist_timeout: seconds a collective waits for the other processes before failing.
     """
 
     backend_type = "CPU"
-
-    def __init__(
-        self,
-        artifact_dir: str | None = None,
-        num_processes: int = 1,
-        dist_timeout: float = DEFAULT_DIST_TIMEOUT,
-    ) -> None:
-        arguments = {
-            "artifact_dir": artifact_dir,
-            "num_processes": num_processes,
-            "dist_timeout": dist_timeout,
-        }
-        args = validated_arguments(CPUArgs, arguments, owner="CPU")
-        claim_backend_type(self.backend_type)
-        self.artifact_dir: str | None = args["artifact_dir"]
-        self.num_processes: int = args["num_processes"]
-        self.dist_timeout: float = args["dist_timeout"]
-
-    def __repr__(self) -> str:
-        return (
-            f"CPUBackend(artifact_dir={self.artifact_dir!r}, "
-            f"num_processes={self.num_processes!r}, dist_timeout={self.dist_timeout!r})"
-        )
+    schema = CPUArgs
+    artifact_dir: str | None
+    num_processes: int
+    dist_timeout: float
 
     @staticmethod
     def processes_per_node(arguments: Mapping[str, Any]) -> int:

@@ -10,9 +10,9 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from plugtrain.backend_base import BackendBase
 from plugtrain.errors import BackendError, ConfigError, ConfigIssue
 from plugtrain.schema import validated_arguments
-from plugtrain.train.backends import claim_backend_type
 from plugtrain_backends.schemas import ClusterConfig, CSXArgs
 
 __all__ = ["CSXBackend", "ClusterConfig"]
@@ -20,7 +20,7 @@ __all__ = ["CSXBackend", "ClusterConfig"]
 CEREBRAS_MODULE = "cerebras.pytorch"
 
 
-class CSXBackend:
+class CSXBackend(BackendBase):
     """Runs on a Cerebras CS-X cluster. Creating it claims the process's backend type, ``CSX``.
 
     The whole configuration is validated here and can be changed between Trainers
@@ -28,6 +28,8 @@ class CSXBackend:
     (``cerebras.pytorch``) and a cluster: a Trainer on this backend builds cstorch's own CSX
     backend from this configuration and compiles the model through it; without the stack it
     stops with a :class:`~plugtrain.errors.BackendError` before any work starts.
+
+    The constructor's signature is derived from :class:`~plugtrain_backends.schemas.CSXArgs`.
 
     :param artifact_dir: where the backend writes its artifacts.
     :param compile_dir: where compiled artifacts go on the cluster.
@@ -37,31 +39,25 @@ class CSXBackend:
     """
 
     backend_type = "CSX"
+    schema = CSXArgs
     ClusterConfig = ClusterConfig
     """The cluster configuration class (``plugtrain.distributed.ClusterConfig``)."""
+    artifact_dir: str | None
+    compile_dir: str | None
+    compile_only: bool
+    validate_only: bool
 
-    def __init__(
-        self,
-        artifact_dir: str | None = None,
-        compile_dir: str | None = None,
-        compile_only: bool = False,
-        validate_only: bool = False,
-        cluster_config: ClusterConfig | Mapping[str, Any] | None = None,
-    ) -> None:
-        arguments = {
-            "artifact_dir": artifact_dir,
-            "compile_dir": compile_dir,
-            "compile_only": compile_only,
-            "validate_only": validate_only,
-        }
-        args = validated_arguments(CSXArgs, arguments, owner="CSX")
-        config = _as_cluster_config(cluster_config)
-        claim_backend_type(self.backend_type)
-        self.artifact_dir: str | None = args["artifact_dir"]
-        self.compile_dir: str | None = args["compile_dir"]
-        self.compile_only: bool = args["compile_only"]
-        self.validate_only: bool = args["validate_only"]
-        self._cluster_config = config
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments checked; ``cluster_config`` may also be a :class:`ClusterConfig`."""
+        rest = dict(arguments)
+        config = rest.pop("cluster_config", None)
+        checked = validated_arguments(CSXArgs, rest, owner="CSX")
+        checked["cluster_config"] = _as_cluster_config(config)
+        return checked
+
+    def configure(self, arguments: Mapping[str, Any]) -> None:
+        """Store the settings; cstorch's backend is built when a Trainer starts."""
+        super().configure(arguments)
         self.cstorch_backend: Any = None
         """cstorch's backend, built from this configuration when a Trainer starts."""
 

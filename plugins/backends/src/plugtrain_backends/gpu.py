@@ -6,10 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from plugtrain.errors import BackendError
-from plugtrain.schema import validated_arguments
-from plugtrain.train.backends import claim_backend_type
 from plugtrain_backends._dataparallel import DataParallelBackend
-from plugtrain_backends.schemas import DEFAULT_DIST_TIMEOUT, GPUArgs
+from plugtrain_backends.schemas import GPUArgs
 
 __all__ = ["GPUBackend"]
 
@@ -23,6 +21,8 @@ class GPUBackend(DataParallelBackend):
     GPU of its local rank. Creating the backend needs no GPU; a Trainer refuses to start
     without one.
 
+    The constructor's signature is derived from :class:`~plugtrain_backends.schemas.GPUArgs`.
+
     :param artifact_dir: where the backend writes its artifacts.
     :param enable_distributed: one process per visible GPU.
     :param main_process_id: the rank that writes checkpoints and logs.
@@ -33,35 +33,14 @@ class GPUBackend(DataParallelBackend):
     """
 
     backend_type = "GPU"
-
-    def __init__(
-        self,
-        artifact_dir: str | None = None,
-        enable_distributed: bool = False,
-        main_process_id: int = 0,
-        dist_backend: str = "nccl",
-        init_method: str | None = None,
-        sync_batchnorm: bool = False,
-        dist_timeout: float = DEFAULT_DIST_TIMEOUT,
-    ) -> None:
-        arguments = {
-            "artifact_dir": artifact_dir,
-            "enable_distributed": enable_distributed,
-            "main_process_id": main_process_id,
-            "dist_backend": dist_backend,
-            "init_method": init_method,
-            "sync_batchnorm": sync_batchnorm,
-            "dist_timeout": dist_timeout,
-        }
-        args = validated_arguments(GPUArgs, arguments, owner="GPU")
-        claim_backend_type(self.backend_type)
-        self.artifact_dir: str | None = args["artifact_dir"]
-        self.enable_distributed: bool = args["enable_distributed"]
-        self.main_process_id: int = args["main_process_id"]
-        self.dist_backend: str = args["dist_backend"]
-        self.init_method: str | None = args["init_method"]
-        self.sync_batchnorm: bool = args["sync_batchnorm"]
-        self.dist_timeout: float = args["dist_timeout"]
+    schema = GPUArgs
+    artifact_dir: str | None
+    enable_distributed: bool
+    main_process_id: int
+    dist_backend: str
+    init_method: str | None
+    sync_batchnorm: bool
+    dist_timeout: float
 
     def __repr__(self) -> str:
         return (

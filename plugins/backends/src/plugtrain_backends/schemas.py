@@ -15,7 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.schema import arg, check_arguments, validated_arguments
+from plugtrain.schema import Problem, about, arg, check_arguments, validated_arguments
 
 __all__ = ["CPUArgs", "CSXArgs", "ClusterConfig", "GPUArgs"]
 
@@ -23,6 +23,8 @@ DEFAULT_DIST_TIMEOUT = 1800.0
 """Seconds a collective waits for the other processes (torch's own default for gloo)."""
 
 _MAX_PORT = 65535
+MAX_DIST_TIMEOUT = 1e9
+"""About 31 years: torch keeps the timeout in int64 milliseconds, Python's timedelta in days."""
 
 
 def _timeout_arg() -> Any:
@@ -30,6 +32,7 @@ def _timeout_arg() -> Any:
         DEFAULT_DIST_TIMEOUT,
         help="seconds a collective waits for the other processes before the run fails",
         gt=0,
+        le=MAX_DIST_TIMEOUT,
     )
 
 
@@ -63,21 +66,22 @@ class GPUArgs:
     dist_timeout: float = _timeout_arg()
 
 
-def _problems_of_format(arguments: Mapping[str, Any]) -> Iterator[str]:
+def _problems_of_format(arguments: Mapping[str, Any]) -> Iterator[Problem]:
     """The ClusterConfig rules that a type and a range cannot express."""
     address = arguments["mgmt_address"]
     if address is not None:
         host, colon, port = address.rpartition(":")
         if not colon or not host or not port.isdigit() or not 0 < int(port) <= _MAX_PORT:
-            yield f"mgmt_address must look like host:port (port 1-{_MAX_PORT}), got {address!r}"
+            message = f"mgmt_address must look like host:port (port 1-{_MAX_PORT}), got {address!r}"
+            yield about("mgmt_address", message)
     for label in arguments["job_labels"]:
         key, equals, value = label.partition("=")
         if not equals or not key.strip() or not value.strip():
-            yield f"job_labels entries must look like key=value, got {label!r}"
+            yield about("job_labels", f"job_labels entries must look like key=value, got {label!r}")
     for name in ("mount_dirs", "python_paths"):
         for path in arguments[name]:
             if not os.path.isdir(path):
-                yield f"{name}: directory {path!r} does not exist"
+                yield about(name, f"{name}: directory {path!r} does not exist")
 
 
 def _check_assignment(instance: ClusterConfig, attribute: attrs.Attribute, value: Any) -> Any:
@@ -132,7 +136,7 @@ class ClusterConfig:
         self.__attrs_init__(**complete)  # type: ignore[attr-defined]
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """``host:port``, ``key=value`` labels and directories that must exist."""
         return _problems_of_format(arguments)
 
@@ -167,7 +171,8 @@ class CSXArgs:
     )
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """``compile_only`` and ``validate_only`` exclude each other."""
         if arguments["compile_only"] and arguments["validate_only"]:
-            yield "compile_only and validate_only are mutually exclusive; give at most one"
+            message = "compile_only and validate_only are mutually exclusive; give at most one"
+            yield about(("validate_only", "compile_only"), message)

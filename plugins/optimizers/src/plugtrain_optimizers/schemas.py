@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.schema import Problem, about, arg
 
 
 def _lr(default: Any = ...) -> Any:
@@ -72,13 +72,14 @@ class SGDArgs:
     flat: bool = _flat()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """Nesterov momentum needs a positive momentum and zero dampening."""
         if arguments["nesterov"] and (arguments["momentum"] <= 0 or arguments["dampening"] != 0):
-            yield (
+            message = (
                 "nesterov=True needs momentum > 0 and dampening = 0, got "
                 f"momentum={arguments['momentum']!r}, dampening={arguments['dampening']!r}"
             )
+            yield about(("nesterov", "momentum", "dampening"), message)
 
 
 @attrs.frozen
@@ -115,10 +116,11 @@ class AdamWArgs:
     fused: bool | None = _fused()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """The fused kernel (torch's) always corrects the bias."""
         if arguments["fused"] and not arguments["correct_bias"]:
-            yield "fused=True needs correct_bias=True (torch's kernel always corrects the bias)"
+            message = "fused=True needs correct_bias=True (torch's kernel always corrects the bias)"
+            yield about(("fused", "correct_bias"), message)
 
 
 @attrs.frozen
@@ -225,14 +227,16 @@ class RpropArgs:
     flat: bool = _flat()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """The etas must straddle 1 and the step sizes must be ordered."""
         minus, plus = arguments["etas"]
         if not minus < 1 < plus:
-            yield f"etas must satisfy 0 < etaminus < 1 < etaplus, got {arguments['etas']!r}"
+            message = f"etas must satisfy 0 < etaminus < 1 < etaplus, got {arguments['etas']!r}"
+            yield about("etas", message)
         low, high = arguments["step_sizes"]
         if low > high:
-            yield f"step_sizes must be (minimal, maximal), got {arguments['step_sizes']!r}"
+            message = f"step_sizes must be (minimal, maximal), got {arguments['step_sizes']!r}"
+            yield about("step_sizes", message)
 
 
 @attrs.frozen
@@ -276,7 +280,7 @@ class AdafactorArgs:
     flat: bool = _flat()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """The options cstorch's Adafactor does not support."""
         unsupported = (
             ("beta1", None),
@@ -286,7 +290,8 @@ class AdafactorArgs:
         )
         for name, only in unsupported:
             if arguments[name] != only:
-                yield f"Adafactor supports only {name}={only!r}, got {name}={arguments[name]!r}"
+                message = f"Adafactor supports only {name}={only!r}, got {name}={arguments[name]!r}"
+                yield about(name, message)
 
 
 @attrs.frozen
@@ -319,7 +324,8 @@ class MuonArgs:
     flat: bool = _flat()
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """Nesterov momentum needs a positive momentum."""
         if arguments["nesterov"] and arguments["momentum"] <= 0:
-            yield f"nesterov=True needs momentum > 0, got momentum={arguments['momentum']!r}"
+            message = f"nesterov=True needs momentum > 0, got momentum={arguments['momentum']!r}"
+            yield about(("nesterov", "momentum"), message)

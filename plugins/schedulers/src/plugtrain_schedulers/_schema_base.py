@@ -14,6 +14,7 @@ import attrs
 
 from plugtrain.curve import Curve
 from plugtrain.scheduler import ChildCurve, ScheduleSchema, Show, tags_arg
+from plugtrain.schema import Problem
 
 __all__ = [
     "ChildCurve",
@@ -76,7 +77,7 @@ def weight_decay_twin(lr_schema: type[ScheduleSchema], name: str) -> type[Schedu
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
         return lr_curve({to_lr.get(k, k): v for k, v in arguments.items()}, child_curve)
 
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str | Problem]:
         renamed = {to_lr.get(k, k): v for k, v in arguments.items()}
         return lr_rules(renamed, lambda key: to_wd.get(key, key))
 

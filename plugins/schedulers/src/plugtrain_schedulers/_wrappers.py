@@ -317,10 +317,13 @@ class Chained(Wrapper):
 
 
 class ScalePerParam(Wrapper):
-    """Scales its child's value by each targeted group's ``scale_key`` entry (default 1)."""
+    """Scales its child's value by each targeted group's first ``scale_keys`` entry (else 1).
 
-    scale_key: ClassVar[str] = "adjust_learning_rate"
+    cstorch reads ``adjust_learning_rate``, else ``adjust_val``, for both LR and WD.
+    """
+
+    scale_keys: ClassVar[tuple[str, ...]] = ("adjust_learning_rate", "adjust_val")
 
     def _group_factors(self) -> list[float] | None:
-        groups = self.optimizer.param_groups
-        return [float(groups[i].get(self.scale_key, 1.0)) for i in self.group_indices]
+        groups = [self.optimizer.param_groups[i] for i in self.group_indices]
+        return [next((float(g[k]) for k in self.scale_keys if k in g), 1.0) for g in groups]

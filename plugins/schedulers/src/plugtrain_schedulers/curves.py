@@ -162,7 +162,7 @@ def cosine_annealing_warm_restarts(
 
 
 def multi_step(initial: float, gamma: float, milestones: Sequence[int]) -> Curve:
-    """``initial * gamma ** (number of milestones <= e)``."""
+    """``initial * gamma ** (number of milestones <= e)``, in any order, repeats counted."""
     marks = sorted(milestones)
     values = [initial * _power(gamma, i) for i in range(len(marks) + 1)]
     return Curve(lambda e: values[bisect_right(marks, e)])
@@ -190,14 +190,17 @@ def cyclic(
     step_size_down: int | None = None,
     mode: str = "triangular",
     gamma: float = 1.0,
-    scale_mode: str = "cycle",
+    scale_mode: str | None = None,
 ) -> Curve:
     """Torch's CyclicLR wave between ``base`` and ``peak``.
 
     A cycle lasts ``up + down`` steps; the amplitude is scaled by ``1``, ``2 ** -(x - 1)`` or
     ``gamma ** x`` (``mode`` triangular, triangular2, exp_range), where ``x`` is the cycle number
-    (from 1) under ``scale_mode='cycle'`` and the step under ``'iterations'``.
+    (from 1) under ``scale_mode='cycle'`` and the step under ``'iterations'``. ``None`` is
+    torch's default: ``'iterations'`` for exp_range, ``'cycle'`` for the triangular modes.
     """
+    if scale_mode is None:
+        scale_mode = "iterations" if mode == "exp_range" else "cycle"
     down = step_size_up if step_size_down is None else step_size_down
     total = float(step_size_up + down)
     ratio = step_size_up / total

@@ -118,7 +118,7 @@ class CyclicLR(Scheduler):
 
 
 class OneCycleLR(Scheduler):
-    """The 1cycle policy; ``initial_learning_rate`` is torch's ``max_lr / div_factor``."""
+    """The 1cycle policy up to ``max_lr``; ``initial_learning_rate`` is max_lr / div_factor."""
 
     schema = schemas.OneCycleLRArgs
 
@@ -142,6 +142,9 @@ class ChainedLR(Chained):
 
 
 class ScalePerParamLR(ScalePerParam):
-    """Scales another scheduler's learning rate by each group's ``adjust_learning_rate``."""
+    """Scales another scheduler's learning rate by each group's ``adjust_learning_rate``.
+
+    A group without it is scaled by its ``adjust_val``, else by 1 (cstorch's factors).
+    """
 
     schema = schemas.ScalePerParamLRArgs

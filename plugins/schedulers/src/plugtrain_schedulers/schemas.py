@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.schema import Problem, about, arg
 from plugtrain_schedulers import curves
 from plugtrain_schedulers._schema_base import (
     ChildCurve,
@@ -30,10 +30,10 @@ __all__ = ["LR_SCHEMAS", "WD_SCHEMAS"]
 Spec = Any  # a nested scheduler: {Name: {arguments}} or a built scheduler
 
 
-def _increasing(values: Iterable[int], key: str, show: Show) -> Iterable[str]:
+def _increasing(values: Iterable[int], key: str, show: Show) -> Iterable[Problem]:
     marks = list(values)
     if any(b <= a for a, b in itertools.pairwise(marks)):
-        yield f"{show(key)} must be strictly increasing, got {marks!r}"
+        yield about(show(key), f"{show(key)} must be strictly increasing, got {marks!r}")
 
 
 @attrs.frozen
@@ -215,11 +215,15 @@ class CosineAnnealingWarmRestartsLRArgs(ScheduleSchema):
 
 @attrs.frozen
 class MultiStepLRArgs(ScheduleSchema):
-    """Step decay at milestones: ``lr(e) = a * gamma ** (number of milestones <= e)``."""
+    """Step decay at milestones: ``lr(e) = a * gamma ** (number of milestones <= e)``.
+
+    Milestones may come in any order and repeat (torch's and cstorch's counting): ``[4, 4, 8]``
+    applies gamma twice at step 4.
+    """
 
     initial_learning_rate: float = arg(help="learning rate at step 0", ge=0)
     gamma: float = arg(help="factor applied at each milestone", ge=0)
-    milestones: list[int] = arg(help="strictly increasing steps", ge=0)
+    milestones: list[int] = arg(help="steps where gamma applies (any order; repeats count)", ge=0)
     param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
 
     @staticmethod
@@ -228,11 +232,6 @@ class MultiStepLRArgs(ScheduleSchema):
         return curves.multi_step(
             arguments["initial_learning_rate"], arguments["gamma"], arguments["milestones"]
         )
-
-    @staticmethod
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
-        """Milestones increase."""
-        return _increasing(arguments["milestones"], "milestones", show)
 
 
 @attrs.frozen
@@ -292,8 +291,10 @@ class CyclicLRArgs(ScheduleSchema):
         "triangular", help="amplitude policy", choices=("triangular", "triangular2", "exp_range")
     )
     gamma: float = arg(1.0, help="exp_range factor: gamma ** x", gt=0)
-    scale_mode: str = arg(
-        "cycle", help="x is the cycle number or the step", choices=("cycle", "iterations")
+    scale_mode: str | None = arg(
+        None,
+        help="x is the cycle number or the step (None: the step for exp_range, else the cycle)",
+        choices=("cycle", "iterations", None),
     )
     param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
 
@@ -318,7 +319,7 @@ class OneCycleLRArgs(ScheduleSchema):
     initial_learning_rate: float = arg(
         help="learning rate at step 0 (torch: max_lr/div_factor)", ge=0
     )
-    max_learning_rate: float = arg(help="peak learning rate", ge=0)
+    max_lr: float = arg(help="peak learning rate", ge=0, aliases=("max_learning_rate",))
     total_steps: int = arg(1000, help="steps of the whole cycle", gt=0)
     pct_start: float = arg(0.3, help="fraction of the steps spent rising", gt=0, lt=1)
     final_div_factor: float = arg(1e4, help="final value is initial / final_div_factor", gt=0)
@@ -331,7 +332,7 @@ class OneCycleLRArgs(ScheduleSchema):
         """1cycle."""
         return curves.one_cycle(
             arguments["initial_learning_rate"],
-            arguments["max_learning_rate"],
+            arguments["max_lr"],
             arguments["total_steps"],
             arguments["pct_start"],
             arguments["final_div_factor"],
@@ -340,16 +341,17 @@ class OneCycleLRArgs(ScheduleSchema):
         )
 
     @staticmethod
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[Problem]:
         """Every phase lasts at least one step."""
         rise = arguments["pct_start"] * arguments["total_steps"] - 1
         last = arguments["total_steps"] - 1
         top = 2 * rise if arguments["three_phase"] else rise
         if not 0 < rise <= top < last:
-            yield (
+            message = (
                 f"pct_start={arguments['pct_start']!r} with total_steps="
                 f"{arguments['total_steps']!r} leaves a phase without steps"
             )
+            yield about(("pct_start", "total_steps", "three_phase"), message)
 
 
 @attrs.frozen
@@ -371,18 +373,19 @@ class SequentialLRArgs(ScheduleSchema):
         return curves.sequential(children, arguments["milestones"])
 
     @staticmethod
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[Problem]:
         """One milestone between each pair of children, increasing."""
         count = len(arguments["schedulers"])
         if count == 0:
-            yield "schedulers must list at least one scheduler"
+            yield about("schedulers", "schedulers must list at least one scheduler")
         milestones = arguments["milestones"]
         if milestones is not None:
             if len(milestones) != count - 1:
-                yield (
+                message = (
                     f"milestones needs one entry fewer than schedulers ({count - 1}), "
                     f"got {len(milestones)}"
                 )
+                yield about(("milestones", "schedulers"), message)
             yield from _increasing(milestones, "milestones", show)
 
 
@@ -400,14 +403,15 @@ class PiecewiseConstantLRArgs(ScheduleSchema):
         return curves.piecewise_constant(arguments["learning_rates"], arguments["milestones"])
 
     @staticmethod
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[Problem]:
         """One more value than milestones, milestones increasing."""
         values, milestones = arguments["learning_rates"], arguments["milestones"]
         if len(values) != len(milestones) + 1:
-            yield (
+            message = (
                 f"{show('learning_rates')} needs one more entry than milestones "
                 f"({len(milestones) + 1}), got {len(values)}"
             )
+            yield about((show("learning_rates"), "milestones"), message)
         yield from _increasing(milestones, "milestones", show)
 
 
@@ -424,15 +428,15 @@ class ChainedLRArgs(ScheduleSchema):
         return curves.chained([child_curve(spec) for spec in arguments["schedulers"]])
 
     @staticmethod
-    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[str]:
+    def rules(arguments: Mapping[str, Any], show: Show) -> Iterable[Problem]:
         """At least one child."""
         if not arguments["schedulers"]:
-            yield "schedulers must list at least one scheduler"
+            yield about("schedulers", "schedulers must list at least one scheduler")
 
 
 @attrs.frozen
 class ScalePerParamLRArgs(ScheduleSchema):
-    """Another scheduler's value times each group's ``adjust_learning_rate`` (default 1)."""
+    """Another scheduler's value times each group's ``adjust_learning_rate`` or ``adjust_val``."""
 
     nestable: ClassVar[bool] = False  # only the outermost scheduler scales per group
 
@@ -481,6 +485,9 @@ WD_SCHEMAS: dict[str, type[ScheduleSchema]] = {
     for name, schema in LR_SCHEMAS.items()
 }
 """Every weight-decay scheduler name and its schema (derived from the learning-rate ones)."""
+
+# The factors' group keys are cstorch's for both kinds, so this text is not renamed.
+WD_SCHEMAS["ScalePerParamWD"].__doc__ = ScalePerParamLRArgs.__doc__
 
 # Importable by name, like the hand-written schemas (``schemas.CosineDecayWDArgs``).
 globals().update({schema.__name__: schema for schema in WD_SCHEMAS.values()})

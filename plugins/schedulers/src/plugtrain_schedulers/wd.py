@@ -10,6 +10,7 @@ from __future__ import annotations
 from plugtrain_schedulers import lr
 from plugtrain_schedulers._base import Scheduler
 from plugtrain_schedulers._schema_base import weight_decay_text
+from plugtrain_schedulers._wrappers import ScalePerParam
 from plugtrain_schedulers.schemas import WD_SCHEMAS, wd_name
 
 __all__ = sorted(WD_SCHEMAS)  # noqa: PLE0605 - the names are generated below
@@ -25,8 +26,8 @@ def _twin(lr_class: type[Scheduler]) -> type[Scheduler]:
         "schema": WD_SCHEMAS[name],
         "param_key": "weight_decay",
     }
-    if hasattr(lr_class, "scale_key"):
-        namespace["scale_key"] = "adjust_weight_decay"
+    if issubclass(lr_class, ScalePerParam):  # the same group keys as the LR twin (cstorch's)
+        namespace["__doc__"] = (lr_class.__doc__ or "").replace("learning rate", "weight decay")
     return type(name, lr_class.__bases__, namespace)
 
 

@@ -1,0 +1,242 @@
+"""The plan of a run: a run file validated once, as typed, immutable values (torch-free).
+
+:func:`plugtrain.config.plan_run` turns a loaded run file into a :class:`RunPlan`; ``fit``,
+``validate``, ``check``, ``plot``, the launcher and the Trainer builder all read the plan and never
+the file's mappings again. Every value in a plan is plain Python (``dict``, ``list``, ``str``,
+numbers...): the YAML loader's positioned containers stop at validation, so nothing they carry
+reaches a component, a param group or a checkpoint. Where a value was written is kept beside it
+(``path`` and ``location``) for messages.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from plugtrain.config.sections import CheckpointSettings, LoggingSettings, LoopSettings
+
+__all__ = [
+    "BackendPlan",
+    "ComponentSpec",
+    "FitPlan",
+    "OptimizerPlan",
+    "ParamFilter",
+    "RunPlan",
+    "TrainerPlan",
+    "ValidatePlan",
+    "plain",
+]
+
+
+def plain(value: Any) -> Any:
+    """A deep copy of ``value`` made of plain ``dict``, ``list`` and ``tuple`` containers.
+
+    Mappings become ``dict`` (positioned ``LocatedDict`` and read-only views included) and lists
+    become ``list``; a :class:`ComponentSpec` becomes its ``{Name: {arguments}}`` mapping.
+    """
+    if isinstance(value, ComponentSpec):
+        return value.to_mapping()
+    if isinstance(value, Mapping):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
+    return value
+
+
+def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+@attrs.frozen
+class ComponentSpec:
+    """One validated component, ``{Name: {arguments}}`` of a run file.
+
+    :param kind: ``"optimizer"``, ``"scheduler"``, ``"model"``, ``"dataloader"`` ...
+    :param name: the name as written (possibly an alias or ``distribution:Name``); the registry
+        that validated it resolves it to the same component.
+    :param arguments: the arguments as written, plain values; a nested component (a child of
+        ``SequentialLR``) is itself a :class:`ComponentSpec`, a list of them a ``list``.
+    :param path: the dotted path in the run file (``trainer.init.schedulers[0]``).
+    :param location: ``file:line:column`` of the component, when read from a file.
+    """
+
+    kind: str
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(converter=_frozen_mapping, hash=False)
+    path: str = ""
+    location: str | None = attrs.field(default=None, eq=False)
+
+    def call_arguments(self) -> dict[str, Any]:
+        """A fresh, mutable copy of the arguments for a constructor (nested specs kept)."""
+        return {key: _copy_keeping_specs(value) for key, value in self.arguments.items()}
+
+    def to_mapping(self) -> dict[str, Any]:
+        """``{name: {arguments}}`` in plain values, nested components included."""
+        return {self.name: plain(dict(self.arguments))}
+
+    @property
+    def where(self) -> str:
+        """The path and, when known, the position: ``trainer.init.model (run.yaml:6:7)``."""
+        return f"{self.path} ({self.location})" if self.location else self.path
+
+
+def _copy_keeping_specs(value: Any) -> Any:
+    if isinstance(value, ComponentSpec):
+        return value
+    if isinstance(value, list):
+        return [_copy_keeping_specs(v) for v in value]
+    return copy.deepcopy(value)
+
+
+@attrs.frozen
+class BackendPlan:
+    """Where the trainer runs.
+
+    :param backend_type: the registered backend name (``"CPU"``), whatever case was written.
+    :param arguments: the backend's arguments as written (without ``backend_type``), plain.
+    :param path: ``trainer.init.device`` or ``trainer.init.backend``.
+    :param location: ``file:line:column``, when read from a file.
+    """
+
+    backend_type: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
+    path: str = ""
+    location: str | None = attrs.field(default=None, eq=False)
+
+    def call_arguments(self) -> dict[str, Any]:
+        """A fresh, mutable copy of the arguments for the backend's constructor."""
+        return plain(dict(self.arguments))  # type: ignore[no-any-return]
+
+
+@attrs.frozen
+class ParamFilter:
+    """One parameter-tagging filter of an optimizer: ``{params: GLOB or [GLOB...], tag: NAME}``.
+
+    :param globs: the globs matched against parameter names.
+    :param tag: the tag given to matching parameters.
+    """
+
+    globs: tuple[str, ...]
+    tag: str
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The filter as :func:`plugtrain.train.params.build_param_groups` takes it."""
+        return {"params": list(self.globs), "tag": self.tag}
+
+
+@attrs.frozen
+class OptimizerPlan:
+    """The optimizer and how the Trainer groups the model's parameters for it.
+
+    :param spec: the optimizer, without the two keys the Trainer handles.
+    :param param_filters: the ``params:`` tagging filters (``None``: none written).
+    :param exclude_from_weight_decay: put bias and normalisation parameters in
+        ``weight_decay: 0`` groups.
+    """
+
+    spec: ComponentSpec
+    param_filters: tuple[ParamFilter, ...] | None = None
+    exclude_from_weight_decay: bool = True
+
+
+@attrs.frozen
+class FitPlan:
+    """``trainer.fit``.
+
+    :param train_dataloader: the training data.
+    :param val_dataloader: the evaluation data, if any.
+    :param ckpt_path: the checkpoint to start from (``None``: none).
+    :param ckpt_path_given: whether ``ckpt_path`` was written; unset means the newest
+        checkpoint in ``model_dir`` when autoloading is on.
+    """
+
+    train_dataloader: ComponentSpec
+    val_dataloader: ComponentSpec | None = None
+    ckpt_path: str | None = None
+    ckpt_path_given: bool = False
+
+
+@attrs.frozen
+class ValidatePlan:
+    """``trainer.validate`` (or, for ``plugtrain validate``, the fit section's evaluation data).
+
+    :param val_dataloader: the evaluation data.
+    :param ckpt_path: the checkpoint to evaluate (``None``: none).
+    :param ckpt_path_given: whether ``ckpt_path`` was written.
+    """
+
+    val_dataloader: ComponentSpec
+    ckpt_path: str | None = None
+    ckpt_path_given: bool = False
+
+
+@attrs.frozen
+class TrainerPlan:
+    """One validated trainer of a run file.
+
+    :param path: where it is in the file (``trainer`` or ``trainer[1].trainer``).
+    :param backend: where it runs.
+    :param model: the model.
+    :param optimizer: the optimizer and parameter tagging (``None``: no optimizer).
+    :param schedulers: the schedulers, in order.
+    :param model_dir: where checkpoints, metrics and plots go.
+    :param seed: the seed of Python, numpy and torch, if any.
+    :param loop: loop settings, if given.
+    :param checkpoint: checkpoint settings, if given.
+    :param logging: logging settings, if given.
+    :param fit: the fit section, if any.
+    :param validate: the validate section, if any.
+    :param config: the ``init`` mapping as written, plain (stored in checkpoints' metadata).
+    """
+
+    path: str
+    backend: BackendPlan
+    model: ComponentSpec
+    optimizer: OptimizerPlan | None = None
+    schedulers: tuple[ComponentSpec, ...] = ()
+    model_dir: str = "./model_dir"
+    seed: int | None = None
+    loop: LoopSettings | None = None
+    checkpoint: CheckpointSettings | None = None
+    logging: LoggingSettings | None = None
+    fit: FitPlan | None = None
+    validate: ValidatePlan | None = None
+    config: Mapping[str, Any] = attrs.field(
+        factory=dict, converter=_frozen_mapping, eq=False, hash=False
+    )
+
+    @property
+    def backend_type(self) -> str:
+        """The registered backend type it asks for (``"CPU"``)."""
+        return self.backend.backend_type
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """What it does, in order: ``("fit", "validate")``, ``("fit",)`` or ``("validate",)``."""
+        return tuple(name for name in ("fit", "validate") if getattr(self, name) is not None)
+
+
+@attrs.frozen
+class RunPlan:
+    """A whole run file, validated: its trainers in order and the plugin modules it names.
+
+    :param source: the file it was read from (for messages).
+    :param trainers: one plan per trainer.
+    :param plugins: the run file's ``plugins:`` (local plugin modules).
+    """
+
+    source: str
+    trainers: tuple[TrainerPlan, ...]
+    plugins: tuple[str, ...] = ()
+
+    def __iter__(self) -> Iterator[TrainerPlan]:
+        return iter(self.trainers)
+
+    def __len__(self) -> int:
+        return len(self.trainers)

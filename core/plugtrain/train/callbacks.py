@@ -1,0 +1,69 @@
+"""Calling a Trainer's callbacks through :class:`plugtrain.protocols.Callback`.
+
+Which protocol methods each callback defines is read once, when the Trainer is created; the loop
+then calls the collected methods in the order the callbacks were given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from plugtrain._suggest import did_you_mean
+from plugtrain.protocols import CALLBACK_HOOKS
+
+__all__ = ["Callbacks"]
+
+log = logging.getLogger("plugtrain")
+
+
+class Callbacks:
+    """The callbacks of one Trainer, by protocol method.
+
+    :param callbacks: objects defining any of the Callback protocol's methods.
+    """
+
+    def __init__(self, callbacks: Sequence[Any]) -> None:
+        self.hooks: dict[str, list[Callable[..., Any]]] = {name: [] for name in CALLBACK_HOOKS}
+        for callback in callbacks:
+            for name in CALLBACK_HOOKS:
+                method = getattr(callback, name, None)
+                if callable(method):
+                    self.hooks[name].append(method)
+            _warn_unknown_hooks(callback)
+
+    def on_fit_start(self, trainer: Any) -> None:
+        """Call every ``on_fit_start(trainer)``."""
+        for method in self.hooks["on_fit_start"]:
+            method(trainer)
+
+    def on_train_step_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
+        """Call every ``on_train_step_end(trainer, metrics)``."""
+        for method in self.hooks["on_train_step_end"]:
+            method(trainer, metrics)
+
+    def on_validate_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
+        """Call every ``on_validate_end(trainer, metrics)``."""
+        for method in self.hooks["on_validate_end"]:
+            method(trainer, metrics)
+
+    def on_fit_end(self, trainer: Any) -> None:
+        """Call every ``on_fit_end(trainer)``."""
+        for method in self.hooks["on_fit_end"]:
+            method(trainer)
+
+
+def _warn_unknown_hooks(callback: Any) -> None:
+    """Log methods named ``on_...`` that the Trainer never calls (usually a typo)."""
+    for name in dir(type(callback)):
+        if not name.startswith("on_") or name in CALLBACK_HOOKS:
+            continue
+        if callable(getattr(type(callback), name, None)):
+            log.warning(
+                "callback %s defines %s, which the Trainer never calls.%s Callback methods: %s",
+                type(callback).__name__,
+                name,
+                did_you_mean(name, CALLBACK_HOOKS),
+                ", ".join(CALLBACK_HOOKS),
+            )

@@ -1,0 +1,124 @@
+"""Whether a loaded checkpoint fits the run that loads it, checked before anything is changed.
+
+Another model (a key missing, a shape different), another optimizer (its param groups lack this
+optimizer's hyperparameters, or another class wrote it) or another number of schedulers is a
+:class:`~plugtrain.train.checkpoint.CheckpointMismatchError` naming the file and the first key
+that differs. Weights that are not finite make the file unusable
+(:class:`~plugtrain.train.checkpoint.CorruptCheckpointError`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from plugtrain.train.checkpoint import CheckpointMismatchError, CorruptCheckpointError
+
+__all__ = ["check_fits", "first_non_finite"]
+
+
+def first_non_finite(tensors: Mapping[str, Any], names: Iterable[str]) -> str | None:
+    """The first of ``names`` whose tensor in ``tensors`` holds a NaN or an infinity, or ``None``.
+
+    Only parameters are checked: buffers may hold infinities on purpose (attention masks).
+    """
+    for name in names:
+        value = tensors.get(name)
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            continue
+        if not bool(torch.isfinite(value).all()):
+            return name
+    return None
+
+
+def _shape(tensor: torch.Tensor) -> str:
+    return "[" + ", ".join(map(str, tensor.shape)) + "]"
+
+
+def _model_mismatch(saved: Mapping[str, Any], expected: Mapping[str, torch.Tensor]) -> str | None:
+    for key, tensor in expected.items():
+        if key not in saved:
+            return f"model.{key}: missing from the checkpoint"
+        if saved[key].shape != tensor.shape:
+            return (
+                f"model.{key}: shape {_shape(saved[key])} in the checkpoint, "
+                f"{_shape(tensor)} in this model"
+            )
+    for key in saved:
+        if key not in expected:
+            return f"model.{key}: in the checkpoint but not in this model"
+    return None
+
+
+def _optimizer_mismatch(
+    saved: Mapping[str, Any], optimizer: torch.optim.Optimizer, saved_class: Any
+) -> str | None:
+    """The first difference; hyperparameters are compared when another (or no) class is named.
+
+    The same class may lack a hyperparameter that a newer torch added: its ``__setstate__``
+    fills that in, so a checkpoint of the same class is not refused for it.
+    """
+    this_class = type(optimizer).__name__
+    known = isinstance(saved_class, str)
+    written_by = f" (written by {saved_class}, this run uses {this_class})" if known else ""
+    groups = saved["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(optimizer.param_groups):
+        count = len(groups) if isinstance(groups, list) else "no list of"
+        return (
+            f"optimizer.param_groups: {count} groups in the checkpoint, "
+            f"{len(optimizer.param_groups)} in this optimizer{written_by}"
+        )
+    for index, (old, new) in enumerate(zip(groups, optimizer.param_groups, strict=True)):
+        if not isinstance(old, Mapping) or len(old.get("params", ())) != len(new["params"]):
+            return (
+                f"optimizer.param_groups.{index}.params: another number of parameters "
+                f"than this optimizer's {len(new['params'])}{written_by}"
+            )
+    if known and saved_class == this_class:
+        return None
+    for index, old in enumerate(groups):
+        for key in optimizer.defaults:
+            if key not in old:
+                return (
+                    f"optimizer.param_groups.{index}.{key}: missing from the checkpoint, "
+                    f"which holds another optimizer's state{written_by}"
+                )
+    if known:
+        return f"optimizer: another optimizer's state{written_by}"
+    return None
+
+
+def check_fits(
+    path: str | os.PathLike[str],
+    state: Mapping[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    schedulers: Sequence[Any],
+) -> None:
+    """Refuse a checkpoint that does not fit ``model``, ``optimizer`` and ``schedulers``.
+
+    :param state: what :func:`~plugtrain.train.checkpoint.load_checkpoint` returned.
+    :raises CheckpointMismatchError: naming ``path`` and the first key that differs.
+    :raises CorruptCheckpointError: when a parameter holds a NaN or an infinity.
+    """
+    problem = _model_mismatch(state["model"], model.state_dict())
+    if problem is None and optimizer is not None and state.get("optimizer") is not None:
+        saved_class = (state.get("metadata") or {}).get("optimizer")
+        problem = _optimizer_mismatch(state["optimizer"], optimizer, saved_class)
+    saved_schedulers = state.get("schedulers") or []
+    if problem is None and len(saved_schedulers) != len(schedulers):
+        problem = (
+            f"schedulers: {len(saved_schedulers)} scheduler states in the checkpoint, "
+            f"{len(schedulers)} schedulers in this run"
+        )
+    if problem is not None:
+        raise CheckpointMismatchError(f"{path}: does not fit this run: {problem}")
+    names = [name for name, _ in model.named_parameters()]
+    bad = first_non_finite(state["model"], names)
+    if bad is not None:
+        message = f"{path}: holds non-finite weights (NaN or infinity in model.{bad})"
+        raise CorruptCheckpointError(message)
