@@ -357,14 +357,12 @@ def test_c06_checkpoint_name_must_hold_step_exactly_once(name, tmp_path):
     line = next(n for n, t in enumerate(text.splitlines(), 1) if "checkpoint_name: " in t)
     column = text.splitlines()[line - 1].index("checkpoint_name: ") + 1  # at the key
     expected = (
-        f"{run}:{line}:{column}: trainer.init.checkpoint.checkpoint_name: checkpoint_name must "
+        f"{run}:{line}:{column}: trainer.init.checkpoint.checkpoint_name: must "
         f"hold '{{step}}' "
         f"exactly once and no other '{{' or '}}', got {name!r}"
     )
     assert expected in outcome.err, outcome.err
-    with pytest.raises(
-        ConfigError, match=r"checkpoint\.checkpoint_name: checkpoint_name must hold"
-    ):
+    with pytest.raises(ConfigError, match=r"checkpoint\.checkpoint_name: must hold"):
         _trainer(tmp_path, checkpoint={"checkpoint_name": name})
 
 
