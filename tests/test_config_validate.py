@@ -156,7 +156,7 @@ def test_a_cross_check_about_one_argument_is_placed_at_its_key(registry):
     (issue,) = issues.values()
     assert issue.path == "trainer.init.checkpoint.checkpoint_name"
     assert issue.message == (
-        "checkpoint_name must hold '{step}' exactly once and no other '{' or '}', got 'last.mdl'"
+        "must hold '{step}' exactly once and no other '{' or '}', got 'last.mdl'"
     )
     assert issue.location == "run.yaml:18:7"  # the key, not the checkpoint section
 

@@ -341,6 +341,26 @@ def test_c05_nothing_is_changed_by_a_checkpoint_that_does_not_fit(tmp_path):
         fewer.load_checkpoint(tmp_path / "a/checkpoint_5.mdl")
 
 
+class TorchSGD(torch.optim.SGD):
+    """A subclass of torch's SGD, as a run-file plugin might register."""
+
+
+def test_c05_a_checkpoint_of_the_same_algorithm_by_another_class_still_loads(tmp_path):
+    written = _trainer(
+        tmp_path,
+        loop={"max_steps": 5},
+        optimizer=lambda model: TorchSGD(model.parameters(), lr=0.05, momentum=0.9),
+    )
+    written.fit(_data())
+    resumed = _trainer(tmp_path, loop={"max_steps": 5})  # the plugin's SGD: more switches
+    resumed.load_checkpoint(tmp_path / "checkpoint_5.mdl")
+    assert resumed.global_step == 5
+    adamw = plugtrain.resolve("optimizer", "AdamW")
+    other = _trainer(tmp_path, optimizer=lambda model: adamw(model.parameters(), lr=0.001))
+    with pytest.raises(CheckpointMismatchError, match=r"written by TorchSGD, this run uses AdamW"):
+        other.load_checkpoint(tmp_path / "checkpoint_5.mdl")
+
+
 # -- checkpoint_name -----------------------------------------------------------------------------
 
 
@@ -357,14 +377,12 @@ def test_c06_checkpoint_name_must_hold_step_exactly_once(name, tmp_path):
     line = next(n for n, t in enumerate(text.splitlines(), 1) if "checkpoint_name: " in t)
     column = text.splitlines()[line - 1].index("checkpoint_name: ") + 1  # at the key
     expected = (
-        f"{run}:{line}:{column}: trainer.init.checkpoint.checkpoint_name: checkpoint_name must "
+        f"{run}:{line}:{column}: trainer.init.checkpoint.checkpoint_name: must "
         f"hold '{{step}}' "
         f"exactly once and no other '{{' or '}}', got {name!r}"
     )
     assert expected in outcome.err, outcome.err
-    with pytest.raises(
-        ConfigError, match=r"checkpoint\.checkpoint_name: checkpoint_name must hold"
-    ):
+    with pytest.raises(ConfigError, match=r"checkpoint\.checkpoint_name: must hold"):
         _trainer(tmp_path, checkpoint={"checkpoint_name": name})
 
 

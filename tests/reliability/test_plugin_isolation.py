@@ -95,7 +95,8 @@ def _imported(tmp_path: Path) -> set[str]:
 
 def _run_file(tmp_path: Path, optimizer: str = "SGD", plugins_line: str = "") -> Path:
     path = tmp_path / "run.yaml"
-    text = RUN.format(model_dir=tmp_path / "model", optimizer=optimizer)
+    # One model_dir per optimizer: a run must not resume another optimizer's checkpoint.
+    text = RUN.format(model_dir=tmp_path / f"model-{optimizer}", optimizer=optimizer)
     path.write_text(plugins_line + text)
     return path
 
@@ -146,7 +147,7 @@ def test_p06_a_plugin_calling_sys_exit_is_a_reported_failure_not_a_silent_exit(c
         assert f"SystemExit({code}): the plugin called sys.exit()" in outcome.err
     assert _imported(tmp_path) == {"acme_exits", "acme_exits_hook"}
     if command == "fit":  # the run really happened: two steps, a checkpoint, metrics
-        assert (tmp_path / "model" / "checkpoint_2.mdl").is_file()
+        assert (tmp_path / "model-SGD" / "checkpoint_2.mdl").is_file()
         assert "trainer 0: validation" in outcome.out
     if command == "list":
         assert "SGD" in outcome.out
@@ -161,7 +162,7 @@ def test_p06_strict_mode_makes_a_plugin_s_sys_exit_an_error(tmp_path):
         "SystemExit(0): the plugin called sys.exit()"
     ), outcome.err
     assert "Traceback" not in outcome.err
-    assert not (tmp_path / "model").exists()
+    assert not (tmp_path / "model-SGD").exists()
 
 
 # -- P07: KeyboardInterrupt -----------------------------------------------------------------------
@@ -296,7 +297,7 @@ def test_p09_check_imports_a_run_file_plugin_named_with_p_and_fit_validate_impor
     fitted = run_subprocess("fit", str(run), env=env)
     assert fitted.status == 0, fitted
     assert _imported(tmp_path) == {"helper"}
-    assert (tmp_path / "model" / "checkpoint_2.mdl").is_file()
+    assert (tmp_path / "model-HelperSGD" / "checkpoint_2.mdl").is_file()
     (tmp_path / "markers" / "helper").unlink()
     validated = run_subprocess("validate", str(run), env=env)
     assert validated.status == 0, validated

@@ -83,7 +83,7 @@ class CheckpointSettings:
         name = arguments["checkpoint_name"]
         problem = _checkpoint_name_problem(name)
         if problem is not None:
-            yield about("checkpoint_name", f"checkpoint_name {problem}, got {name!r}")
+            yield about("checkpoint_name", f"{problem}, got {name!r}")
 
 
 def _checkpoint_name_problem(name: str) -> str | None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from plugtrain.config.sections import CheckpointSettings
 from plugtrain.errors import BackendError, ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
@@ -135,8 +136,8 @@ def _checkpoint_places(trainers: Sequence[Any]) -> list[tuple[str, str]]:
     """``(model_dir, checkpoint_name)`` of each trainer of the run."""
     places = []
     for trainer in trainers:
-        name = trainer.checkpoint.checkpoint_name if trainer.checkpoint else None
-        places.append((str(trainer.model_dir), name or "checkpoint_{step}.mdl"))
+        checkpoint = trainer.checkpoint or CheckpointSettings()
+        places.append((str(trainer.model_dir), checkpoint.checkpoint_name))
     return places
 
 
@@ -246,9 +247,10 @@ def exit_worker_when_done() -> Iterator[None]:
     Only after :func:`exit_after_atexit_handlers` was called (otherwise the process ends as
     usual): output is flushed, every ``atexit`` handler runs, logging is shut down, and the
     process exits with status 0 without the interpreter's teardown. Errors leave through the
-    normal path, except a stop on a signal in a worker of several
-    (:class:`~plugtrain.train.interrupt.TrainingInterrupted`): rank 0 says where it saved, and
-    the worker ends the same way with ``128 + signal`` (its process group is still up).
+    normal path, except a stop on a signal
+    (:class:`~plugtrain.train.interrupt.TrainingInterrupted`) in a launched run of several
+    processes: rank 0 prints where it saved, and every worker exits ``128 + signal`` the same
+    way, after its ``atexit`` handlers.
     """
     launched = launched_process()
     several = launched is not None and launched.world_size > 1
@@ -260,14 +262,14 @@ def exit_worker_when_done() -> Iterator[None]:
             raise
         if launched is not None and launched.rank == 0:
             sys.stderr.write(f"plugtrain: {exc}\n")
-        _end_process(int(status), "stopped by a signal")
+        _exit_now(int(status))
     if _exit_reason is None:
         return
-    _end_process(0, _exit_reason)
+    log.debug("ending the process after its atexit handlers: %s", _exit_reason)
+    _exit_now(0)
 
 
-def _end_process(status: int, reason: str) -> None:
-    log.debug("ending the process after its atexit handlers: %s", reason)
+def _exit_now(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     atexit._run_exitfuncs()
