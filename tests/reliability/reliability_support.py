@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -216,3 +217,41 @@ def last_line(err: str) -> str:
     """The last line a command printed on stderr."""
     lines = err.strip().splitlines()
     return lines[-1] if lines else ""
+
+
+def small_trainer(
+    model_dir: Path,
+    *,
+    max_steps: int = 20,
+    checkpoint_steps: int = 5,
+    dropout: float = 0.1,
+    **changes: object,
+) -> Any:
+    """A seeded Trainer of a small MLP with SGD on 16 features and 4 classes, in ``model_dir``.
+
+    Pairs with :func:`small_data`; ``changes`` replace any Trainer argument.
+    """
+    import plugtrain
+    from plugtrain.builtin.models import MLP
+    from plugtrain.train.trainer import Trainer
+
+    sgd = plugtrain.resolve("optimizer", "SGD")
+    arguments: dict[str, object] = {
+        "device": "CPU",
+        "model_dir": model_dir,
+        "model": lambda: MLP(in_features=16, out_features=4, hidden=32, dropout=dropout),
+        "optimizer": lambda model: sgd(model.parameters(), lr=0.05, momentum=0.9),
+        "loop": {"max_steps": max_steps},
+        "logging": {"log_steps": 1},
+        "checkpoint": {"steps": checkpoint_steps},
+        "seed": 3,
+    }
+    arguments.update(changes)
+    return Trainer(**arguments)
+
+
+def small_data() -> Any:
+    """128 synthetic examples of 16 features and 4 classes, in batches of 16."""
+    from plugtrain.builtin.data import synthetic_loader
+
+    return synthetic_loader(batch_size=16, num_examples=128, in_features=16, num_classes=4)

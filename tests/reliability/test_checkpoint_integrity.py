@@ -22,12 +22,13 @@ from reliability_support import (
     finish_process,
     last_line,
     run_cli,
+    small_data,
+    small_trainer,
     start_plugtrain,
     write_train_run,
 )
 
 import plugtrain
-from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import ConfigError
 from plugtrain.train.checkpoint import (
@@ -43,23 +44,11 @@ pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _trainer(model_dir: Path, **changes: object) -> Trainer:
-    sgd = plugtrain.resolve("optimizer", "SGD")
-    arguments: dict[str, object] = {
-        "device": "CPU",
-        "model_dir": model_dir,
-        "model": lambda: MLP(in_features=16, out_features=4, hidden=32, dropout=0.1),
-        "optimizer": lambda model: sgd(model.parameters(), lr=0.05, momentum=0.9),
-        "loop": {"max_steps": 20},
-        "logging": {"log_steps": 1},
-        "checkpoint": {"steps": 10},
-        "seed": 3,
-    }
-    arguments.update(changes)
-    return Trainer(**arguments)  # type: ignore[arg-type]
+    return small_trainer(model_dir, checkpoint_steps=10, **changes)
 
 
 def _data() -> torch.utils.data.DataLoader:
-    return synthetic_loader(batch_size=16, num_examples=128, in_features=16, num_classes=4)
+    return small_data()
 
 
 def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:

@@ -26,10 +26,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import HANG_GUARD_S, Outcome
+from reliability_support import HANG_GUARD_S, Outcome, small_data, small_trainer
 
-import plugtrain
-from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import ConfigError
 from plugtrain.train.checkpoint import CheckpointError, find_latest, load_checkpoint
@@ -122,23 +120,11 @@ def assert_bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 
 
 def _trainer(tmp_path: Path, **changes: object) -> Trainer:
-    sgd = plugtrain.resolve("optimizer", "SGD")
-    arguments: dict[str, object] = {
-        "device": "CPU",
-        "model_dir": tmp_path / "run",
-        "model": lambda: MLP(in_features=16, out_features=4, hidden=32, dropout=0.1),
-        "optimizer": lambda model: sgd(model.parameters(), lr=0.05, momentum=0.9),
-        "loop": {"max_steps": 20},
-        "logging": {"log_steps": 1},
-        "checkpoint": {"steps": 5},
-        "seed": 3,
-    }
-    arguments.update(changes)
-    return Trainer(**arguments)  # type: ignore[arg-type]
+    return small_trainer(tmp_path / "run", **changes)
 
 
 def _data() -> torch.utils.data.DataLoader:
-    return synthetic_loader(batch_size=16, num_examples=128, in_features=16, num_classes=4)
+    return small_data()
 
 
 class SignalAt:

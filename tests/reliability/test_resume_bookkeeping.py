@@ -17,11 +17,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import finish_process, start_plugtrain, wait_until, write_train_run
+from reliability_support import (
+    finish_process,
+    small_data,
+    small_trainer,
+    start_plugtrain,
+    wait_until,
+    write_train_run,
+)
 
-import plugtrain
-from plugtrain.builtin.data import synthetic_loader
-from plugtrain.builtin.models import MLP
 from plugtrain.train.checkpoint import load_checkpoint
 from plugtrain.train.trainer import Trainer
 
@@ -29,23 +33,11 @@ pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _trainer(model_dir: Path, **changes: object) -> Trainer:
-    sgd = plugtrain.resolve("optimizer", "SGD")
-    arguments: dict[str, object] = {
-        "device": "CPU",
-        "model_dir": model_dir,
-        "model": lambda: MLP(in_features=16, out_features=4, hidden=32),
-        "optimizer": lambda model: sgd(model.parameters(), lr=0.05, momentum=0.9),
-        "loop": {"max_steps": 10},
-        "logging": {"log_steps": 1},
-        "checkpoint": {"steps": 5},
-        "seed": 3,
-    }
-    arguments.update(changes)
-    return Trainer(**arguments)  # type: ignore[arg-type]
+    return small_trainer(model_dir, max_steps=10, dropout=0.0, **changes)
 
 
 def _data() -> torch.utils.data.DataLoader:
-    return synthetic_loader(batch_size=16, num_examples=128, in_features=16, num_classes=4)
+    return small_data()
 
 
 def _jsonl(model_dir: Path) -> list[dict[str, object]]:

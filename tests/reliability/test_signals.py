@@ -19,14 +19,13 @@ from reliability_support import (
     Outcome,
     finish_process,
     last_line,
+    small_data,
+    small_trainer,
     start_plugtrain,
     wait_until,
     write_train_run,
 )
 
-import plugtrain
-from plugtrain.builtin.data import synthetic_loader
-from plugtrain.builtin.models import MLP
 from plugtrain.train.checkpoint import find_latest, load_checkpoint
 from plugtrain.train.interrupt import StoppedAtOnce, TrainingInterrupted
 from plugtrain.train.trainer import Trainer
@@ -35,23 +34,11 @@ pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _trainer(tmp_path: Path, **changes: object) -> Trainer:
-    sgd = plugtrain.resolve("optimizer", "SGD")
-    arguments: dict[str, object] = {
-        "device": "CPU",
-        "model_dir": tmp_path / "run",
-        "model": lambda: MLP(in_features=16, out_features=4, hidden=32, dropout=0.1),
-        "optimizer": lambda model: sgd(model.parameters(), lr=0.05, momentum=0.9),
-        "loop": {"max_steps": 20},
-        "logging": {"log_steps": 1},
-        "checkpoint": {"steps": 5},
-        "seed": 3,
-    }
-    arguments.update(changes)
-    return Trainer(**arguments)  # type: ignore[arg-type]
+    return small_trainer(tmp_path / "run", **changes)
 
 
 def _data() -> torch.utils.data.DataLoader:
-    return synthetic_loader(batch_size=16, num_examples=128, in_features=16, num_classes=4)
+    return small_data()
 
 
 class SignalAt:
