@@ -82,3 +82,11 @@ def test_hook_plugtrain_register_models(make_registry):
 
 def test_hook_plugtrain_register_dataloaders(make_registry):
     _check_hook(make_registry, "plugtrain_register_dataloaders")
+
+
+def test_hook_plugtrain_register_callbacks(make_registry):
+    _check_hook(make_registry, "plugtrain_register_callbacks")
+
+
+def test_hook_plugtrain_register_loggers(make_registry):
+    _check_hook(make_registry, "plugtrain_register_loggers")

@@ -120,3 +120,33 @@ def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
         each data loader.
     :returns: nothing; the return value is ignored.
     """
+
+
+# -------------------------------------------------------------------------------------------
+# callbacks and loggers
+
+
+@hookspec
+def plugtrain_register_callbacks(registry: ComponentRegistrar) -> None:
+    """Declare callbacks (``trainer.init.callbacks``); called once when a registry is built.
+
+    A callback is constructed as ``Callback(**arguments)`` and defines any of the methods of
+    :class:`plugtrain.protocols.Callback`; the Trainer calls the ones it defines, in list order.
+
+    :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
+        callback.
+    :returns: nothing; the return value is ignored.
+    """
+
+
+@hookspec
+def plugtrain_register_loggers(registry: ComponentRegistrar) -> None:
+    """Declare metric loggers (``trainer.init.loggers``); called once when a registry is built.
+
+    A logger is constructed as ``Logger(**arguments)`` and meets
+    :class:`plugtrain.protocols.Logger`; every record the Trainer writes goes to every logger.
+
+    :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
+        logger.
+    :returns: nothing; the return value is ignored.
+    """

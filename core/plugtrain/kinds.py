@@ -37,6 +37,8 @@ KINDS: dict[str, Kind] = {
         Kind("backend", "plugtrain_register_backends", "plugtrain-backends", ()),
         Kind("model", "plugtrain_register_models", "plugtrain", ()),
         Kind("dataloader", "plugtrain_register_dataloaders", "plugtrain", ()),
+        Kind("callback", "plugtrain_register_callbacks", "plugtrain-callbacks", ()),
+        Kind("logger", "plugtrain_register_loggers", "plugtrain-callbacks", ()),
     )
 }
 """Every kind, by name, in the order hooks are called."""
