@@ -290,28 +290,71 @@ class DataLoader(Protocol):
         """The batches of one epoch."""
 
 
-CALLBACK_HOOKS = ("on_fit_start", "on_train_step_end", "on_validate_end", "on_fit_end")
-"""The methods of :class:`Callback`, in the order a ``fit`` calls them first."""
+CALLBACK_HOOKS = (
+    "on_fit_start",
+    "on_train_step_start",
+    "on_before_optimizer_step",
+    "on_train_step_end",
+    "on_validate_start",
+    "on_validate_end",
+    "on_save_checkpoint",
+    "on_before_load_checkpoint",
+    "on_load_checkpoint",
+    "on_fit_end",
+)
+"""The methods of :class:`Callback` the Trainer calls, in the order a ``fit`` calls them first."""
 
 
 @runtime_checkable
 class Callback(Protocol):
-    """Code that runs at points of ``fit`` and ``validate``: ``Trainer(callbacks=[...])``.
+    """Code that runs at points of ``fit`` and ``validate``.
 
-    Every method is optional: the Trainer reads which of these a callback defines once, when it
-    is created, and calls only those (deriving from this class gives no-op defaults for the
-    rest). A method named ``on_...`` that is none of these is reported as a likely typo. Callbacks
-    run on every process; ``trainer.is_main_process`` tells the one that writes files.
+    Listed in a run file as ``callbacks: [{Name: {arguments}}]`` (registered through
+    :func:`plugtrain.hookspecs.plugtrain_register_callbacks`) or given as objects:
+    ``Trainer(callbacks=[...])``. Every method is optional: the Trainer reads which of these a
+    callback defines once, when it is created, and calls only those, in list order (deriving
+    from this class gives no-op defaults for the rest). A method named ``on_...`` that is none of
+    these is reported as a likely typo. Callbacks run on every process;
+    ``trainer.is_main_process`` tells the one that writes files.
+
+    A callback with state defines ``state_dict()`` and ``load_state_dict(state)``: the state is
+    saved in every checkpoint and given back when one is loaded (matched by position and class
+    name).
     """
 
     def on_fit_start(self, trainer: Any) -> None:
         """At the start of ``fit``, after a checkpoint was restored and before the first step."""
 
-    def on_train_step_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
-        """After each step whose training metrics are logged (every ``logging.log_steps``)."""
+    def on_train_step_start(self, trainer: Any, step: int) -> None:
+        """Before the batches of optimizer step ``step`` (``trainer.global_step + 1``) run."""
 
-    def on_validate_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
-        """After each evaluation (during ``fit`` and in ``validate``) with its metrics."""
+    def on_before_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+        """After the backward pass, with the gradients final: unscaled and clipped."""
+
+    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+        """After each step whose training metrics are logged (every ``logging.log_steps``).
+
+        ``metrics`` is the record about to be logged; entries a callback adds are logged too.
+        """
+
+    def on_validate_start(self, trainer: Any) -> None:
+        """Before each evaluation (during ``fit`` and in ``validate``)."""
+
+    def on_validate_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+        """After each evaluation with its metrics (entries a callback adds are logged too)."""
+
+    def on_save_checkpoint(self, trainer: Any, path: Any) -> None:
+        """After a checkpoint was written (atomically) to ``path``, on the main process."""
+
+    def on_before_load_checkpoint(self, trainer: Any, state: dict[str, Any]) -> None:
+        """Before a checkpoint's contents are applied; removing a key from ``state`` skips it.
+
+        The keys are ``model``, ``optimizer``, ``schedulers``, ``grad_scaler``, ``global_step``,
+        ``dataloader`` and ``callbacks`` (those present in that checkpoint).
+        """
+
+    def on_load_checkpoint(self, trainer: Any, path: Any) -> None:
+        """After the checkpoint at ``path`` was restored."""
 
     def on_fit_end(self, trainer: Any) -> None:
         """After ``fit`` finished training and saved its last checkpoint."""
@@ -321,9 +364,9 @@ class Callback(Protocol):
 class Logger(Protocol):
     """Where metrics go (files, TensorBoard ...): called on the main process only.
 
-    Not yet a kind a plugin registers: the Trainer writes its own metrics files
-    (``metrics.jsonl``, ``metrics.csv`` and TensorBoard events in ``model_dir``). This states the
-    contract that loggers registered as plugins will meet.
+    Listed in a run file as ``loggers: [{Name: {arguments}}]`` (registered through
+    :func:`plugtrain.hookspecs.plugtrain_register_loggers`) or given as objects:
+    ``Trainer(loggers=[...])``.
     """
 
     def log_metrics(self, step: int, split: str, metrics: Mapping[str, float]) -> None:

@@ -7,7 +7,7 @@ then calls the collected methods in the order the callbacks were given.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from plugtrain._suggest import did_you_mean
@@ -33,25 +33,38 @@ class Callbacks:
                     self.hooks[name].append(method)
             _warn_unknown_hooks(callback)
 
+    def call(self, hook: str, *args: Any) -> None:
+        """Call every callback's ``hook(*args)``, in list order."""
+        for method in self.hooks[hook]:
+            method(*args)
+
     def on_fit_start(self, trainer: Any) -> None:
         """Call every ``on_fit_start(trainer)``."""
-        for method in self.hooks["on_fit_start"]:
-            method(trainer)
+        self.call("on_fit_start", trainer)
 
-    def on_train_step_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
+    def on_train_step_start(self, trainer: Any, step: int) -> None:
+        """Call every ``on_train_step_start(trainer, step)``."""
+        self.call("on_train_step_start", trainer, step)
+
+    def on_before_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+        """Call every ``on_before_optimizer_step(trainer, optimizer)``."""
+        self.call("on_before_optimizer_step", trainer, optimizer)
+
+    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
         """Call every ``on_train_step_end(trainer, metrics)``."""
-        for method in self.hooks["on_train_step_end"]:
-            method(trainer, metrics)
+        self.call("on_train_step_end", trainer, metrics)
 
-    def on_validate_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
+    def on_validate_start(self, trainer: Any) -> None:
+        """Call every ``on_validate_start(trainer)``."""
+        self.call("on_validate_start", trainer)
+
+    def on_validate_end(self, trainer: Any, metrics: dict[str, float]) -> None:
         """Call every ``on_validate_end(trainer, metrics)``."""
-        for method in self.hooks["on_validate_end"]:
-            method(trainer, metrics)
+        self.call("on_validate_end", trainer, metrics)
 
     def on_fit_end(self, trainer: Any) -> None:
         """Call every ``on_fit_end(trainer)``."""
-        for method in self.hooks["on_fit_end"]:
-            method(trainer)
+        self.call("on_fit_end", trainer)
 
 
 def _warn_unknown_hooks(callback: Any) -> None:
