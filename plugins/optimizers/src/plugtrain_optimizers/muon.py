@@ -122,7 +122,8 @@ class Muon(PlugtrainOptimizer):
         self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
     ) -> None:
         """One Muon step over ``params`` (fallback parameters included)."""
-        matrices = [i for i, p in enumerate(params) if p.dim() >= 2]
+        # an empty matrix has nothing to orthogonalise (and no row count to scale by)
+        matrices = [i for i, p in enumerate(params) if p.dim() >= 2 and p.numel() > 0]
         vectors = [i for i, p in enumerate(params) if p.dim() < 2]
         if matrices:
             ps, gs = self.take([params, grads], matrices)

@@ -17,7 +17,14 @@ signature; the plugin module and schemas import no torch; states survive a check
 (``weights_only=True``) and resume exactly. :func:`isolated_registry` builds a registry of only
 the plugins given.
 
-Importing this module imports neither torch nor pytest.
+The behavioural conformance kit: :func:`check_optimizer`, :func:`check_scheduler`,
+:func:`check_callback`, :func:`check_logger`, :func:`check_model` and :func:`check_dataloader`
+take a component's class (or factory) and its arguments, try each property of that kind
+(``OPTIMIZER_PROPERTIES`` ...) and raise :class:`ConformanceError` naming every property that
+failed and the values involved; ``skip={"property": "reason"}`` opts out of one, with the
+reason kept in the returned :class:`ConformanceReport`.
+
+Importing this module imports neither torch nor pytest (the kit is imported on first use).
 """
 
 from __future__ import annotations
@@ -36,14 +43,44 @@ from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
 from plugtrain.schema import REQUIRED, arg_infos
 
+from plugtrain.testing.conformance import ConformanceError, ConformanceReport, PropertyResult
+
 if TYPE_CHECKING:
     import pluggy
 
+    from plugtrain.testing.optimizer_kit import OPTIMIZER_PROPERTIES, check_optimizer
+    from plugtrain.testing.runtime_kit import (
+        CALLBACK_PROPERTIES,
+        DATALOADER_PROPERTIES,
+        LOGGER_PROPERTIES,
+        MODEL_PROPERTIES,
+        check_callback,
+        check_dataloader,
+        check_logger,
+        check_model,
+    )
+    from plugtrain.testing.scheduler_kit import SCHEDULER_PROPERTIES, check_scheduler
+
 __all__ = [
+    "CALLBACK_PROPERTIES",
+    "DATALOADER_PROPERTIES",
+    "LOGGER_PROPERTIES",
+    "MODEL_PROPERTIES",
+    "OPTIMIZER_PROPERTIES",
+    "SCHEDULER_PROPERTIES",
+    "ConformanceError",
+    "ConformanceReport",
+    "PropertyResult",
     "assert_plugin_contract",
     "assert_plugin_installed",
+    "check_callback",
     "check_component_contract",
+    "check_dataloader",
+    "check_logger",
+    "check_model",
+    "check_optimizer",
     "check_plugin_contract",
+    "check_scheduler",
     "fresh_backend",
     "installed_registry",
     "isolated_registry",
@@ -56,6 +93,38 @@ try:
     import pytest
 except ImportError:  # pragma: no cover - the helpers work without pytest
     pytest = None  # type: ignore[assignment]
+
+
+# The conformance kit imports torch: loaded on first use, so that importing this module does not.
+_KIT = {
+    "check_optimizer": "optimizer_kit",
+    "OPTIMIZER_PROPERTIES": "optimizer_kit",
+    "check_scheduler": "scheduler_kit",
+    "SCHEDULER_PROPERTIES": "scheduler_kit",
+    **{
+        name: "runtime_kit"
+        for name in (
+            "check_callback",
+            "check_logger",
+            "check_model",
+            "check_dataloader",
+            "CALLBACK_PROPERTIES",
+            "LOGGER_PROPERTIES",
+            "MODEL_PROPERTIES",
+            "DATALOADER_PROPERTIES",
+        )
+    },
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _KIT.get(name)
+    if module is None:
+        message = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(message)
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
 # -- helpers ---------------------------------------------------------------------------------
