@@ -47,6 +47,10 @@ class Adafactor(PlugtrainOptimizer):
         a block, walked in row blocks: one pass for the statistics, one for the update's RMS,
         one for the update), so the update is never stored parameter-sized.
         """
+        if any(p.numel() == 0 for p in params):  # nothing to update, and RMS would divide by 0
+            params, grads = self.take([params, grads], [i for i, p in enumerate(params) if p.numel()])
+            if not params:
+                return
         lr, wd = as_float(group["lr"]), as_float(group["weight_decay"])
         eps1, eps2 = (as_float(e) for e in group["eps"])
         decay, clip = as_float(group["decay_rate"]), as_float(group["clip_threshold"])

@@ -1,0 +1,35 @@
+"""The core's own models and data loaders pass plugtrain's behavioural conformance kit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import plugtrain
+from plugtrain.testing import check_dataloader, check_model
+
+MODELS = {
+    "MLP": ({"in_features": 64, "out_features": 10, "depth": 2, "layer_norm": True}, (5, 64)),
+}
+DATALOADERS = {
+    "Digits": {"batch_size": 64},
+    "Synthetic": {"batch_size": 16, "num_examples": 100},
+}
+
+
+def test_every_builtin_component_is_checked():
+    assert sorted(MODELS) == plugtrain.names("model")
+    assert sorted(DATALOADERS) == plugtrain.names("dataloader")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_conformance(name):
+    arguments, shape = MODELS[name]
+    inputs = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    check_model(plugtrain.resolve("model", name), arguments, inputs=inputs, name=name)
+
+
+@pytest.mark.parametrize("name", sorted(DATALOADERS))
+def test_dataloader_conformance(name):
+    report = check_dataloader(plugtrain.resolve("dataloader", name), DATALOADERS[name], name=name)
+    assert report.outcome("length") == "passed"
