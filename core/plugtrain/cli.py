@@ -278,6 +278,31 @@ def _write(text: str, output: str | None, out: TextIO) -> int:
     return EXIT_OK
 
 
+# -- new -------------------------------------------------------------------------------------
+
+
+def _cmd_new(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from pathlib import Path
+
+    from plugtrain.authoring.scaffold import (
+        ScaffoldError,
+        default_package,
+        parse_specs,
+        write_package,
+    )
+
+    try:
+        specs = parse_specs(args.components)
+        package = args.package or default_package(specs)
+        folder = Path(args.dir or package)
+        written = write_package(specs, folder, package)
+    except ScaffoldError as exc:
+        raise ConfigError(f"plugtrain new: {exc}") from exc
+    out.write(f"wrote {len(written)} files of {package} in {folder}\n")
+    out.write(f'next: cd {folder} && python -m pip install -e ".[test]" && python -m pytest\n')
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 
@@ -347,6 +372,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     schema.add_argument("-o", "--output", metavar="FILE", help="write FILE instead of printing")
     schema.set_defaults(handler=_cmd_schema)
+
+    new = commands.add_parser("new", help="write a new plugin distribution (KIND NAME pairs)")
+    new.add_argument(
+        "components",
+        nargs="+",
+        metavar="KIND NAME",
+        help="e.g. optimizer Prodigy scheduler WarmupLR (kinds: optimizer, scheduler, "
+        "callback, logger, backend, model, dataloader)",
+    )
+    new.add_argument("--package", help="distribution name (default plugtrain-NAME)")
+    new.add_argument("--dir", help="folder to write (default: the package name)")
+    new.set_defaults(handler=_cmd_new)
     return parser
 
 
