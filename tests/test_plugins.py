@@ -49,7 +49,7 @@ def _settings(**changes):
 
 
 def _info(registry, name):
-    (info,) = [p for p in registry.plugins if p.name == name]
+    (info,) = [p for p in registry.plugins() if p.name == name]
     return info
 
 
@@ -61,7 +61,7 @@ def test_a_plugin_whose_hook_raises_is_skipped_and_reported(capsys):
     registry = _build(("good", Good()), ("raiser", RaisesInHook()))
     assert registry.names("optimizer") == ["GoodOpt"]
     assert registry.names("scheduler") == []  # its partial registration is rolled back
-    (failed,) = [p for p in registry.plugins if p.status == "failed"]
+    (failed,) = [p for p in registry.plugins() if p.status == "failed"]
     assert failed.name == "raiser"
     assert "RuntimeError: boom" in failed.error
     err = capsys.readouterr().err
@@ -151,7 +151,7 @@ def test_installed_plugins_are_loaded_and_listed(installed_registry):
 
 def test_disabling_autoload_loads_only_named_entry_points():
     registry = build_registry(PluginSettings(autoload=False, explicit=("optimizers",)))
-    statuses = {p.name: p.status for p in registry.plugins}
+    statuses = {p.name: p.status for p in registry.plugins()}
     if "optimizers" not in statuses:
         pytest.skip("plugtrain-optimizers is not installed")
     assert statuses["optimizers"] == "loaded"
@@ -161,7 +161,7 @@ def test_disabling_autoload_loads_only_named_entry_points():
 
 def test_a_blocked_entry_point_is_listed_as_blocked():
     registry = build_registry(PluginSettings(blocked=frozenset({"builtin"})))
-    (builtin,) = [p for p in registry.plugins if p.name == "builtin"]
+    (builtin,) = [p for p in registry.plugins() if p.name == "builtin"]
     assert builtin.status == "blocked"
     assert registry.names("model") == []
 

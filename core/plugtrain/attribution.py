@@ -86,7 +86,7 @@ def _frames(exc: BaseException) -> list[FrameType]:
 def _owner(exc: BaseException, registry: Registry) -> tuple[PluginInfo, Component | None] | None:
     frames = _frames(exc)
     plugins: dict[str, tuple[PluginInfo, list[Component], set[str]]] = {}
-    for info in registry.plugins:
+    for info in registry.plugins():
         if info.status == "loaded":
             mine = [c for c in registry.components() if c.plugin.name == info.name]
             plugins[info.name] = (info, mine, _code_prefixes(info, mine))

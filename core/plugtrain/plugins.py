@@ -36,6 +36,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
+import types
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -312,7 +313,7 @@ def build_registry(
             if name not in claimed and name not in loader.infos:
                 loader.load_module(name)
         for name, plugin in extra:
-            info = PluginInfo(name, getattr(plugin, "__name__", name))
+            info = PluginInfo(name, _module_of(plugin))
             if settings.is_blocked(name):
                 loader.infos[name] = attrs.evolve(info, status="blocked")
             else:
@@ -321,6 +322,14 @@ def build_registry(
             if name not in loader.infos:
                 loader.infos[name] = PluginInfo(name, name, status="not imported", error=WITHHELD)
         return _collect(loader)
+
+
+def _module_of(plugin: object) -> str:
+    """The module holding an in-memory plugin's hooks: the module itself, or a class's module."""
+    if isinstance(plugin, types.ModuleType):
+        return plugin.__name__
+    owner = plugin if isinstance(plugin, type) else type(plugin)
+    return str(owner.__module__)
 
 
 @contextlib.contextmanager
@@ -452,7 +461,7 @@ def plugin_summary(registry: Registry) -> list[dict[str, Any]]:
         per_kind = contributed.setdefault(component.plugin.name, {})
         per_kind.setdefault(component.kind, []).append(component.name)
     rows = []
-    for info in sorted(registry.plugins, key=lambda p: p.name):
+    for info in sorted(registry.plugins(), key=lambda p: p.name):
         row = attrs.asdict(info)
         row["hooks"] = list(info.hooks)
         row["components"] = contributed.get(info.name, {})

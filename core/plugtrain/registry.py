@@ -27,6 +27,7 @@ __all__ = [
     "ComponentInfo",
     "ComponentRegistrar",
     "PluginInfo",
+    "PluginList",
     "Registry",
     "import_target",
 ]
@@ -59,9 +60,13 @@ class PluginInfo:
 
     @property
     def provider(self) -> str:
-        """``"dist version"`` or, for a local module, ``"module (local)"``."""
+        """``"dist version"`` or, for a local plugin, ``"name (local)"``.
+
+        A local plugin's name is its module's for ``-p MODULE``, the object's for a plugin
+        registered in memory.
+        """
         if self.distribution is None:
-            return f"{self.module} (local)"
+            return f"{self.name} (local)"
         return f"{self.distribution} {self.version}"
 
 
@@ -241,14 +246,29 @@ def _check_name(name: str) -> None:
         raise ValueError(message)
 
 
+class PluginList(list[PluginInfo]):
+    """What ``registry.plugins`` is: call it, ``registry.plugins()``, as ``registry.names(kind)``.
+
+    Every query of a :class:`Registry` is a method. Reading ``registry.plugins`` as a list (the
+    spelling of plugtrain 0.1) still works and is deprecated.
+    """
+
+    def __call__(self) -> list[PluginInfo]:
+        """The plugins, as a new list."""
+        return list.copy(self)
+
+
 class Registry:
     """Every component the loaded plugins declare, and name resolution over them.
+
+    Queries are methods: :meth:`plugins`, :meth:`components`, :meth:`names`, :meth:`lookup`,
+    :meth:`resolve`, :meth:`describe`, :meth:`find`.
 
     :param plugins: the plugins considered, loaded or not, for messages and listings.
     """
 
     def __init__(self, plugins: Iterable[PluginInfo] = ()) -> None:
-        self.plugins: list[PluginInfo] = list(plugins)
+        self._plugins: list[PluginInfo] = list(plugins)
         self._names: dict[str, dict[str, list[Component]]] = {k: {} for k in KINDS}
         self._loaded: dict[tuple[str, str], Any] = {}
         self._lower: dict[str, dict[str, set[str]]] | None = None
@@ -282,9 +302,18 @@ class Registry:
 
     def set_plugin(self, info: PluginInfo) -> None:
         """Record ``info`` in place of the plugin of the same name."""
-        self.plugins = [info if p.name == info.name else p for p in self.plugins]
+        self._plugins = [info if p.name == info.name else p for p in self._plugins]
 
     # -- querying ---------------------------------------------------------------------------
+
+    @property
+    def plugins(self) -> PluginList:
+        """Call it: ``registry.plugins()``, every plugin considered (loaded, failed, blocked ...).
+
+        Each :class:`PluginInfo` has the plugin's name, module, distribution, version, status
+        and error.
+        """
+        return PluginList(self._plugins)
 
     def components(self, kind: str | None = None) -> list[Component]:
         """Every component (of ``kind``, if given), one entry per provider, sorted by name."""
@@ -359,10 +388,10 @@ class Registry:
                 f" No installed plugin provides {kind.plural}; "
                 f"install {kind.distribution} (pip install {kind.distribution})."
             )
-        failed = [p for p in self.plugins if p.status == "failed"]
+        failed = [p for p in self._plugins if p.status == "failed"]
         if failed:
             source += " Plugins that failed to load: " + ", ".join(p.name for p in failed) + "."
-        withheld = [p.name for p in self.plugins if p.status == "not imported"]
+        withheld = [p.name for p in self._plugins if p.status == "not imported"]
         if withheld:
             source += (
                 f" The run file's plugins {', '.join(withheld)} were not imported "

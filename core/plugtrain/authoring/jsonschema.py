@@ -90,7 +90,7 @@ def run_file_schema(registry: Registry) -> Schema:
 
     builder = _Builder(registry)
     root = builder.section(RunFile, inline=True)
-    loaded = sorted({p.provider for p in registry.plugins if p.status == "loaded"}, key=str.lower)
+    loaded = sorted({p.provider for p in registry.plugins() if p.status == "loaded"}, key=str.lower)
     return {
         "$schema": DRAFT,
         "title": "plugtrain run file",

@@ -80,7 +80,7 @@ def components_markdown(
     """
     kinds = [kind] if kind is not None else list(KINDS)
     providers = sorted(
-        {p.provider for p in registry.plugins if p.status == "loaded"}, key=str.lower
+        {p.provider for p in registry.plugins() if p.status == "loaded"}, key=str.lower
     )
     lines = [
         "# Component reference",

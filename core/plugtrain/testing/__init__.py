@@ -148,9 +148,9 @@ def isolated_registry(*plugins_: object, builtin: bool = False, strict: bool = T
 def assert_plugin_installed(distribution: str, registry: Registry | None = None) -> None:
     """Fail unless ``distribution`` is installed and its plugin loaded without error."""
     registry = registry or plugins.get_registry()
-    mine = [p for p in registry.plugins if p.distribution == distribution]
+    mine = [p for p in registry.plugins() if p.distribution == distribution]
     if not mine:
-        found = sorted({p.distribution or p.name for p in registry.plugins})
+        found = sorted({p.distribution or p.name for p in registry.plugins()})
         message = f"no plugin from distribution {distribution!r} is installed; found: {found}"
         raise AssertionError(message)
     failed = [p for p in mine if p.status != "loaded"]
@@ -250,19 +250,48 @@ def _same_default(a: Any, b: Any) -> bool:
 
 
 def _torch_free_problems(modules: list[str]) -> list[str]:
-    """Import ``modules`` in a fresh interpreter and report whether torch came with them."""
+    """Import ``modules`` in a fresh interpreter and report whether torch came with them.
+
+    The interpreter gets this process's ``sys.path``; a module imported here that it still
+    cannot find by name (an in-memory plugin's module loaded from a file, a test module under
+    ``--import-mode=importlib``) is loaded from its file. A module without a file (defined in
+    ``__main__`` or built at run time) cannot be imported elsewhere and is not checked.
+    """
+    items = []
+    for name in modules:
+        module = sys.modules.get(name)
+        file = getattr(module, "__file__", None) if module is not None else None
+        if module is not None and (file is None or name == "__main__"):
+            continue
+        items.append((name, file))
+    if not items:
+        return []
     script = (
-        "import importlib, json, sys\n"
-        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "import importlib, importlib.util, json, sys\n"
+        f"sys.path[:0] = {[p for p in sys.path if p]!r}\n"
+        f"for name, file in {items!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ImportError:\n"
+        "        if file is None:\n"
+        "            raise\n"
+        "        spec = importlib.util.spec_from_file_location(name, file)\n"
+        "        module = importlib.util.module_from_spec(spec)\n"
+        "        sys.modules[name] = module\n"
+        "        spec.loader.exec_module(module)\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=False
     )
+    names = [name for name, _ in items]
     if done.returncode != 0:
-        return [f"importing {modules} failed: {done.stderr.strip().splitlines()[-1:]}"]
+        return [f"importing {names} failed: {done.stderr.strip().splitlines()[-1:]}"]
     if json.loads(done.stdout.strip().splitlines()[-1]):
-        return [f"importing {modules} imports torch; plugin and schema modules must not"]
+        return [
+            f"importing {names} imports torch; plugin and schema modules must not (an in-memory "
+            "plugin defined in a test module that imports torch: pass torch_free=False)"
+        ]
     return []
 
 
@@ -314,7 +343,7 @@ def check_plugin_contract(
     :param arguments: ``{Name: {argument: value}}`` to build components that need arguments.
     """
     registry = registry or plugins.get_registry()
-    infos = [p for p in registry.plugins if name in (p.name, p.distribution)]
+    infos = [p for p in registry.plugins() if name in (p.name, p.distribution)]
     if not infos:
         return [f"no plugin or distribution named {name!r} is loaded"]
     problems = []
