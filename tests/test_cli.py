@@ -110,7 +110,7 @@ def test_show_json_lists_every_argument(capsys):
 
 def test_an_unknown_name_is_an_error_without_traceback():
     done = run_cli("show", "MLQ")
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "No component named 'MLQ'. Did you mean 'MLP'?" in done.stderr
 

@@ -1,8 +1,11 @@
 """The ``plugtrain`` command (also ``python -m plugtrain``).
 
 Listing commands (``list``, ``show``, ``plugins``) never import torch or any implementation.
-Errors are printed without a traceback (``--traceback`` shows it); configuration errors exit 2,
-other errors 1.
+Errors are printed without a traceback (``--traceback``, anywhere on the command line, shows it).
+
+Exit statuses: 0 success; 2 a usage error: a bad command line, a bad run file or argument, an
+unknown name (of a component or a kind, in every command); 1 any other error (training, a
+backend, a plugin's own code); 130, 143 or 129 when stopped by SIGINT, SIGTERM or SIGHUP.
 """
 
 from __future__ import annotations
@@ -125,10 +128,20 @@ def _not_found_message(registry: Registry, name: str) -> str:
     """No kind has ``name``: suggest close names of any kind and the plugins not installed."""
     known = [n for kind in KINDS for n in registry.names(kind)]
     message = f"No component named {name!r}.{did_you_mean(name, known)}"
+    from plugtrain.shipped import shipped_by
+
     empty = [k for k in KINDS.values() if not registry.names(k.name)]
     if empty:
-        missing = ", ".join(f"{k.plural} (pip install {k.distribution})" for k in empty)
-        message += f" No installed plugin provides {missing}."
+        message += f" No installed plugin provides {', '.join(k.plural for k in empty)}."
+    installed = {p.distribution for p in registry.plugins() if p.status == "loaded"}
+    for kind in KINDS:  # only what would bring this very name back
+        for distribution in shipped_by(kind, name):
+            if distribution not in installed:
+                article = "an" if kind[0] in "aeiou" else "a"
+                message += (
+                    f" {name!r} is {article} {kind} of {distribution}, which is not installed "
+                    f"(pip install {distribution})."
+                )
     return message
 
 
@@ -384,6 +397,10 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("--package", help="distribution name (default plugtrain-NAME)")
     new.add_argument("--dir", help="folder to write (default: the package name)")
     new.set_defaults(handler=_cmd_new)
+    for subcommand in commands.choices.values():  # --traceback after the subcommand too
+        subcommand.add_argument(
+            "--traceback", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
 
 
@@ -399,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             registry = _registry(args)
             handler: Command = args.handler
             return handler(args, registry, out)
-    except ConfigError as exc:
+    except (ConfigError, UnknownNameError) as exc:  # usage errors: the status argparse uses
         return _fail(args, exc, EXIT_CONFIG)
     except PlugtrainError as exc:
         return _fail(args, exc, EXIT_ERROR)

@@ -17,6 +17,7 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "DuplicateNameError",
+    "MissingDependencyError",
     "PluginLoadError",
     "PlugtrainError",
     "TrainingError",
@@ -38,6 +39,10 @@ class DuplicateNameError(PlugtrainError, ValueError):
 
 class PluginLoadError(PlugtrainError, ImportError):
     """A plugin failed to import, to register, or to pass validation (strict mode only)."""
+
+
+class MissingDependencyError(PlugtrainError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
 
 
 class TrainingError(PlugtrainError, RuntimeError):

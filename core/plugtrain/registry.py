@@ -21,6 +21,7 @@ from plugtrain._suggest import did_you_mean
 from plugtrain.errors import DuplicateNameError, PluginLoadError, UnknownNameError
 from plugtrain.kinds import KINDS, Kind, kind_named
 from plugtrain.schema import ArgInfo, arg_infos
+from plugtrain.shipped import shipped_by
 
 __all__ = [
     "Component",
@@ -381,13 +382,23 @@ class Registry:
         table = self._names[kind.name]
         hint = did_you_mean(name, table)
         providers = sorted({c.provider for cs in table.values() for c in cs})
+        installed = {p.distribution for p in self._plugins if p.status == "loaded"}
+        # only a distribution that ships this very name is worth installing
+        shipping = [d for d in shipped_by(kind.name, name) if d not in installed]
         if providers:
             source = f" {kind.plural.capitalize()} come from: {', '.join(providers)}."
-        else:
+            if shipping:
+                source += (
+                    f" {name!r} is {_article(kind.name)} {kind.name} of {shipping[0]}, which is "
+                    f"not installed (pip install {shipping[0]})."
+                )
+        elif shipping:
             source = (
                 f" No installed plugin provides {kind.plural}; "
-                f"install {kind.distribution} (pip install {kind.distribution})."
+                f"install {shipping[0]} (pip install {shipping[0]})."
             )
+        else:
+            source = f" No installed plugin provides {kind.plural}."
         failed = [p for p in self._plugins if p.status == "failed"]
         if failed:
             source += " Plugins that failed to load: " + ", ".join(p.name for p in failed) + "."
@@ -428,6 +439,10 @@ class Registry:
 
     def __iter__(self) -> Iterator[Component]:
         return iter(self.components())
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 def _lower_index(table: dict[str, list[Component]]) -> dict[str, set[str]]:

@@ -99,9 +99,10 @@ def test_the_core_installs_alone_and_names_the_distribution_to_install(core_alon
         "install plugtrain-optimizers (pip install plugtrain-optimizers)."
     ) in asked.stderr
     shown = _run([core_alone], "-m", "plugtrain", "show", "SGD")
-    assert shown.returncode == 1
+    assert shown.returncode == 2  # every unknown name is a usage error
     assert "No component named 'SGD'." in shown.stderr
-    assert "optimizers (pip install plugtrain-optimizers)" in shown.stderr
+    assert "'SGD' is an optimizer of plugtrain-optimizers, which is not installed" in shown.stderr
+    assert "(pip install plugtrain-optimizers)" in shown.stderr
     assert "Traceback" not in shown.stderr
 
 
@@ -126,5 +127,5 @@ def test_each_plugin_installs_alone_beside_the_core(core_alone, tmp_path, folder
     others = [p.values for p in PLUGINS if p.values[0] != folder]
     for _other_folder, other_kind, other_name in others:
         missing = _run(paths, "-m", "plugtrain", "show", other_name, "--kind", other_kind)
-        assert missing.returncode == 1
+        assert missing.returncode == 2
         assert f"No installed plugin provides {other_kind}s" in missing.stderr

@@ -17,13 +17,26 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from plugtrain.curve import closed_form, spec_parts
-from plugtrain.errors import ConfigError, ConfigIssue, UnknownNameError
+from plugtrain.errors import ConfigError, ConfigIssue, MissingDependencyError, UnknownNameError
 from plugtrain.schema import arg_infos, validated_arguments
 
 if TYPE_CHECKING:
     from plugtrain.registry import Registry
 
-__all__ = ["DEFAULT_STEPS", "STEPPED_NOTE", "ScheduleCurve", "plot_schedules", "schedule_curves"]
+__all__ = [
+    "DEFAULT_STEPS",
+    "MATPLOTLIB_MISSING",
+    "STEPPED_NOTE",
+    "ScheduleCurve",
+    "plot_schedules",
+    "schedule_curves",
+]
+
+MATPLOTLIB_MISSING = (
+    "drawing schedules needs matplotlib, which is not installed: "
+    "pip install 'plugtrain[plot]' (the train extra includes it too)"
+)
+"""The error (and ``fit``'s warning) when matplotlib is missing."""
 
 DEFAULT_STEPS = 1000
 """Steps drawn when neither the caller nor any schedule says how long it is."""
@@ -200,14 +213,14 @@ def plot_schedules(
     ``.pdf``). Arguments as for :func:`schedule_curves`.
 
     :returns: the path written.
-    :raises ImportError: when matplotlib is not installed (it is an optional extra).
+    :raises MissingDependencyError: (an ``ImportError``) when matplotlib is not installed; the
+        message names the extras that bring it.
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:
-        message = "plotting schedules needs matplotlib: pip install matplotlib"
-        raise ImportError(message) from exc
+        raise MissingDependencyError(MATPLOTLIB_MISSING) from exc
     curves = schedule_curves(specs, steps, registry, optimizer)
     keys = [k for k in _AXIS_TITLES if any(c.key == k for c in curves)]
     keys += sorted({c.key for c in curves} - set(keys))

@@ -238,14 +238,16 @@ def run_file(
 
 
 def _plot_schedules(plan: TrainerPlan, trainer: Any, registry: Registry) -> None:
-    """Draw the run's schedules into ``model_dir/schedule.png`` when matplotlib is installed."""
+    """Draw the run's schedules into ``model_dir/schedule.png`` (a warning without matplotlib)."""
     if not plan.schedulers or not trainer.is_main_process:
         return
+    from plugtrain.authoring.schedule_plot import MATPLOTLIB_MISSING, plot_schedules
+
     try:
         import matplotlib  # noqa: F401 - optional
     except ImportError:
+        log.warning("schedule.png not written: %s", MATPLOTLIB_MISSING)
         return
-    from plugtrain.authoring.schedule_plot import plot_schedules
 
     target = Path(trainer.model_dir) / "schedule.png"
     specs = [spec.to_mapping() for spec in plan.schedulers]

@@ -19,7 +19,11 @@ torch = pytest.importorskip("torch")
 from acme_plugtrain_adan.adan import Adan  # noqa: E402
 
 import plugtrain  # noqa: E402
-from plugtrain.testing import assert_plugin_contract, assert_plugin_installed  # noqa: E402
+from plugtrain.testing import (  # noqa: E402
+    assert_plugin_contract,
+    assert_plugin_installed,
+    check_optimizer,
+)
 
 Vector = list[float]
 
@@ -295,6 +299,15 @@ def test_closure_is_called_and_its_loss_returned() -> None:
 
 
 # -- as a plugin ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+def test_conformance_kit(foreach: bool) -> None:
+    # plugtrain's behavioural checks: resume through a weights-only checkpoint, per-group
+    # values, frozen parameters, dtypes, layouts, add_param_group, closure, foreach against
+    # per-tensor, determinism, descent on a convex loss
+    report = check_optimizer(Adan, {"lr": 0.01, "foreach": foreach})
+    assert report.outcome("foreach_agrees") == "passed"
 
 
 def test_plugin_is_installed(installed_registry: plugtrain.Registry) -> None:

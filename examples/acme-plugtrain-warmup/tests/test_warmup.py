@@ -25,6 +25,7 @@ from plugtrain.testing import (  # noqa: E402
     assert_plugin_contract,
     assert_plugin_installed,
     check_plugin_contract,
+    check_scheduler,
     isolated_registry,
 )
 
@@ -73,6 +74,19 @@ def values_of(optimizer: torch.optim.Optimizer, schedulers: list, steps: int) ->
 
 
 # -- as a plugin ----------------------------------------------------------------------------
+
+
+def test_conformance_kit_linear_warmup() -> None:
+    # step 0, resume, tag targeting, closed form equals stepping, nesting in SequentialLR
+    report = check_scheduler(LinearWarmupLR, {"peak_learning_rate": 0.1, "warmup_steps": 4})
+    assert report.outcome("closed_form_matches_stepping") == "passed"
+
+
+def test_conformance_kit_halving() -> None:
+    # a plain torch LRScheduler: no closed form and no param_group_tags, so those do not apply
+    report = check_scheduler(HalvingLR, {"every": 3})
+    assert report.outcome("closed_form_matches_stepping") == "not applicable"
+    assert report.outcome("nests_in_sequential") == "passed"
 
 
 def test_plugin_is_installed(installed_registry: plugtrain.Registry) -> None:

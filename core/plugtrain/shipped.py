@@ -1,0 +1,53 @@
+"""The names each of plugtrain's own distributions ships, readable without installing them.
+
+An unknown-name error suggests installing a distribution only when that distribution ships the
+name asked for: after a third party's plugin is uninstalled, its names are not offered as
+``pip install plugtrain-optimizers``. ``tests/test_shipped.py`` keeps this table equal to what
+the distributions register. Torch-free; imports nothing.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SHIPPED", "shipped_by"]
+
+SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
+    "plugtrain": {
+        "model": ("MLP",),
+        "dataloader": ("Digits", "Synthetic"),
+    },
+    "plugtrain-optimizers": {
+        "optimizer": (
+            "ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Lamb",
+            "Lion", "Muon", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD",
+        ),
+    },
+    "plugtrain-schedulers": {
+        "scheduler": (
+            "ChainedLR", "ChainedScheduler", "ChainedWD", "ConstantLR", "ConstantWD",
+            "CosineAnnealingLR", "CosineAnnealingWD", "CosineAnnealingWarmRestarts",
+            "CosineAnnealingWarmRestartsWD", "CosineDecayLR", "CosineDecayWD", "CyclicLR",
+            "CyclicWD", "ExponentialLR", "ExponentialWD", "InverseExponentialTimeDecayLR",
+            "InverseExponentialTimeDecayWD", "InverseSquareRootDecayLR",
+            "InverseSquareRootDecayWD", "LambdaLR", "LambdaWD", "LinearLR", "LinearWD",
+            "MultiStepLR", "MultiStepWD", "MultiplicativeLR", "MultiplicativeWD", "OneCycleLR",
+            "OneCycleWD", "PiecewiseConstantLR", "PiecewiseConstantWD", "PolynomialLR",
+            "PolynomialWD", "ScalePerParamLR", "ScalePerParamWD", "SequentialLR", "SequentialWD",
+            "StepLR", "StepWD",
+        ),
+    },
+    "plugtrain-backends": {
+        "backend": ("CPU", "CSX", "GPU"),
+    },
+    "plugtrain-callbacks": {},
+}  # fmt: skip
+"""distribution -> kind -> every name and alias it registers."""
+
+
+def shipped_by(kind: str, name: str) -> list[str]:
+    """The distributions of plugtrain that ship ``name`` (any case) as a ``kind``."""
+    wanted = name.lower() if isinstance(name, str) else name
+    return [
+        distribution
+        for distribution, kinds in SHIPPED.items()
+        if any(n.lower() == wanted for n in kinds.get(kind, ()))
+    ]
