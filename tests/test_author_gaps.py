@@ -133,7 +133,11 @@ def test_check_and_show_agree_on_an_unknown_name(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "command",
-    [["--traceback", "show", "Nope"], ["show", "Nope", "--traceback"], ["show", "--traceback", "Nope"]],
+    [
+        ["--traceback", "show", "Nope"],
+        ["show", "Nope", "--traceback"],
+        ["show", "--traceback", "Nope"],
+    ],
 )
 def test_traceback_anywhere_on_the_command_line(command):
     done = _cli(*command)

@@ -216,7 +216,7 @@ def test_a_natural_scheduler_passes_and_the_curve_does_not_apply():
 
 
 def test_a_scheduler_that_does_not_resume_fails():
-    with pytest.raises(ConformanceError, match="state_round_trip: .*resume is not exact"):
+    with pytest.raises(ConformanceError, match=r"state_round_trip: .*resume is not exact"):
         check_scheduler(ForgetfulHalving, {"start": 0.1})
 
 
@@ -232,7 +232,7 @@ def _wrong_curve_class() -> type:
         """lr = start / (1 + step); the class below steps another curve."""
 
         start: float = arg(0.1, ge=0)
-        param_group_tags: Any = tags_arg()
+        param_group_tags: Any = tags_arg()  # noqa: RUF009 - an attrs field, like arg()
 
         @staticmethod
         def curve(arguments: Any, child_curve: Any) -> Curve:
@@ -251,7 +251,9 @@ def _wrong_curve_class() -> type:
 def test_a_scheduler_whose_stepping_leaves_its_closed_form_fails():
     with pytest.raises(ConformanceError) as caught:
         check_scheduler(_wrong_curve_class(), {"start": 0.1})
-    (failure,) = [r for r in caught.value.report.failures if r.name == "closed_form_matches_stepping"]
+    (failure,) = [
+        r for r in caught.value.report.failures if r.name == "closed_form_matches_stepping"
+    ]
     assert "at step 1 stepping gives 0.0333" in failure.detail
     assert "the closed form 0.05" in failure.detail
 
@@ -363,7 +365,9 @@ def test_loggers(fresh_backend):
 
 
 def test_models_and_data():
-    report = check_model(torch.nn.Linear, {"in_features": 4, "out_features": 2}, inputs=torch.ones(3, 4))
+    report = check_model(
+        torch.nn.Linear, {"in_features": 4, "out_features": 2}, inputs=torch.ones(3, 4)
+    )
     assert [r.outcome for r in report.results] == ["passed"] * 4
 
     class Frozen(torch.nn.Module):

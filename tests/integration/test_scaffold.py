@@ -88,8 +88,18 @@ def installed(environment: Path, tmp_path_factory: pytest.TempPathFactory):
         folder = tmp_path_factory.mktemp(f"new-{kind}") / f"acme-plugtrain-{kind}"
         name = NAMES[kind]
         new = _run(
-            [sys.executable, "-m", "plugtrain", "new", kind, name, "--dir", str(folder),
-             "--package", f"acme-plugtrain-{kind}"],
+            [
+                sys.executable,
+                "-m",
+                "plugtrain",
+                "new",
+                kind,
+                name,
+                "--dir",
+                str(folder),
+                "--package",
+                f"acme-plugtrain-{kind}",
+            ],
             folder.parent,
         )
         assert new.returncode == 0, new.stderr
@@ -115,7 +125,10 @@ def test_the_generated_package_passes_its_own_tests(kind, installed, environment
 
 @pytest.mark.parametrize(
     "kind",
-    [pytest.param(k, marks=NEEDS_CBLOG) if k in ("callback", "logger") else k for k in SCAFFOLD_KINDS],
+    [
+        pytest.param(k, marks=NEEDS_CBLOG) if k in ("callback", "logger") else k
+        for k in SCAFFOLD_KINDS
+    ],
 )
 def test_plugtrain_check_accepts_the_example_run_file(kind, installed, environment):
     folder = installed(kind)

@@ -79,7 +79,9 @@ def parse_specs(words: Sequence[str]) -> list[Spec]:
     specs = [Spec(words[i].lower(), words[i + 1]) for i in range(0, len(words), 2)]
     for spec in specs:
         if spec.kind not in SCAFFOLD_KINDS:
-            message = f"unknown kind {spec.kind!r}; plugtrain new writes: {', '.join(SCAFFOLD_KINDS)}"
+            message = (
+                f"unknown kind {spec.kind!r}; plugtrain new writes: {', '.join(SCAFFOLD_KINDS)}"
+            )
             raise ScaffoldError(message)
         if not _NAME.match(spec.name) or keyword.iskeyword(spec.name):
             message = (
@@ -223,10 +225,7 @@ def _run_file(specs: Sequence[Spec], package: str) -> str:
         logger_arguments = f"{{path: runs/{package}/{{name}}.jsonl}}"
         lines += [
             "    loggers:",
-            *(
-                f"      - {s.name}: {logger_arguments.replace('{name}', s.snake)}"
-                for s in loggers
-            ),
+            *(f"      - {s.name}: {logger_arguments.replace('{name}', s.snake)}" for s in loggers),
         ]
     lines += [
         "    loop: {max_steps: 60, eval_frequency: 30, eval_steps: 2}",
@@ -303,7 +302,9 @@ def write_package(
         values = {**common, "Name": s.name, "Args": s.args_class, "snake": s.snake}
         files[f"{source}/{s.snake}.py"] = _fill(f"{s.kind}.impl", **values)
         files[f"tests/test_{s.snake}.py"] = _fill(f"{s.kind}.test", **values)
-    arguments = {s.name: _CONTRACT_ARGUMENTS[s.kind] for s in specs if s.kind in _CONTRACT_ARGUMENTS}
+    arguments = {
+        s.name: _CONTRACT_ARGUMENTS[s.kind] for s in specs if s.kind in _CONTRACT_ARGUMENTS
+    }
     files["tests/test_plugin.py"] = _fill(
         "test_plugin.py", **common, contract_arguments=_python_literal(arguments)
     )

@@ -42,7 +42,6 @@ from plugtrain import plugins
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
 from plugtrain.schema import REQUIRED, arg_infos
-
 from plugtrain.testing.conformance import ConformanceError, ConformanceReport, PropertyResult
 
 if TYPE_CHECKING:
@@ -101,9 +100,8 @@ _KIT = {
     "OPTIMIZER_PROPERTIES": "optimizer_kit",
     "check_scheduler": "scheduler_kit",
     "SCHEDULER_PROPERTIES": "scheduler_kit",
-    **{
-        name: "runtime_kit"
-        for name in (
+    **dict.fromkeys(
+        (
             "check_callback",
             "check_logger",
             "check_model",
@@ -112,8 +110,9 @@ _KIT = {
             "LOGGER_PROPERTIES",
             "MODEL_PROPERTIES",
             "DATALOADER_PROPERTIES",
-        )
-    },
+        ),
+        "runtime_kit",
+    ),
 }
 
 

@@ -33,7 +33,7 @@ class PropertyFailed(Exception):
     """Raised inside a property with what went wrong (the values involved)."""
 
 
-class NotApplicable(Exception):  # noqa: N818 - a signal, like StopIteration
+class NotApplicable(Exception):
     """Raised inside a property that does not apply to this component, with the reason."""
 
 
@@ -138,7 +138,7 @@ def run_properties(
     if first is not None:
         try:
             first()
-        except Exception as exc:  # noqa: BLE001 - reported as the construction's failure
+        except Exception as exc:
             report = ConformanceReport(
                 component, (PropertyResult("construction", "failed", str(exc)),)
             )

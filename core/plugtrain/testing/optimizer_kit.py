@@ -53,7 +53,9 @@ def _start(dtype: torch.dtype, shapes: Sequence[tuple[int, ...]] = _SHAPES) -> l
 
 def _target(like: torch.Tensor) -> torch.Tensor:
     """The minimum of the loss for a tensor of ``like``'s shape (seeded by the shape)."""
-    generator = torch.Generator().manual_seed(100 + sum(10**i * n for i, n in enumerate(like.shape)))
+    generator = torch.Generator().manual_seed(
+        100 + sum(10**i * n for i, n in enumerate(like.shape))
+    )
     values = torch.randn(like.shape, generator=generator, dtype=torch.float64)
     return values.to(like.dtype)
 
@@ -120,8 +122,8 @@ def _compare(
     atol: float = 0.0,
 ) -> None:
     """Fail naming the first tensor of ``got`` that differs from ``want`` beyond the tolerance."""
-    for index, (a, b) in enumerate(zip(got, want, strict=True)):
-        a, b = a.detach(), b.detach()
+    for index, (got_one, want_one) in enumerate(zip(got, want, strict=True)):
+        a, b = got_one.detach(), want_one.detach()
         if rtol == 0.0 and atol == 0.0:
             same = a.dtype == b.dtype and torch.equal(a, b)
             tolerance = "bitwise"
@@ -252,7 +254,9 @@ class _OptimizerChecks:
                     message = f"{dtype} parameters: tensor {index} holds non-finite values {p}"
                     raise PropertyFailed(message)
                 if dtype != torch.bfloat16 and torch.equal(p.detach(), old):
-                    message = f"{dtype} parameters: tensor {index} did not move in {self.steps} steps"
+                    message = (
+                        f"{dtype} parameters: tensor {index} did not move in {self.steps} steps"
+                    )
                     raise PropertyFailed(message)
 
     def non_contiguous(self) -> None:

@@ -437,10 +437,10 @@ def check_dataloader(
                 message = f"batch {index} is {type(batch).__name__}, not an (inputs, targets) pair"
                 raise PropertyFailed(message)
             inputs, targets = batch
-            if isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor):
-                if len(inputs) != len(targets):
-                    message = f"batch {index} has {len(inputs)} inputs and {len(targets)} targets"
-                    raise PropertyFailed(message)
+            tensors = isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor)
+            if tensors and len(inputs) != len(targets):
+                message = f"batch {index} has {len(inputs)} inputs and {len(targets)} targets"
+                raise PropertyFailed(message)
 
     def deterministic() -> None:
         if not _equal(_first_batches(seeded(), 3), _first_batches(seeded(), 3)):

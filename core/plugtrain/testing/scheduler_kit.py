@@ -115,12 +115,14 @@ class _SchedulerChecks:
     # -- the properties -------------------------------------------------------------------
 
     def initial_value(self) -> None:
-        _optimizer_, scheduler = self.fresh()
+        scheduler = self.fresh()[1]
         key = scheduler_key(scheduler)
         groups = scheduler_groups(scheduler)
         written = [scheduler.optimizer.param_groups[i][key] for i in groups]
         last = last_values(scheduler)
-        if len(last) != len(written) or not all(_same(a, b) for a, b in zip(last, written)):
+        if len(last) != len(written) or not all(
+            _same(a, b) for a, b in zip(last, written, strict=True)
+        ):
             message = (
                 f"after construction the groups hold {key} {written} but the scheduler reports "
                 f"{last} (get_last_lr / get_last_value)"

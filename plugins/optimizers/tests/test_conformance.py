@@ -23,9 +23,7 @@ def test_optimizer_conformance(name):
         name=name,
     )
     # every built-in offers both code paths, so none of the properties is left out
-    assert [r.name for r in report.results if r.outcome == "passed"] == list(
-        OPTIMIZER_PROPERTIES
-    )
+    assert [r.name for r in report.results if r.outcome == "passed"] == list(OPTIMIZER_PROPERTIES)
 
 
 @pytest.mark.parametrize("name", ["Muon", "Adafactor"])

@@ -39,8 +39,20 @@ LR_ARGUMENTS: dict[str, dict[str, Any]] = {
     "PiecewiseConstantLR": {"learning_rates": [0.1, 0.05, 0.01], "milestones": [3, 6]},
     "SequentialLR": {
         "schedulers": [
-            {"LinearLR": {"initial_learning_rate": 0.0, "end_learning_rate": 0.1, "total_iters": 3}},
-            {"CosineDecayLR": {"initial_learning_rate": 0.1, "end_learning_rate": 0.0, "total_iters": 6}},
+            {
+                "LinearLR": {
+                    "initial_learning_rate": 0.0,
+                    "end_learning_rate": 0.1,
+                    "total_iters": 3,
+                }
+            },
+            {
+                "CosineDecayLR": {
+                    "initial_learning_rate": 0.1,
+                    "end_learning_rate": 0.0,
+                    "total_iters": 6,
+                }
+            },
         ]
     },
     "ChainedLR": {
@@ -50,7 +62,9 @@ LR_ARGUMENTS: dict[str, dict[str, Any]] = {
         ]
     },
     "ScalePerParamLR": {
-        "scheduler": {"LinearLR": {"initial_learning_rate": 0.1, "end_learning_rate": 0.01, "total_iters": 8}}
+        "scheduler": {
+            "LinearLR": {"initial_learning_rate": 0.1, "end_learning_rate": 0.01, "total_iters": 8}
+        }
     },
 }
 RENAMED = {

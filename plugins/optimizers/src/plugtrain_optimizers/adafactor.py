@@ -48,7 +48,9 @@ class Adafactor(PlugtrainOptimizer):
         one for the update), so the update is never stored parameter-sized.
         """
         if any(p.numel() == 0 for p in params):  # nothing to update, and RMS would divide by 0
-            params, grads = self.take([params, grads], [i for i, p in enumerate(params) if p.numel()])
+            params, grads = self.take(
+                [params, grads], [i for i, p in enumerate(params) if p.numel()]
+            )
             if not params:
                 return
         lr, wd = as_float(group["lr"]), as_float(group["weight_decay"])
