@@ -196,3 +196,77 @@ def test_the_template_packages_have_their_own_conftest():
     for package in ("acme-plugtrain-adan", "acme-plugtrain-warmup"):
         text = (root / package / "conftest.py").read_text(encoding="utf-8")
         assert 'pytest_plugins = ["plugtrain.testing"]' in textwrap.dedent(text)
+
+
+CROSS_CHECKED = '''
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from plugtrain import hookimpl
+from plugtrain.schema import Problem, about, arg
+
+
+@attrs.frozen
+class NesterovSGDArgs:
+    """SGD with optional Nesterov momentum."""
+
+    lr: float = arg(help="learning rate", ge=0)
+    momentum: float = arg(0.0, help="momentum factor", ge=0)
+    nesterov: bool = arg(False, help="use Nesterov momentum")
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str | Problem]:
+        if arguments["nesterov"] and arguments["momentum"] <= 0:
+            yield about(("nesterov", "momentum"), "nesterov=True needs momentum > 0")
+
+
+@hookimpl
+def plugtrain_register_optimizers(registry):
+    registry.register("NesterovSGD", "torch.optim:SGD", schema=NesterovSGDArgs)
+'''
+
+CROSS_RUN = """\
+trainer:
+  init:
+    device: CPU
+    model_dir: {model_dir}
+    model: {{MLP: {{in_features: 4, out_features: 2}}}}
+    optimizer:
+      NesterovSGD:
+{arguments}
+    loop: {{max_steps: 4}}
+  fit:
+    train_dataloader: {{Synthetic: {{batch_size: 8, in_features: 4, num_classes: 2}}}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("arguments", "where"),
+    [
+        # the first of about()'s names that the file writes carries the message, in about()'s
+        # order: nesterov, though momentum comes first in the file
+        (["lr: 0.1", "nesterov: true"], "9:9: trainer.init.optimizer.NesterovSGD.nesterov"),
+        (
+            ["lr: 0.1", "momentum: 0", "nesterov: true"],
+            "10:9: trainer.init.optimizer.NesterovSGD.nesterov",
+        ),
+        (["nesterov: true", "lr: 0.1"], "8:9: trainer.init.optimizer.NesterovSGD.nesterov"),
+    ],
+)
+def test_a_cross_check_is_placed_at_the_arguments_it_names(tmp_path, arguments, where):
+    (tmp_path / "nestplug.py").write_text(CROSS_CHECKED, encoding="utf-8")
+    run = tmp_path / "run.yaml"
+    body = "\n".join(f"        {line}" for line in arguments)
+    run.write_text(CROSS_RUN.format(model_dir=tmp_path / "m", arguments=body), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "plugtrain", "-p", "nestplug", "check", str(run)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert f"run.yaml:{where}: nesterov=True needs momentum > 0" in done.stderr
