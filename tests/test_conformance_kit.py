@@ -11,6 +11,7 @@ from plugtrain.scheduler import Scheduler
 from plugtrain.testing import (
     OPTIMIZER_PROPERTIES,
     ConformanceError,
+    check_backend,
     check_callback,
     check_dataloader,
     check_logger,
@@ -392,3 +393,22 @@ def test_models_and_data():
 
     with pytest.raises(ConformanceError, match="batch 0 is Tensor, not an"):
         check_dataloader(singles)
+
+
+class HalfABackend:
+    """Has a device and nothing else of the Backend protocol."""
+
+    device = torch.device("cpu")
+
+    @classmethod
+    def processes_per_node(cls, arguments: Any) -> int:
+        return 0
+
+
+def test_a_backend_missing_members_fails(fresh_backend):
+    report = check_backend(HalfABackend, raise_on_failure=False)
+    assert report.outcome("protocol") == "failed"
+    (protocol,) = [r for r in report.failures if r.name == "protocol"]
+    assert "'is_main_process'" in protocol.detail
+    (count,) = [r for r in report.failures if r.name == "processes_per_node"]
+    assert count.detail == "processes_per_node({}) returned 0"

@@ -343,6 +343,7 @@ def test_removing_the_installed_files_removes_adan(adan_target: Path, tmp_path: 
     message = after["error"]
     assert message.startswith("Unknown optimizer 'Adan'.")
     assert DISTRIBUTION not in message
+    assert "pip install" not in message  # nothing plugtrain ships would bring 'Adan' back
     # the did-you-mean offers what is still installed, never the removed name
     for close in after["close"]:
         assert f"'{close}'" in message

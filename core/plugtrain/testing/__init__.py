@@ -18,7 +18,8 @@ signature; the plugin module and schemas import no torch; states survive a check
 the plugins given.
 
 The behavioural conformance kit: :func:`check_optimizer`, :func:`check_scheduler`,
-:func:`check_callback`, :func:`check_logger`, :func:`check_model` and :func:`check_dataloader`
+:func:`check_callback`, :func:`check_logger`, :func:`check_backend`, :func:`check_model` and
+:func:`check_dataloader`
 take a component's class (or factory) and its arguments, try each property of that kind
 (``OPTIMIZER_PROPERTIES`` ...) and raise :class:`ConformanceError` naming every property that
 failed and the values involved; ``skip={"property": "reason"}`` opts out of one, with the
@@ -49,10 +50,12 @@ if TYPE_CHECKING:
 
     from plugtrain.testing.optimizer_kit import OPTIMIZER_PROPERTIES, check_optimizer
     from plugtrain.testing.runtime_kit import (
+        BACKEND_PROPERTIES,
         CALLBACK_PROPERTIES,
         DATALOADER_PROPERTIES,
         LOGGER_PROPERTIES,
         MODEL_PROPERTIES,
+        check_backend,
         check_callback,
         check_dataloader,
         check_logger,
@@ -61,6 +64,7 @@ if TYPE_CHECKING:
     from plugtrain.testing.scheduler_kit import SCHEDULER_PROPERTIES, check_scheduler
 
 __all__ = [
+    "BACKEND_PROPERTIES",
     "CALLBACK_PROPERTIES",
     "DATALOADER_PROPERTIES",
     "LOGGER_PROPERTIES",
@@ -72,6 +76,7 @@ __all__ = [
     "PropertyResult",
     "assert_plugin_contract",
     "assert_plugin_installed",
+    "check_backend",
     "check_callback",
     "check_component_contract",
     "check_dataloader",
@@ -102,10 +107,12 @@ _KIT = {
     "SCHEDULER_PROPERTIES": "scheduler_kit",
     **dict.fromkeys(
         (
+            "check_backend",
             "check_callback",
             "check_logger",
             "check_model",
             "check_dataloader",
+            "BACKEND_PROPERTIES",
             "CALLBACK_PROPERTIES",
             "LOGGER_PROPERTIES",
             "MODEL_PROPERTIES",

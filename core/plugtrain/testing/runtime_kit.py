@@ -24,10 +24,12 @@ from plugtrain.testing.conformance import (
 )
 
 __all__ = [
+    "BACKEND_PROPERTIES",
     "CALLBACK_PROPERTIES",
     "DATALOADER_PROPERTIES",
     "LOGGER_PROPERTIES",
     "MODEL_PROPERTIES",
+    "check_backend",
     "check_callback",
     "check_dataloader",
     "check_logger",
@@ -41,6 +43,8 @@ LOGGER_PROPERTIES = ("log_metrics_calls", "through_trainer", "state_round_trip")
 MODEL_PROPERTIES = ("forward", "seeded_init", "state_round_trip", "gradients")
 """The properties :func:`check_model` tries (the names ``skip`` takes)."""
 DATALOADER_PROPERTIES = ("yields_pairs", "deterministic", "length")
+"""The properties :func:`check_dataloader` tries (the names ``skip`` takes)."""
+BACKEND_PROPERTIES = ("protocol", "processes_per_node", "fit")
 """The properties :func:`check_dataloader` tries (the names ``skip`` takes)."""
 
 Build = Callable[..., Any]
@@ -60,11 +64,15 @@ def _batches(count: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _tiny_fit(
-    model_dir: str, *, callbacks: Iterable[Any] = (), loggers: Iterable[Any] | None = None
+    model_dir: str,
+    *,
+    callbacks: Iterable[Any] = (),
+    loggers: Iterable[Any] | None = None,
+    backend: Any = None,
 ) -> Any:
     from plugtrain.train.trainer import Trainer
 
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {} if backend is None else {"backend": backend}
     if loggers is not None:
         extra["loggers"] = list(loggers)
     torch.manual_seed(0)
@@ -456,4 +464,61 @@ def check_dataloader(
 
     properties = {"yields_pairs": yields_pairs, "deterministic": deterministic, "length": length}
     label = f"dataloader {name or getattr(dataloader, '__name__', repr(dataloader))}"
+    return run_properties(label, properties, skip, raise_on_failure=raise_on_failure)
+
+
+def check_backend(
+    backend: Build,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    skip: Mapping[str, str] | None = None,
+    name: str | None = None,
+    raise_on_failure: bool = True,
+) -> ConformanceReport:
+    """Check that ``backend`` (a class, usually on ``plugtrain.backend_base.BackendBase``) works.
+
+    The process's backend type is released before and after each build (one type per process).
+
+    - ``protocol``: a built backend has every member of :class:`plugtrain.protocols.Backend`.
+    - ``processes_per_node``: the class method answers a positive ``int`` for ``arguments``.
+    - ``fit``: a 6-step fit of a tiny model with checkpoints runs on it (on its ``device``) and
+      ``close()`` succeeds; skip it, with the reason, where the device is absent.
+
+    :raises ConformanceError: (an ``AssertionError``) listing every failed property with values.
+    """
+    from plugtrain.backend_base import missing_backend_members, release_backend_type
+
+    given = dict(arguments or {})
+
+    def built() -> Any:
+        release_backend_type()
+        return backend(**given)
+
+    def protocol() -> None:
+        try:
+            missing = missing_backend_members(built())
+        finally:
+            release_backend_type()
+        if missing:
+            raise PropertyFailed(f"it lacks {missing} of plugtrain.protocols.Backend")
+
+    def processes_per_node() -> None:
+        count = backend.processes_per_node(given)  # type: ignore[attr-defined]
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise PropertyFailed(f"processes_per_node({given}) returned {count!r}")
+
+    def fit() -> None:
+        try:
+            instance = built()
+            with tempfile.TemporaryDirectory() as model_dir:
+                trainer = _tiny_fit(model_dir, backend=instance)
+                if trainer.global_step != _STEPS:
+                    message = f"the fit stopped at step {trainer.global_step} of {_STEPS}"
+                    raise PropertyFailed(message)
+            instance.close()
+        finally:
+            release_backend_type()
+
+    properties = {"protocol": protocol, "processes_per_node": processes_per_node, "fit": fit}
+    label = f"backend {name or getattr(backend, '__name__', repr(backend))}"
     return run_properties(label, properties, skip, raise_on_failure=raise_on_failure)
