@@ -72,3 +72,22 @@ def test_an_existing_folder_is_never_overwritten(tmp_path, capsys):
     assert main(["new", "optimizer", "Prodigy", "--dir", str(tmp_path)]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
     assert (tmp_path / "keep.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_the_generated_code_is_lint_clean(tmp_path):
+    import subprocess
+    import sys
+
+    folder = tmp_path / "all"
+    kinds = ["optimizer", "scheduler", "callback", "logger", "backend", "model", "dataloader"]
+    words = [word for kind in kinds for word in (kind, f"My{kind.capitalize()}")]
+    assert main(["new", *words, "--package", "acme-plugtrain-all", "--dir", str(folder)]) == 0
+    for command in (["check", "--select", "E,F,W,B,UP,I", "."], ["format", "--check", "."]):
+        done = subprocess.run(
+            [sys.executable, "-m", "ruff", *command],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr

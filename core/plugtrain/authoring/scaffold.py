@@ -13,9 +13,11 @@ The files come from ``scaffold_templates/`` (``string.Template``). Imports no to
 
 from __future__ import annotations
 
+import json
 import keyword
 import re
 import string
+import textwrap
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -179,15 +181,21 @@ def _hooks(specs: Sequence[Spec], module: str) -> str:
                 f'    registry.register("{s.name}", "{module}.{s.snake}:{s.target}", '
                 f"schema=schemas.{s.args_class})"
             )
-            if len(call) > 99:
+            if len(call) > 100:
                 call = (
                     f"    registry.register(\n"
                     f'        "{s.name}", "{module}.{s.snake}:{s.target}", '
                     f"schema=schemas.{s.args_class}\n    )"
                 )
+            if max(len(line) for line in call.splitlines()) > 100:
+                call = (
+                    f'    registry.register(\n        "{s.name}",\n'
+                    f'        "{module}.{s.snake}:{s.target}",\n'
+                    f"        schema=schemas.{s.args_class},\n    )"
+                )
             lines.append(call)
         parts.append("\n".join(lines))
-    return "\n\n\n" + "\n\n\n".join(parts) + "\n"
+    return "\n\n\n" + "\n\n\n".join(parts)
 
 
 def _run_file(specs: Sequence[Spec], package: str) -> str:
@@ -238,8 +246,38 @@ def _run_file(specs: Sequence[Spec], package: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _python_literal(value: object) -> str:
-    return repr(value)
+def _arguments_literal(arguments: dict[str, object]) -> str:
+    """``{Name: {argument: value}}`` as Python source, one component a line."""
+    if not arguments:
+        return "{}"
+    rows = "".join(f"    {json.dumps(k)}: {json.dumps(v)},\n" for k, v in arguments.items())
+    return "{\n" + rows + "}"
+
+
+def _sort_first_party(text: str, module: str) -> str:
+    """Sort each run of one-line ``from`` imports of the package and plugtrain, as isort does."""
+    lines = text.split("\n")
+
+    def ours(line: str) -> bool:
+        words = line.split()
+        return (
+            len(words) >= 4
+            and words[0] == "from"
+            and words[1].split(".")[0] in (module, "plugtrain")
+            and not line.rstrip().endswith("(")
+        )
+
+    start = 0
+    while start < len(lines):
+        if not ours(lines[start]):
+            start += 1
+            continue
+        end = start
+        while end < len(lines) and ours(lines[end]):
+            end += 1
+        lines[start:end] = sorted(lines[start:end], key=lambda line: line.split()[1])
+        start = end
+    return "\n".join(lines)
 
 
 def write_package(
@@ -288,11 +326,13 @@ def write_package(
         "README.md", **common, component_list=components, first_name=specs[0].name
     )
     source = f"src/{module}"
-    files[f"{source}/__init__.py"] = _fill("init.py", **common)
+    files[f"{source}/__init__.py"] = _fill(
+        "init.py", **common, wrapped=textwrap.fill(common["description"] + ".", width=96)
+    )
     files[f"{source}/py.typed"] = ""
     files[f"{source}/plugin.py"] = _fill("plugin.py", **common, hooks=_hooks(specs, module))
-    classes = "\n\n".join(
-        _fill(f"{s.kind}.schema", **common, Name=s.name, Args=s.args_class, snake=s.snake)
+    classes = "\n\n\n".join(
+        _fill(f"{s.kind}.schema", **common, Name=s.name, Args=s.args_class, snake=s.snake).strip()
         for s in specs
     )
     files[f"{source}/schemas.py"] = _fill(
@@ -306,11 +346,12 @@ def write_package(
         s.name: _CONTRACT_ARGUMENTS[s.kind] for s in specs if s.kind in _CONTRACT_ARGUMENTS
     }
     files["tests/test_plugin.py"] = _fill(
-        "test_plugin.py", **common, contract_arguments=_python_literal(arguments)
+        "test_plugin.py", **common, contract_arguments=_arguments_literal(arguments)
     )
     files["examples/run.yaml"] = _run_file(specs, package)
     written = []
-    for relative, text in files.items():
+    for relative, content in files.items():
+        text = _sort_first_party(content, module) if relative.endswith(".py") else content
         path = folder / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
