@@ -36,7 +36,7 @@ __all__ = [
     "check_model",
 ]
 
-CALLBACK_PROPERTIES = ("hooks_in_order", "state_round_trip")
+CALLBACK_PROPERTIES = ("hooks_in_order", "state_round_trip", "checkpoint_resume")
 """The properties :func:`check_callback` tries (the names ``skip`` takes)."""
 LOGGER_PROPERTIES = ("log_metrics_calls", "through_trainer", "state_round_trip")
 """The properties :func:`check_logger` tries (the names ``skip`` takes)."""
@@ -69,6 +69,7 @@ def _tiny_fit(
     callbacks: Iterable[Any] = (),
     loggers: Iterable[Any] | None = None,
     backend: Any = None,
+    steps: int = _STEPS,
 ) -> Any:
     from plugtrain.train.trainer import Trainer
 
@@ -80,14 +81,14 @@ def _tiny_fit(
         model_dir=model_dir,
         model=lambda: torch.nn.Linear(4, 3),
         optimizer=lambda model: torch.optim.SGD(model.parameters(), lr=0.1),
-        loop={"max_steps": _STEPS, "eval_frequency": 3, "eval_steps": 1},
+        loop={"max_steps": steps, "eval_frequency": 3, "eval_steps": 1},
         checkpoint={"steps": 2},
         logging={"log_steps": 1},
         callbacks=list(callbacks),
         seed=0,
         **extra,
     )
-    trainer.fit(_batches(_STEPS, 1), _batches(1, 2))
+    trainer.fit(_batches(steps, 1), _batches(1, 2))
     return trainer
 
 
@@ -139,13 +140,33 @@ def _state_round_trip(build: Build, arguments: Mapping[str, Any], used: Any) -> 
 
 
 class _Recording:
-    """Stands for a callback: records each protocol method it defines, then calls it."""
+    """Stands for a callback: records each protocol method it defines, then calls it.
 
-    def __init__(self, inner: Any, calls: list[str]) -> None:
+    Its ``state_dict`` and ``load_state_dict`` (when the callback has them) record the states
+    given out and received, in ``states``.
+    """
+
+    def __init__(
+        self, inner: Any, calls: list[str], states: dict[str, list[Any]] | None = None
+    ) -> None:
         for name in CALLBACK_HOOKS:
             method = getattr(inner, name, None)
             if callable(method):
                 setattr(self, name, self._recorded(name, method, calls))
+        if states is not None and callable(getattr(inner, "state_dict", None)):
+            saved, loaded = states.setdefault("saved", []), states.setdefault("loaded", [])
+
+            def state_dict() -> Any:
+                state = inner.state_dict()
+                saved.append(state)
+                return state
+
+            def load_state_dict(state: Any) -> None:
+                loaded.append(state)
+                inner.load_state_dict(state)
+
+            self.state_dict = state_dict
+            self.load_state_dict = load_state_dict
 
     @staticmethod
     def _recorded(name: str, method: Callable[..., Any], calls: list[str]) -> Callable[..., Any]:
@@ -204,7 +225,38 @@ def _callback_checks(build: Build, arguments: Mapping[str, Any]) -> dict[str, Ca
         callback = used.get("callback") or build(**arguments)
         _state_round_trip(build, arguments, callback)
 
-    return {"hooks_in_order": hooks_in_order, "state_round_trip": state_round_trip}
+    def checkpoint_resume() -> None:
+        if not callable(getattr(build(**arguments), "state_dict", None)):
+            raise NotApplicable("it has no state_dict()")
+        first: dict[str, list[Any]] = {}
+        second: dict[str, list[Any]] = {}
+        with tempfile.TemporaryDirectory() as model_dir:
+            _tiny_fit(model_dir, callbacks=[_Recording(build(**arguments), [], first)])
+            last = torch.load(
+                f"{model_dir}/checkpoint_{_STEPS}.mdl", map_location="cpu", weights_only=True
+            )
+            if "callbacks" not in last:
+                raise NotApplicable("this plugtrain's checkpoints hold no callback state")
+            # a second fit in the same model_dir resumes from checkpoint_6 with a fresh callback
+            _tiny_fit(
+                model_dir,
+                callbacks=[_Recording(build(**arguments), [], second)],
+                steps=_STEPS + 2,
+            )
+        if not first.get("saved"):
+            raise PropertyFailed("the Trainer never asked for its state_dict() at a checkpoint")
+        received = second.get("loaded") or []
+        if not received:
+            raise PropertyFailed("resuming from a checkpoint never called its load_state_dict()")
+        if not _equal(received[0], first["saved"][-1]):
+            message = f"resuming gave it the state {received[0]!r}; it saved {first['saved'][-1]!r}"
+            raise PropertyFailed(message)
+
+    return {
+        "hooks_in_order": hooks_in_order,
+        "state_round_trip": state_round_trip,
+        "checkpoint_resume": checkpoint_resume,
+    }
 
 
 class _AllHooks:
@@ -234,6 +286,10 @@ def check_callback(
     - ``state_round_trip``: its ``state_dict()`` after that fit goes through
       ``torch.load(weights_only=True)`` into a fresh one, whose ``state_dict()`` is then equal
       (not applicable without ``state_dict``).
+    - ``checkpoint_resume``: a second fit resuming from the first one's last checkpoint gives a
+      fresh callback, through ``load_state_dict``, the state the first one saved there (not
+      applicable without ``state_dict``, or when this plugtrain's checkpoints hold no callback
+      state).
 
     :param skip: ``{property: reason}`` for properties that do not apply (kept in the report).
     :raises ConformanceError: (an ``AssertionError``) listing every failed property with values.
