@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from plugtrain import plugins
@@ -191,6 +191,8 @@ def _cmd_check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int
     from plugtrain.config import load_plan
 
     plan, _run_registry = load_plan(args.run_file, args.set)
+    for warning in plan.warnings:
+        sys.stderr.write(f"plugtrain: warning: {warning}\n")
     for trainer in plan.trainers:
         out.write(f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}\n")
     count = len(plan.trainers)
@@ -225,10 +227,27 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
         with launch.collective_errors():
             results = run_plan(plan, run_registry, mode=args.command)
         for index, metrics in enumerate(results):
-            if metrics and launch.is_main_rank():
+            if isinstance(metrics, list) and launch.is_main_rank():  # validate_all's records
+                for record in metrics:
+                    out.write(f"trainer {index}: {_describe_record(record)}\n")
+            elif metrics and launch.is_main_rank():
                 shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
                 out.write(f"trainer {index}: validation {shown}\n")
     return EXIT_OK
+
+
+def _describe_record(record: Mapping[str, Any]) -> str:
+    """One validate_all record: which checkpoint and data, then the metrics."""
+    checkpoint = record.get("checkpoint") or "the model as it is"
+    shown = ", ".join(
+        f"{name} {value:.4f}"
+        for name, value in record.items()
+        if name not in ("checkpoint", "step", "dataloader")
+    )
+    return (
+        f"validation of {checkpoint} (step {record.get('step')}) on {record.get('dataloader')}: "
+        f"{shown}"
+    )
 
 
 def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
@@ -321,6 +340,7 @@ def _parser() -> argparse.ArgumentParser:
         ("check", "validate a run file without building anything (no torch import)"),
         ("fit", "train (and evaluate) as a run file says"),
         ("validate", "evaluate as a run file says"),
+        ("validate_all", "evaluate every checkpoint on every data set of validate_all"),
         ("plot", "draw the schedules of a run file"),
     ):
         command = commands.add_parser(name, help=text)
@@ -332,7 +352,13 @@ def _parser() -> argparse.ArgumentParser:
             metavar="KEY.PATH=VALUE",
             help="override a value (YAML); trainer.* applies to every trainer (repeatable)",
         )
-        handlers = {"check": _cmd_check, "fit": _cmd_fit, "validate": _cmd_fit, "plot": _cmd_plot}
+        handlers = {
+            "check": _cmd_check,
+            "fit": _cmd_fit,
+            "validate": _cmd_fit,
+            "validate_all": _cmd_fit,
+            "plot": _cmd_plot,
+        }
         command.set_defaults(handler=handlers[name])
         if name == "plot":
             command.add_argument("-o", "--output", default="schedule.png", help="image file")

@@ -525,7 +525,7 @@ def _add_tagging(arguments: Schema, builder: _Builder) -> None:
             "required": ["params", "tag"],
             "additionalProperties": False,
         }
-    params, exclude = OPTIMIZER_TRAINER_KEYS
+    params, exclude, factors = OPTIMIZER_TRAINER_KEYS
     arguments["properties"][params] = {
         "description": "parameter tagging: filters {params: GLOB or [GLOB...], tag: NAME}",
         "anyOf": [
@@ -538,6 +538,11 @@ def _add_tagging(arguments: Schema, builder: _Builder) -> None:
         "description": "keep biases and norm weights out of weight decay",
         "type": "boolean",
         "default": True,
+    }
+    arguments["properties"][factors] = {
+        "description": "per-layer learning-rate factors {name pattern or lr group: factor}",
+        "type": "object",
+        "additionalProperties": {"type": "number", "minimum": 0},
     }
 
 
