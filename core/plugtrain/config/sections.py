@@ -72,7 +72,7 @@ class LoopSettings:
         if all(arguments[k] is None for k in ("max_steps", "num_steps", "num_epochs")):
             yield "give at least one of max_steps, num_steps or num_epochs"
         frequency = arguments["eval_frequency"]
-        if isinstance(frequency, float) and not 0.0 < frequency <= 1.0:
+        if isinstance(frequency, float) and frequency and not 0.0 < frequency <= 1.0:
             message = (
                 "a float eval_frequency is a fraction of the fit's steps, in (0.0, 1.0]; "
                 f"got {frequency!r} (write an int for a number of steps)"
