@@ -350,6 +350,14 @@ def test_csx_only_logging_keys_are_said_once_to_have_no_effect(tmp_path, caplog,
     assert len(act) == 1
 
 
+def test_log_level_sets_the_level_of_plugtrains_log(tmp_path, caplog):
+    with caplog.at_level(logging.DEBUG, logger="plugtrain"):
+        _trainer(tmp_path, logging={"log_steps": 1, "log_level": "WARNING"})
+        assert logging.getLogger("plugtrain").level == logging.WARNING
+        _trainer(tmp_path, logging={"log_steps": 1, "log_level": "DEBUG"})
+        assert logging.getLogger("plugtrain").level == logging.DEBUG
+
+
 def test_logging_keys_are_validated(tmp_path):
     good = "    logging: {log_steps: 1, wsc_log_level: {crd: DEBUG, execute: 20}}"
     text = _run(tmp_path).replace("    logging: {log_steps: 1}", good)
