@@ -590,7 +590,8 @@ def test_check_prints_the_warnings_on_stderr(tmp_path, capsys):
     from plugtrain.cli import main
 
     path = tmp_path / "run.yaml"
-    path.write_text(_run(tmp_path).replace("SGD: {lr: 0.1}", "Adam: {lr: 0.01, correct_bias: false}"))
+    adam = "Adam: {lr: 0.01, correct_bias: false}"
+    path.write_text(_run(tmp_path).replace("SGD: {lr: 0.1}", adam))
     assert main(["check", str(path)]) == 0
     captured = capsys.readouterr()
     assert "OK (1 trainer)" in captured.out
