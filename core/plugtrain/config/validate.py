@@ -363,8 +363,7 @@ def _respelt_components(schema: type, mapping: Mapping[str, Any]) -> Mapping[str
             respelt: Any = _named_spelling(info.component, value)
         elif isinstance(value, list):
             respelt = type(value)(
-                _named_spelling(info.component, v) if isinstance(v, Mapping) else v
-                for v in value
+                _named_spelling(info.component, v) if isinstance(v, Mapping) else v for v in value
             )
             for attribute in ("mark", "item_marks"):
                 if hasattr(value, attribute):
