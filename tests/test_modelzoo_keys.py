@@ -764,3 +764,44 @@ def test_run_files_only_spend_what_they_write(tmp_path):
     assert defaults.strict_version
     assert not defaults.disable_strict_checkpoint_loading
     assert trainer.validate_all is None
+
+
+@pytest.mark.slow
+def test_plugtrain_validate_all_on_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    run = tmp_path / "run.yaml"
+    text = _run(tmp_path).replace(
+        "    logging: {log_steps: 1}", "    logging: {log_steps: 1}\n    checkpoint: {steps: 2}"
+    )
+    text += (
+        "  validate_all:\n"
+        "    val_dataloaders:\n"
+        "    - {Digits: {batch_size: 64, split: val}}\n"
+        "    - {Digits: {batch_size: 64, split: train}}\n"
+    )
+    run.write_text(text)
+
+    def plugtrain(*args):
+        command = [sys.executable, "-m", "plugtrain", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+
+    assert plugtrain("fit", str(run)).returncode == 0
+    done = plugtrain("validate_all", str(run))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    model_dir = tmp_path / "run"
+    assert [line.split(": loss")[0] for line in lines] == [
+        f"trainer 0: validation of {model_dir}/checkpoint_2.mdl (step 2) on 0:Digits",
+        f"trainer 0: validation of {model_dir}/checkpoint_2.mdl (step 2) on 1:Digits",
+        f"trainer 0: validation of {model_dir}/checkpoint_4.mdl (step 4) on 0:Digits",
+        f"trainer 0: validation of {model_dir}/checkpoint_4.mdl (step 4) on 1:Digits",
+    ]
+    rows = (model_dir / "metrics.jsonl").read_text().splitlines()
+    assert sum('"split": "validate_all/1:Digits"' in row for row in rows) == 2
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(_run(tmp_path))
+    nothing = plugtrain("validate_all", str(plain))
+    assert nothing.returncode == 2
+    assert "nothing to do: no trainer has a validate_all section" in nothing.stderr

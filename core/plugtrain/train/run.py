@@ -25,7 +25,7 @@ from plugtrain.config.plan import (
     plain,
 )
 from plugtrain.config.validate import plan_component
-from plugtrain.errors import PluginLoadError
+from plugtrain.errors import ConfigError, ConfigIssue, PluginLoadError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
 
@@ -238,6 +238,9 @@ def run_plan(plan: RunPlan, registry: Registry, *, mode: str = "fit") -> list[An
     """
     for warning in plan.warnings:
         log.warning("warning: %s", warning)
+    if mode == "validate_all" and all(t.validate_all is None for t in plan.trainers):
+        message = "nothing to do: no trainer has a validate_all section"
+        raise ConfigError([ConfigIssue("", message, plan.source)])
     backends: dict[str, Any] = {}
     results: list[Any] = []
     for trainer_plan in plan.trainers:
