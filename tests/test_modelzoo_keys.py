@@ -805,3 +805,23 @@ def test_plugtrain_validate_all_on_the_command_line(tmp_path):
     nothing = plugtrain("validate_all", str(plain))
     assert nothing.returncode == 2
     assert "nothing to do: no trainer has a validate_all section" in nothing.stderr
+
+
+def test_the_editor_schema_accepts_a_trainer_with_only_validate_all(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    from plugtrain.authoring.jsonschema import run_file_schema
+
+    schema = run_file_schema(plugins.get_registry())
+    data = {
+        "trainer": {
+            "init": {"device": "CPU", "model": {"MLP": {"in_features": 64, "out_features": 10}}},
+            "validate_all": {
+                "val_dataloaders": [{"Digits": {"batch_size": 8}}],
+                "ckpt_paths": ["a.mdl"],
+            },
+        }
+    }
+    jsonschema.Draft202012Validator(schema).validate(data)
+    data["trainer"].pop("validate_all")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(schema).validate(data)

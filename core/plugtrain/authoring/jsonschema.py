@@ -612,7 +612,7 @@ def _init_rules(_builder: _Builder) -> list[Schema]:
 
 def _trainer_rules(_builder: _Builder) -> list[Schema]:
     return [
-        {"anyOf": [_given("fit"), _given("validate")]},
+        {"anyOf": [_given("fit"), _given("validate"), _given("validate_all")]},
         {
             "if": _given("fit"),
             "then": {"properties": {"init": _given("optimizer", "loop")}},
