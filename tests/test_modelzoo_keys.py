@@ -350,12 +350,23 @@ def test_csx_only_logging_keys_are_said_once_to_have_no_effect(tmp_path, caplog,
     assert len(act) == 1
 
 
-def test_log_level_sets_the_level_of_plugtrains_log(tmp_path, caplog):
-    with caplog.at_level(logging.DEBUG, logger="plugtrain"):
-        _trainer(tmp_path, logging={"log_steps": 1, "log_level": "WARNING"})
-        assert logging.getLogger("plugtrain").level == logging.WARNING
-        _trainer(tmp_path, logging={"log_steps": 1, "log_level": "DEBUG"})
-        assert logging.getLogger("plugtrain").level == logging.DEBUG
+@pytest.mark.slow
+def test_log_level_sets_the_level_of_the_command_lines_log(tmp_path):
+    import subprocess
+    import sys
+
+    def fit(level):
+        run = tmp_path / f"{level}.yaml"
+        logging_line = f"    logging: {{log_steps: 1, log_level: {level}}}"
+        text = _run(tmp_path, model_dir=tmp_path / level)
+        run.write_text(text.replace("    logging: {log_steps: 1}", logging_line))
+        command = [sys.executable, "-m", "plugtrain", "fit", str(run)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    assert "plugtrain: step 1/4 loss" in fit("INFO")
+    assert "step 1/4" not in fit("WARNING")
 
 
 def test_logging_keys_are_validated(tmp_path):

@@ -219,6 +219,11 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     _configure_logging()
     # Validated once, used throughout; fit and validate import the run file's local plugins.
     plan, run_registry = load_plan(args.run_file, args.set, import_local=True)
+    levels = [t.logging.log_level for t in plan.trainers if t.logging is not None]
+    if levels:  # Model Zoo's logging.log_level (the first trainer's that sets one)
+        import logging
+
+        logging.getLogger("plugtrain").setLevel(levels[0])
     # Several processes asked for: torchrun starts them, each runs this same command line.
     status = launch.launch_if_needed(plan, run_registry, args.argv)
     if status is not None:

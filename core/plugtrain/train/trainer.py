@@ -147,7 +147,6 @@ class Trainer:
         self.logging: LoggingSettings = _settings(
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
-        log.setLevel(self.logging.log_level)  # Model Zoo's logging.log_level
         _say_inert_off_csx(self.backend.backend_type, self.logging)
         self.callbacks = list(callbacks or [])
         self._callbacks = Callbacks(self.callbacks)
