@@ -233,7 +233,7 @@ class _Checker:
         return tuple(found)
 
     def default_lr(self, schema: type, arguments: Any, path: Path, spec: Any) -> Any:
-        """An optimizer written without a learning rate gets Model Zoo's default, said once."""
+        """An optimizer written without a learning rate gets Model Zoo's default, with a warning."""
         names = {"lr"}
         for info in arg_infos(schema):
             if info.name == "lr":
