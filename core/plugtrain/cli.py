@@ -14,7 +14,7 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from plugtrain import plugins
@@ -204,6 +204,8 @@ def _cmd_check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int
     from plugtrain.config import load_plan
 
     plan, _run_registry = load_plan(args.run_file, args.set)
+    for warning in plan.warnings:
+        sys.stderr.write(f"plugtrain: warning: {warning}\n")
     for trainer in plan.trainers:
         out.write(f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}\n")
     count = len(plan.trainers)
@@ -230,6 +232,11 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     _configure_logging()
     # Validated once, used throughout; fit and validate import the run file's local plugins.
     plan, run_registry = load_plan(args.run_file, args.set, import_local=True)
+    levels = [t.logging.log_level for t in plan.trainers if t.logging is not None]
+    if levels:  # Model Zoo's logging.log_level (the first trainer's that sets one)
+        import logging
+
+        logging.getLogger("plugtrain").setLevel(levels[0])
     # Several processes asked for: torchrun starts them, each runs this same command line.
     status = launch.launch_if_needed(plan, run_registry, args.argv)
     if status is not None:
@@ -238,10 +245,27 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
         with launch.collective_errors():
             results = run_plan(plan, run_registry, mode=args.command)
         for index, metrics in enumerate(results):
-            if metrics and launch.is_main_rank():
+            if isinstance(metrics, list) and launch.is_main_rank():  # validate_all's records
+                for record in metrics:
+                    out.write(f"trainer {index}: {_describe_record(record)}\n")
+            elif metrics and launch.is_main_rank():
                 shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
                 out.write(f"trainer {index}: validation {shown}\n")
     return EXIT_OK
+
+
+def _describe_record(record: Mapping[str, Any]) -> str:
+    """One validate_all record: which checkpoint and data, then the metrics."""
+    checkpoint = record.get("checkpoint") or "the model as it is"
+    shown = ", ".join(
+        f"{name} {value:.4f}"
+        for name, value in record.items()
+        if name not in ("checkpoint", "step", "dataloader")
+    )
+    return (
+        f"validation of {checkpoint} (step {record.get('step')}) on {record.get('dataloader')}: "
+        f"{shown}"
+    )
 
 
 def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
@@ -359,6 +383,7 @@ def _parser() -> argparse.ArgumentParser:
         ("check", "validate a run file without building anything (no torch import)"),
         ("fit", "train (and evaluate) as a run file says"),
         ("validate", "evaluate as a run file says"),
+        ("validate_all", "evaluate every checkpoint on every data set of validate_all"),
         ("plot", "draw the schedules of a run file"),
     ):
         command = commands.add_parser(name, help=text)
@@ -370,7 +395,13 @@ def _parser() -> argparse.ArgumentParser:
             metavar="KEY.PATH=VALUE",
             help="override a value (YAML); trainer.* applies to every trainer (repeatable)",
         )
-        handlers = {"check": _cmd_check, "fit": _cmd_fit, "validate": _cmd_fit, "plot": _cmd_plot}
+        handlers = {
+            "check": _cmd_check,
+            "fit": _cmd_fit,
+            "validate": _cmd_fit,
+            "validate_all": _cmd_fit,
+            "plot": _cmd_plot,
+        }
         command.set_defaults(handler=handlers[name])
         if name == "plot":
             command.add_argument("-o", "--output", default="schedule.png", help="image file")
@@ -412,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     try:
         # Machine-read output gets the real stdout; whatever plugin code prints goes to stderr.
-        with _stray_prints_to_stderr(args):
+        with plugins.restored_afterwards(), _stray_prints_to_stderr(args):
             registry = _registry(args)
             handler: Command = args.handler
             return handler(args, registry, out)

@@ -392,6 +392,21 @@ def reset(
     _default_extra = tuple(extra)
 
 
+@contextlib.contextmanager
+def restored_afterwards() -> Iterator[None]:
+    """Put the process-wide registry and its settings back as they were when the block ends.
+
+    The command line resets them from its ``-p`` options; called in-process (from a program or
+    a test), it must not leave those options behind for the caller.
+    """
+    global _default_registry, _default_settings, _default_extra
+    saved = (_default_registry, _default_settings, _default_extra)
+    try:
+        yield
+    finally:
+        _default_registry, _default_settings, _default_extra = saved
+
+
 def current_settings() -> PluginSettings | None:
     """The settings the process-wide registry is (or will be) built with; ``None``: environment."""
     return _default_settings

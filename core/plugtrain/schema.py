@@ -358,7 +358,8 @@ def _canonical(
             continue
         canonical = key if key in names else alias_of.get(key)
         if canonical is None:
-            problems.append((key, _unknown_argument_message(key, names + list(alias_of))))
+            known = names + list(alias_of)
+            problems.append((key, _unknown_argument_message(key, known, schema.__name__)))
             continue
         if canonical in renamed:
             problems.append(
@@ -370,9 +371,12 @@ def _canonical(
     return renamed, written, alias_of, problems
 
 
-def _unknown_argument_message(key: str, known: list[str]) -> str:
-    from plugtrain._suggest import did_you_mean
+def _unknown_argument_message(key: str, known: list[str], owner: str = "") -> str:
+    from plugtrain._suggest import MODEL_ZOO_ONLY, did_you_mean
 
+    plainly = MODEL_ZOO_ONLY.get((owner, str(key)))
+    if plainly is not None:
+        return f"unknown argument '{key}': {plainly}."
     hint = did_you_mean(str(key), known)
     accepted = ", ".join(known) if known else "none"
     return f"unknown argument '{key}'.{hint} Accepted: {accepted}."

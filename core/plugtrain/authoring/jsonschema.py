@@ -525,7 +525,7 @@ def _add_tagging(arguments: Schema, builder: _Builder) -> None:
             "required": ["params", "tag"],
             "additionalProperties": False,
         }
-    params, exclude = OPTIMIZER_TRAINER_KEYS
+    params, exclude, factors = OPTIMIZER_TRAINER_KEYS
     arguments["properties"][params] = {
         "description": "parameter tagging: filters {params: GLOB or [GLOB...], tag: NAME}",
         "anyOf": [
@@ -538,6 +538,11 @@ def _add_tagging(arguments: Schema, builder: _Builder) -> None:
         "description": "keep biases and norm weights out of weight decay",
         "type": "boolean",
         "default": True,
+    }
+    arguments["properties"][factors] = {
+        "description": "per-layer learning-rate factors {name pattern or lr group: factor}",
+        "type": "object",
+        "additionalProperties": {"type": "number", "minimum": 0},
     }
 
 
@@ -607,7 +612,7 @@ def _init_rules(_builder: _Builder) -> list[Schema]:
 
 def _trainer_rules(_builder: _Builder) -> list[Schema]:
     return [
-        {"anyOf": [_given("fit"), _given("validate")]},
+        {"anyOf": [_given("fit"), _given("validate"), _given("validate_all")]},
         {
             "if": _given("fit"),
             "then": {"properties": {"init": _given("optimizer", "loop")}},

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from plugtrain.config.sections import CheckpointSettings, LoggingSettings, LoopSettings
+from plugtrain.errors import ConfigIssue
 
 __all__ = [
     "BackendPlan",
@@ -27,6 +28,7 @@ __all__ = [
     "ParamFilter",
     "RunPlan",
     "TrainerPlan",
+    "ValidateAllPlan",
     "ValidatePlan",
     "plain",
 ]
@@ -138,11 +140,14 @@ class OptimizerPlan:
     :param param_filters: the ``params:`` tagging filters (``None``: none written).
     :param exclude_from_weight_decay: put bias and normalisation parameters in
         ``weight_decay: 0`` groups.
+    :param adjust_learning_rate: ``(name pattern, factor)`` pairs: per-layer learning-rate
+        multipliers put on the param groups (Model Zoo's ``adjust_learning_rate``).
     """
 
     spec: ComponentSpec
     param_filters: tuple[ParamFilter, ...] | None = None
     exclude_from_weight_decay: bool = True
+    adjust_learning_rate: tuple[tuple[str, float], ...] = ()
 
 
 @attrs.frozen
@@ -177,6 +182,22 @@ class ValidatePlan:
 
 
 @attrs.frozen
+class ValidateAllPlan:
+    """``trainer.validate_all``.
+
+    :param val_dataloaders: the evaluation data sets, in order.
+    :param ckpt_paths: the checkpoints (paths or globs) as written; ``None``: the model as it
+        is.
+    :param ckpt_paths_given: whether ``ckpt_paths`` was written; unset means every checkpoint
+        in ``model_dir``, in step order.
+    """
+
+    val_dataloaders: tuple[ComponentSpec, ...]
+    ckpt_paths: tuple[str, ...] | None = None
+    ckpt_paths_given: bool = False
+
+
+@attrs.frozen
 class TrainerPlan:
     """One validated trainer of a run file.
 
@@ -192,6 +213,7 @@ class TrainerPlan:
     :param logging: logging settings, if given.
     :param fit: the fit section, if any.
     :param validate: the validate section, if any.
+    :param validate_all: the validate_all section, if any.
     :param config: the ``init`` mapping as written, plain (stored in checkpoints' metadata).
     """
 
@@ -207,6 +229,7 @@ class TrainerPlan:
     logging: LoggingSettings | None = None
     fit: FitPlan | None = None
     validate: ValidatePlan | None = None
+    validate_all: ValidateAllPlan | None = None
     config: Mapping[str, Any] = attrs.field(
         factory=dict, converter=_frozen_mapping, eq=False, hash=False
     )
@@ -218,8 +241,9 @@ class TrainerPlan:
 
     @property
     def steps(self) -> tuple[str, ...]:
-        """What it does, in order: ``("fit", "validate")``, ``("fit",)`` or ``("validate",)``."""
-        return tuple(name for name in ("fit", "validate") if getattr(self, name) is not None)
+        """What it does, in order: ``("fit", "validate")``, ``("validate_all",)`` ..."""
+        names = ("fit", "validate", "validate_all")
+        return tuple(name for name in names if getattr(self, name) is not None)
 
 
 @attrs.frozen
@@ -229,11 +253,14 @@ class RunPlan:
     :param source: the file it was read from (for messages).
     :param trainers: one plan per trainer.
     :param plugins: the run file's ``plugins:`` (local plugin modules).
+    :param warnings: what was accepted but deserves a word (a key that has no effect here,
+        a default taken from Model Zoo), each with its path and position.
     """
 
     source: str
     trainers: tuple[TrainerPlan, ...]
     plugins: tuple[str, ...] = ()
+    warnings: tuple[ConfigIssue, ...] = attrs.field(default=(), eq=False)
 
     def __iter__(self) -> Iterator[TrainerPlan]:
         return iter(self.trainers)

@@ -23,6 +23,7 @@ __all__ = [
     "LoopSettings",
     "RunFile",
     "TrainerSection",
+    "ValidateAllSection",
     "ValidateSection",
 ]
 
@@ -39,8 +40,17 @@ class LoopSettings:
     max_steps: int | None = arg(None, help="stop when the global step reaches this", gt=0)
     num_steps: int | None = arg(None, help="optimizer steps to take in this fit", gt=0)
     num_epochs: int | None = arg(None, help="passes over the training data in this fit", gt=0)
-    eval_frequency: int | None = arg(
-        None, help="evaluate every this many steps (None or 0: only at the end)", ge=0
+    steps_per_epoch: int | None = arg(
+        None,
+        help="optimizer steps in one epoch (None: one pass over the training data); an epoch "
+        "then starts the data loader again",
+        gt=0,
+    )
+    eval_frequency: int | float | None = arg(
+        None,
+        help="an int: evaluate every this many steps; a float in (0, 1]: every that fraction "
+        "of the fit's steps (0.25: four times); None or 0: only at the end",
+        ge=0,
     )
     eval_steps: int | None = arg(None, help="batches per evaluation (None: the whole set)", gt=0)
     grad_accum_steps: int = arg(1, help="batches accumulated into one optimizer step", gt=0)
@@ -57,10 +67,17 @@ class LoopSettings:
     )
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
-        """A fit needs at least one stopping rule."""
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str | Problem]:
+        """A fit needs at least one stopping rule; a fractional eval_frequency is in (0, 1]."""
         if all(arguments[k] is None for k in ("max_steps", "num_steps", "num_epochs")):
             yield "give at least one of max_steps, num_steps or num_epochs"
+        frequency = arguments["eval_frequency"]
+        if isinstance(frequency, float) and frequency and not 0.0 < frequency <= 1.0:
+            message = (
+                "a float eval_frequency is a fraction of the fit's steps, in (0.0, 1.0]; "
+                f"got {frequency!r} (write an int for a number of steps)"
+            )
+            yield about("eval_frequency", message)
 
 
 @attrs.frozen
@@ -76,6 +93,19 @@ class CheckpointSettings:
         "checkpoint_{step}.mdl",
         help="file name; holds {step} exactly once and no other {field} or '/'",
     )
+    disable_strict_checkpoint_loading: bool = arg(
+        False,
+        help="load model weights non-strictly: keys missing from the checkpoint or unknown to "
+        "the model are reported in the log, the rest is loaded",
+    )
+    checkpoint_root: str | None = arg(
+        None, help="the folder checkpoints are written to and resumed from (None: model_dir)"
+    )
+    strict_version: bool = arg(
+        True,
+        help="a checkpoint written by another plugtrain major.minor version is an error "
+        "(false: a warning)",
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -84,6 +114,13 @@ class CheckpointSettings:
         problem = _checkpoint_name_problem(name)
         if problem is not None:
             yield about("checkpoint_name", f"{problem}, got {name!r}")
+        root = arguments["checkpoint_root"]
+        if isinstance(root, str) and "://" in root:
+            message = (
+                f"checkpoint_root {root!r} is a URL (S3): only the CSX appliance writes "
+                "checkpoints there; give a folder"
+            )
+            yield about("checkpoint_root", message)
 
 
 def _checkpoint_name_problem(name: str) -> str | None:
@@ -109,6 +146,15 @@ class LoggingSettings:
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = arg("INFO", help="log level")
     progress: bool | None = arg(
         None, help="show a progress bar (None: only when stderr is a terminal)"
+    )
+    wsc_log_level: dict[str, str | int] | list[str] | str | int | None = arg(
+        None,
+        help="log levels of Wafer-Scale Cluster servers ({task or server: level}); handed to "
+        "the CSX backend, no effect elsewhere (said once)",
+    )
+    enable_act_frequency: bool = arg(
+        False,
+        help="CSX: fetch activations only every log_steps steps; no effect elsewhere (said once)",
     )
 
 
@@ -172,18 +218,37 @@ class ValidateSection:
 
 
 @attrs.frozen
+class ValidateAllSection:
+    """``trainer.validate_all``: evaluate several checkpoints on several data sets."""
+
+    val_dataloaders: list[Any] | dict[str, Any] = arg(
+        component="dataloader", many=True, help="one data loader {Name: {...}} or a list of them"
+    )
+    ckpt_paths: str | list[str] | None = arg(
+        None,
+        help="a checkpoint, a glob or a list of them; null: the model as it is; unset: every "
+        "checkpoint in model_dir, in step order",
+    )
+
+
+@attrs.frozen
 class TrainerSection:
-    """One trainer: ``init`` plus ``fit`` and/or ``validate``."""
+    """One trainer: ``init`` plus ``fit``, ``validate`` and/or ``validate_all``."""
 
     init: dict[str, Any] = arg(section=InitSection, help="what to build")
     fit: dict[str, Any] | None = arg(None, section=FitSection, help="train")
     validate: dict[str, Any] | None = arg(None, section=ValidateSection, help="evaluate")
+    validate_all: dict[str, Any] | None = arg(
+        None,
+        section=ValidateAllSection,
+        help="evaluate checkpoints on data sets (plugtrain validate_all)",
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
         """A trainer must have something to do."""
-        if arguments["fit"] is None and arguments["validate"] is None:
-            yield "nothing to do: give 'fit' and/or 'validate'"
+        if all(arguments[k] is None for k in ("fit", "validate", "validate_all")):
+            yield "nothing to do: give 'fit', 'validate' and/or 'validate_all'"
 
 
 @attrs.frozen

@@ -7,6 +7,7 @@ and, for values read from a file, its ``file:line:column``; a file without probl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from plugtrain.config.plan import (
     ParamFilter,
     RunPlan,
     TrainerPlan,
+    ValidateAllPlan,
     ValidatePlan,
     plain,
 )
@@ -32,7 +34,7 @@ from plugtrain.config.sections import (
     TrainerSection,
     ValidateSection,
 )
-from plugtrain.config.yaml_loader import LocatedDict, location_of
+from plugtrain.config.yaml_loader import LocatedDict, LocatedList, location_of
 from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
 from plugtrain.registry import Registry
 from plugtrain.schema import (
@@ -49,8 +51,14 @@ __all__ = ["TrainerPlan", "check_run", "plan_component", "plan_run", "render_pat
 
 Path = tuple[str | int, ...]
 
-OPTIMIZER_TRAINER_KEYS = ("params", "exclude_from_weight_decay")
-"""Keys under an optimizer that the Trainer handles (parameter tagging), not the optimizer."""
+OPTIMIZER_TRAINER_KEYS = ("params", "exclude_from_weight_decay", "adjust_learning_rate")
+"""Keys under an optimizer that the Trainer handles (param groups), not the optimizer."""
+
+MODEL_ZOO_DEFAULT_LR = 0.1
+"""The learning rate Model Zoo gives an optimizer written without one (schedulers set it)."""
+
+NAME_KEYS = {"model": "name", "dataloader": "data_processor"}
+"""Model Zoo's other spelling of a component: ``{name: X, ...}`` for ``{X: {...}}``."""
 
 
 def render_path(path: Path) -> str:
@@ -68,6 +76,12 @@ class _Checker:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self.issues: list[ConfigIssue] = []
+        self.warnings: list[ConfigIssue] = []
+        self.run_file = False  # a run file takes Model Zoo's defaults (lr), Python does not
+
+    def warn(self, path: Path, message: str, container: Any = None, key: Any = None) -> None:
+        where = location_of(container, key, of_key=True) if container is not None else None
+        self.warnings.append(ConfigIssue(render_path(path), message, where))
 
     def add(
         self,
@@ -95,6 +109,13 @@ class _Checker:
             where = mapping if parent is None else parent
             self.add(path, f"must be a mapping, got {type(mapping).__name__}", where, name)
             return None
+        mapping = _respelt_components(schema, mapping)
+        ignored = getattr(schema, "ignored_arguments", None) or {}
+        if any(key in mapping for key in ignored):
+            for key in ignored:
+                if key in mapping:
+                    self.warn((*path, key), f"has no effect: {ignored[key]}", mapping, key)
+            mapping = _without(mapping, tuple(ignored))
         for key, message, of_key in argument_problems(schema, mapping):
             if key and key in mapping:
                 self.add((*path, key), message, mapping, key, of_key=of_key)
@@ -145,6 +166,7 @@ class _Checker:
             else:
                 self.add(path, "must be a one-key mapping {Name: {arguments}}", parent, index)
             return None
+        spec = _named_spelling(kind, spec)
         if len(spec) != 1:
             names = ", ".join(map(str, spec)) or "nothing"
             message = f"a {kind} is a one-key mapping {{Name: {{arguments}}}}, got keys: {names}"
@@ -163,9 +185,13 @@ class _Checker:
             self.add((*path, name), message, spec, name)
             return None
         tagging: tuple[tuple[ParamFilter, ...] | None, bool] = (None, True)
+        factors: tuple[tuple[str, float], ...] = ()
         if kind == "optimizer":
             tagging = self.tagging(arguments, (*path, name))
+            factors = self.lr_factors(arguments, (*path, name))
             arguments = _without(arguments, OPTIMIZER_TRAINER_KEYS)
+            if self.run_file:
+                arguments = self.default_lr(component.schema_class, arguments, (*path, name), spec)
         before = len(self.issues)
         checked = self.schema(component.schema_class, arguments, (*path, name))
         if kind == "scheduler" and len(self.issues) == before:  # children a wrapper refuses
@@ -181,8 +207,47 @@ class _Checker:
             location_of(parent, index) if parent is not None else location_of(spec),
         )
         if kind == "optimizer":
-            return OptimizerPlan(built, *tagging)
+            return OptimizerPlan(built, *tagging, adjust_learning_rate=factors)
         return built
+
+    def lr_factors(self, arguments: Mapping[str, Any], path: Path) -> tuple[tuple[str, float], ...]:
+        """Check ``adjust_learning_rate: {name pattern: factor}``; the pairs, in order."""
+        written = arguments.get("adjust_learning_rate")
+        if written is None:
+            return ()
+        where = (*path, "adjust_learning_rate")
+        if not isinstance(written, Mapping) or not written:
+            message = "must be a mapping {name pattern: factor}, e.g. {decoder: 0.5}"
+            self.add(where, message, arguments, "adjust_learning_rate")
+            return ()
+        found = []
+        for pattern, factor in written.items():
+            good = isinstance(factor, int | float) and not isinstance(factor, bool)
+            if not isinstance(pattern, str) or not pattern:
+                self.add((*where, str(pattern)), "a name pattern is a non-empty string", written)
+            elif not good or not math.isfinite(factor) or factor < 0:
+                message = f"a factor is a finite number >= 0, got {factor!r}"
+                self.add((*where, pattern), message, written, pattern)
+            else:
+                found.append((pattern, float(factor)))
+        return tuple(found)
+
+    def default_lr(self, schema: type, arguments: Any, path: Path, spec: Any) -> Any:
+        """An optimizer written without a learning rate gets Model Zoo's default, with a warning."""
+        names = {"lr"}
+        for info in arg_infos(schema):
+            if info.name == "lr":
+                names.update(info.aliases)
+        if "lr" not in {info.name for info in arg_infos(schema)} or names & set(arguments):
+            return arguments
+        filled = _without(arguments, ())
+        filled["lr"] = MODEL_ZOO_DEFAULT_LR
+        message = (
+            f"no lr written: Model Zoo's default {MODEL_ZOO_DEFAULT_LR} is used (the schedulers "
+            "usually set the learning rate)"
+        )
+        self.warn(path, message, spec, path[-1])
+        return filled
 
     def tagging(
         self, arguments: Mapping[str, Any], path: Path
@@ -278,6 +343,61 @@ class _Checker:
             return None
 
 
+def _respelt_components(schema: type, mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``mapping`` with its components in Model Zoo's other spellings written ``{X: {...}}``.
+
+    ``{name: X, ...}`` and ``{data_processor: X, ...}`` become ``{X: {...}}``, and one data
+    loader where a list of them is expected becomes a list of one (``val_dataloaders``).
+    """
+    changed: dict[str, Any] = {}
+    for info in arg_infos(schema):
+        if info.component not in NAME_KEYS or info.name not in mapping:
+            continue
+        value = mapping[info.name]
+        if info.many and isinstance(value, Mapping) and info.component == "dataloader":
+            single = LocatedList([value])
+            single.mark = getattr(value, "mark", None)
+            single.item_marks = [single.mark] if single.mark is not None else []
+            value = single
+        if isinstance(value, Mapping):
+            respelt: Any = _named_spelling(info.component, value)
+        elif isinstance(value, list):
+            respelt = type(value)(
+                _named_spelling(info.component, v) if isinstance(v, Mapping) else v for v in value
+            )
+            for attribute in ("mark", "item_marks"):
+                if hasattr(value, attribute):
+                    setattr(respelt, attribute, getattr(value, attribute))
+        else:
+            continue
+        changed[info.name] = respelt
+    if not changed:
+        return mapping
+    result = _without(mapping, ())
+    result.update(changed)
+    return result
+
+
+def _named_spelling(kind: str, spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``{name: X, a: 1}`` (a model) or ``{data_processor: X, ...}`` (data) as ``{X: {a: 1}}``.
+
+    Model Zoo writes components both ways; positions are kept (``X`` is placed where its name
+    is written).
+    """
+    key = NAME_KEYS.get(kind)
+    if key is None or not isinstance(spec.get(key), str):
+        return spec
+    name = spec[key]
+    arguments = _without(spec, (key,))
+    respelt = LocatedDict({name: arguments})
+    respelt.mark = getattr(spec, "mark", None)
+    marks = getattr(spec, "value_marks", {})
+    if key in marks:
+        respelt.key_marks[name] = marks[key]
+        respelt.value_marks[name] = respelt.mark or marks[key]
+    return respelt
+
+
 def _section(schema: type, key: str) -> type | None:
     from plugtrain.schema import section_of
 
@@ -339,6 +459,7 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
     :raises ConfigError: listing every problem with its path and position.
     """
     checker = _Checker(registry)
+    checker.run_file = True
     if not isinstance(data, Mapping):
         got = "an empty file" if data is None else type(data).__name__
         raise ConfigError(
@@ -373,7 +494,7 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
     if checker.issues:
         raise ConfigError(checker.issues)
     modules = data.get("plugins") or ()
-    return RunPlan(source, tuple(plans), tuple(str(m) for m in modules))
+    return RunPlan(source, tuple(plans), tuple(str(m) for m in modules), tuple(checker.warnings))
 
 
 def plan_component(registry: Registry, kind: str, spec: Any, path: str = "") -> ComponentSpec:
@@ -425,12 +546,24 @@ def _validate_plan(section: Mapping[str, Any], written: Mapping[str, Any]) -> Va
     return ValidatePlan(section["val_dataloader"], section.get("ckpt_path"), "ckpt_path" in written)
 
 
+def _validate_all_plan(section: Mapping[str, Any], written: Mapping[str, Any]) -> ValidateAllPlan:
+    loaders = section["val_dataloaders"]
+    loaders = (loaders,) if isinstance(loaders, ComponentSpec) else tuple(loaders)
+    paths = section.get("ckpt_paths")
+    if isinstance(paths, str):
+        paths = (paths,)
+    return ValidateAllPlan(
+        loaders, tuple(paths) if paths is not None else None, "ckpt_paths" in written
+    )
+
+
 def _trainer_plan(
     path: str, checked: Mapping[str, Any], backend: BackendPlan, entry: Mapping[str, Any]
 ) -> TrainerPlan:
     """The typed plan of one trainer that passed validation (``checked`` is its plain form)."""
     init = checked["init"]
     fit, validate = checked.get("fit"), checked.get("validate")
+    validate_all = checked.get("validate_all")
     return TrainerPlan(
         path=path,
         backend=backend,
@@ -444,6 +577,11 @@ def _trainer_plan(
         logging=_settings(LoggingSettings, init.get("logging"), f"{path}.init.logging"),
         fit=_fit_plan(fit, entry["fit"]) if fit is not None else None,
         validate=_validate_plan(validate, entry["validate"]) if validate is not None else None,
+        validate_all=(
+            _validate_all_plan(validate_all, entry["validate_all"])
+            if validate_all is not None
+            else None
+        ),
         config=plain(entry["init"]),
     )
 

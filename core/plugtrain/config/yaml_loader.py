@@ -11,6 +11,7 @@ characters; each with a position. Keys merged with ``<<: *anchor`` may be overri
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,36 @@ def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> Any:
         data.item_marks.append(_mark(loader.source, item.start_mark))
 
 
+# YAML 1.2's float rule: ``6e-06``, ``2e-4`` and ``1E3`` are floats (YAML 1.1, PyYAML's default,
+# reads a float without a dot as a string). Model Zoo run files write learning rates this way.
+_FLOAT_1_2 = re.compile(
+    r"""^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.VERBOSE,
+)
+_INT_1_2 = re.compile(r"^[-+]?[0-9]+$")
+
+
+def _float_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+    """PyYAML's implicit resolvers with its float rule replaced by YAML 1.2's."""
+    resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
+    for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items():
+        resolvers[first] = [(tag, rx) for tag, rx in entries if tag != "tag:yaml.org,2002:float"]
+    for first in "-+.0123456789":
+        resolvers.setdefault(first, []).append(("tag:yaml.org,2002:float", _FLOAT_1_2))
+    return resolvers
+
+
+def _construct_float(loader: _Loader, node: yaml.ScalarNode) -> Any:
+    text = str(loader.construct_scalar(node))
+    if _INT_1_2.match(text):  # an int resolved first never gets here; keep the type exact
+        return int(text)
+    return yaml.SafeLoader.construct_yaml_float(loader, node)
+
+
+_Loader.yaml_implicit_resolvers = _float_resolvers()
+_Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 _Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
 

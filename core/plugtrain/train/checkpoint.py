@@ -27,6 +27,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointMismatchError",
     "CorruptCheckpointError",
+    "checkpoint_step",
     "find_checkpoints",
     "find_latest",
     "load_checkpoint",
@@ -142,6 +143,12 @@ def find_checkpoints(
         if match and entry.is_file():
             found.append((int(match.group(1)), entry))
     return sorted(found, key=lambda item: item[0], reverse=True)
+
+
+def checkpoint_step(file_name: str, checkpoint_name: str = "checkpoint_{step}.mdl") -> int | None:
+    """The step of a checkpoint file named after ``checkpoint_name``, else ``None``."""
+    match = re.fullmatch(_name_pattern(checkpoint_name), file_name)
+    return int(match.group(1)) if match else None
 
 
 def find_latest(

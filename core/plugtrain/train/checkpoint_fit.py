@@ -39,9 +39,13 @@ def _shape(tensor: torch.Tensor) -> str:
     return "[" + ", ".join(map(str, tensor.shape)) + "]"
 
 
-def _model_mismatch(saved: Mapping[str, Any], expected: Mapping[str, torch.Tensor]) -> str | None:
+def _model_mismatch(
+    saved: Mapping[str, Any], expected: Mapping[str, torch.Tensor], strict: bool = True
+) -> str | None:
     for key, tensor in expected.items():
         if key not in saved:
+            if not strict:
+                continue
             return f"model.{key}: missing from the checkpoint"
         if saved[key].shape != tensor.shape:
             return (
@@ -49,7 +53,7 @@ def _model_mismatch(saved: Mapping[str, Any], expected: Mapping[str, torch.Tenso
                 f"{_shape(tensor)} in this model"
             )
     for key in saved:
-        if key not in expected:
+        if key not in expected and strict:
             return f"model.{key}: in the checkpoint but not in this model"
     return None
 
@@ -99,14 +103,19 @@ def check_fits(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None,
     schedulers: Sequence[Any],
+    *,
+    strict: bool = True,
 ) -> None:
     """Refuse a checkpoint that does not fit ``model``, ``optimizer`` and ``schedulers``.
 
     :param state: what :func:`~plugtrain.train.checkpoint.load_checkpoint` returned.
+    :param strict: ``False`` (``disable_strict_checkpoint_loading``): model keys missing from
+        the checkpoint or unknown to the model are allowed (shapes of shared keys must agree);
+        pass ``optimizer=None`` when they differ, since its state cannot fit then.
     :raises CheckpointMismatchError: naming ``path`` and the first key that differs.
     :raises CorruptCheckpointError: when a parameter holds a NaN or an infinity.
     """
-    problem = _model_mismatch(state["model"], model.state_dict())
+    problem = _model_mismatch(state["model"], model.state_dict(), strict)
     if problem is None and optimizer is not None and state.get("optimizer") is not None:
         saved_class = (state.get("metadata") or {}).get("optimizer")
         problem = _optimizer_mismatch(state["optimizer"], optimizer, saved_class)

@@ -19,6 +19,8 @@ from typing import Any
 from plugtrain.errors import ConfigError, ConfigIssue
 
 __all__ = [
+    "MODEL_ZOO_LR_ADJUSTMENT_GROUPS",
+    "adjust_learning_rate_groups",
     "build_param_groups",
     "configure_param_groups",
     "name_matches",
@@ -196,3 +198,76 @@ def build_param_groups(
     return configure_param_groups(
         groups, exclude_from_weight_decay=exclude_from_weight_decay, model=model
     )
+
+
+MODEL_ZOO_LR_ADJUSTMENT_GROUPS: dict[str, tuple[str, ...]] = {
+    "embedding": ("*embedding*weight",),
+    "decoder_kernel": ("*decoder*dense*weight", "*decoder*linear*weight"),
+}
+"""Model Zoo's lr adjustment groups for a model that defines no ``lr_adjustment_groups``."""
+
+
+def _lr_patterns(key: str, model: Any) -> tuple[tuple[str, ...], bool]:
+    """The globs an ``adjust_learning_rate`` key stands for, and whether they are globs.
+
+    A group name of the model (``model.lr_adjustment_groups``: name -> glob or globs) or one of
+    Model Zoo's defaults (:data:`MODEL_ZOO_LR_ADJUSTMENT_GROUPS`); otherwise the key itself: a
+    glob when it holds ``*``, ``?`` or ``[``, else a part of the parameter's name.
+    """
+    own = getattr(model, "lr_adjustment_groups", None)
+    if isinstance(own, Mapping) and key in own:
+        found = own[key]
+        found = getattr(found, "patterns", found)
+        return ((found,) if isinstance(found, str) else tuple(found or ())), True
+    if key in MODEL_ZOO_LR_ADJUSTMENT_GROUPS:
+        return MODEL_ZOO_LR_ADJUSTMENT_GROUPS[key], True
+    return (key,), any(c in key for c in "*?[")
+
+
+def adjust_learning_rate_groups(
+    groups: Iterable[Mapping[str, Any]],
+    factors: Sequence[tuple[str, float]],
+    model: Any = None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Split each group by the learning-rate factor of its parameters (Model Zoo's muP groups).
+
+    Each group becomes one group per factor, marked ``adjust_learning_rate: factor`` (1.0 for
+    parameters no key matches), in order of first appearance, other keys kept. The factor
+    multiplies the group's learning rate: the schedulers' value through ``ScalePerParamLR``, or
+    the optimizer's ``lr`` when no scheduler sets it.
+
+    :param factors: ``(key, factor)`` pairs; a key is an lr adjustment group name, a glob on the
+        full parameter name, or a part of the name (``decoder`` matches ``decoder.fc1.weight``).
+    :returns: the groups, and the keys that matched no parameter.
+    :raises ConfigError: a parameter matched by two keys with different factors.
+    """
+    patterns = [(key, factor, *_lr_patterns(key, model)) for key, factor in factors]
+    used: set[str] = set()
+    result: list[dict[str, Any]] = []
+    for group in groups:
+        names = group.get("param_names")
+        if names is None:
+            message = "adjust_learning_rate needs param groups with parameter names"
+            raise ConfigError([ConfigIssue("adjust_learning_rate", message)])
+        split: dict[float, dict[str, Any]] = {}
+        for name, param in zip(names, group["params"], strict=True):
+            hits = [
+                (key, factor)
+                for key, factor, globs, is_glob in patterns
+                if any(fnmatch.fnmatchcase(name, g) if is_glob else g in name for g in globs)
+            ]
+            if len({factor for _, factor in hits}) > 1:
+                keys = ", ".join(f"{k} ({f:g})" for k, f in hits)
+                message = f"parameter {name} is matched by several factors: {keys}"
+                raise ConfigError([ConfigIssue("adjust_learning_rate", message)])
+            used.update(key for key, _ in hits)
+            factor = hits[0][1] if hits else 1.0
+            target = split.get(factor)
+            if target is None:
+                target = split[factor] = {**group, "params": [], "param_names": []}
+                target["adjust_learning_rate"] = factor
+            target["params"].append(param)
+            target["param_names"].append(name)
+        result.extend(split.values())
+    unused = [key for key, _ in factors if key not in used]
+    return result, unused

@@ -59,8 +59,20 @@ class DataStream:
     It records the RNG at each epoch start and how many batches of the epoch were consumed.
     """
 
-    def __init__(self, loader: Iterable[Any], position: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        position: Mapping[str, Any] | None,
+        *,
+        batches_per_epoch: int | None = None,
+    ) -> None:
+        """Read ``loader`` from ``position`` (``None``: from the start).
+
+        :param batches_per_epoch: end an epoch after this many batches (``steps_per_epoch``);
+            ``None``: when the loader is exhausted.
+        """
         self.loader = loader
+        self.batches_per_epoch = batches_per_epoch
         self.generator: torch.Generator | None = getattr(loader, "generator", None)
         self.epoch = 0
         self.consumed = 0
@@ -95,6 +107,9 @@ class DataStream:
     def next(self) -> Any:
         """The next batch, starting a new epoch when one ends."""
         if self._iterator is None:
+            self._start_epoch()
+        if self.batches_per_epoch is not None and self.consumed >= self.batches_per_epoch:
+            self.epoch += 1
             self._start_epoch()
         try:
             batch = next(self._iterator)  # type: ignore[arg-type]

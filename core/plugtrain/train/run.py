@@ -20,11 +20,12 @@ from plugtrain.config.plan import (
     OptimizerPlan,
     RunPlan,
     TrainerPlan,
+    ValidateAllPlan,
     ValidatePlan,
     plain,
 )
 from plugtrain.config.validate import plan_component
-from plugtrain.errors import PluginLoadError
+from plugtrain.errors import ConfigError, ConfigIssue, PluginLoadError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
 
@@ -128,14 +129,41 @@ def _optimizer_factory(registry: Registry, plan: OptimizerPlan) -> Any:
     )
 
     def make(model: Any) -> Any:
-        from plugtrain.train.params import build_param_groups
+        from plugtrain.train.params import adjust_learning_rate_groups, build_param_groups
 
         groups = build_param_groups(
             model, filters, exclude_from_weight_decay=plan.exclude_from_weight_decay
         )
-        return build_component(registry, "optimizer", plan.spec, groups)
+        if not plan.adjust_learning_rate:
+            return build_component(registry, "optimizer", plan.spec, groups)
+        groups, unused = adjust_learning_rate_groups(groups, plan.adjust_learning_rate, model)
+        for key in unused:
+            log.warning(
+                "%s.adjust_learning_rate.%s matches no parameter of the model: no effect",
+                plan.spec.where,
+                key,
+            )
+        optimizer = build_component(registry, "optimizer", plan.spec, groups)
+        for group in optimizer.param_groups:  # without an LR scheduler the factor acts here
+            group["lr"] = group["lr"] * group.get("adjust_learning_rate", 1.0)
+        return optimizer
 
     return make
+
+
+def _scaled_per_group(registry: Registry, optimizer: Any, scheduler: Any) -> Any:
+    """``scheduler``, wrapped in ``ScalePerParamLR`` where the groups carry lr factors.
+
+    Model Zoo's rule: with ``adjust_learning_rate`` groups, an LR scheduler's value is
+    multiplied by each group's factor.
+    """
+    from plugtrain.scheduler import scheduler_key
+
+    scaled = any("adjust_learning_rate" in group for group in optimizer.param_groups)
+    name = type(scheduler).__name__
+    if not scaled or name == "ScalePerParamLR" or scheduler_key(scheduler) != "lr":
+        return scheduler
+    return registry.resolve("scheduler", "ScalePerParamLR")(optimizer, scheduler=scheduler)
 
 
 def build_backend(registry: Registry, plan: BackendPlan) -> Any:
@@ -160,7 +188,11 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
     from plugtrain.train.trainer import Trainer
 
     schedulers = [
-        (lambda optimizer, spec=spec: build_component(registry, "scheduler", spec, optimizer))
+        (
+            lambda optimizer, spec=spec: _scaled_per_group(
+                registry, optimizer, build_component(registry, "scheduler", spec, optimizer)
+            )
+        )
         for spec in plan.schedulers
     ]
     optimizer = _optimizer_factory(registry, plan.optimizer) if plan.optimizer else None
@@ -194,17 +226,29 @@ def _ckpt_argument(section: Any) -> dict[str, Any]:
     return {"ckpt_path": section.ckpt_path} if section.ckpt_path_given else {}
 
 
-def run_plan(plan: RunPlan, registry: Registry, *, mode: str = "fit") -> list[dict[str, float]]:
+def run_plan(plan: RunPlan, registry: Registry, *, mode: str = "fit") -> list[Any]:
     """Run the trainers of a validated plan in order.
 
     :param registry: the registry the plan was validated with.
     :param mode: ``"fit"`` runs each trainer's ``fit`` then its ``validate`` section;
-        ``"validate"`` runs only ``validate`` sections (or evaluates ``fit.val_dataloader``).
-    :returns: the final validation metrics of each trainer.
+        ``"validate"`` runs only ``validate`` sections (or evaluates ``fit.val_dataloader``);
+        ``"validate_all"`` runs only ``validate_all`` sections.
+    :returns: the final validation metrics of each trainer; with ``"validate_all"``, each
+        trainer's list of records (one per checkpoint and data loader).
     """
+    for warning in plan.warnings:
+        log.warning("warning: %s", warning)
+    if mode == "validate_all" and all(t.validate_all is None for t in plan.trainers):
+        message = "nothing to do: no trainer has a validate_all section"
+        raise ConfigError([ConfigIssue("", message, plan.source)])
     backends: dict[str, Any] = {}
-    results = []
+    results: list[Any] = []
     for trainer_plan in plan.trainers:
+        if mode == "validate_all":
+            if trainer_plan.validate_all is not None:
+                trainer = build_trainer(trainer_plan, registry, backends)
+                results.append(_validate_all(trainer, trainer_plan.validate_all, registry))
+            continue
         trainer = build_trainer(trainer_plan, registry, backends)
         metrics: dict[str, float] = {}
         fit = trainer_plan.fit
@@ -229,9 +273,21 @@ def run_plan(plan: RunPlan, registry: Registry, *, mode: str = "fit") -> list[di
     return results
 
 
+def _validate_all(trainer: Any, section: ValidateAllPlan, registry: Registry) -> list[Any]:
+    """Run one trainer's ``validate_all``: data loaders named ``INDEX:Name``."""
+    loaders = {
+        f"{index}:{spec.name}": build_component(registry, "dataloader", spec)
+        for index, spec in enumerate(section.val_dataloaders)
+    }
+    if section.ckpt_paths_given:
+        paths = list(section.ckpt_paths) if section.ckpt_paths is not None else None
+        return trainer.validate_all(loaders, paths)  # type: ignore[no-any-return]
+    return trainer.validate_all(loaders)  # type: ignore[no-any-return]
+
+
 def run_file(
     path: str | os.PathLike[str], overrides: Sequence[str] = (), *, mode: str = "fit"
-) -> list[dict[str, float]]:
+) -> list[Any]:
     """Validate the whole file once, then run its trainers in order (see :func:`run_plan`)."""
     plan, registry = load_plan(path, overrides, import_local=True)
     return run_plan(plan, registry, mode=mode)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import logging
 import math
 import os
@@ -146,6 +147,7 @@ class Trainer:
         self.logging: LoggingSettings = _settings(
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
+        _say_inert_off_csx(self.backend.backend_type, self.logging)
         self.callbacks = list(callbacks or [])
         self._callbacks = Callbacks(self.callbacks)
         self.seed = seed
@@ -344,18 +346,26 @@ class Trainer:
             metrics["accuracy"] = totals["correct"] / totals["count"]
         return metrics
 
-    def _run_eval(self, dataloader: Iterable[Any], max_batches: int | None) -> dict[str, float]:
+    def _run_eval(
+        self, dataloader: Iterable[Any], max_batches: int | None, split: str = "val"
+    ) -> dict[str, float]:
         metrics = self.evaluate(dataloader, max_batches)
         if self._metrics is not None:
-            self._metrics.write(self.global_step, "val", metrics)
+            self._metrics.write(self.global_step, split, metrics)
         self._callbacks.on_validate_end(self, metrics)
         return metrics
 
     # -- checkpoints ---------------------------------------------------------------------------
 
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Where checkpoints are written and found: ``checkpoint_root``, else ``model_dir``."""
+        root = self.checkpoint.checkpoint_root
+        return Path(root) if root is not None else self.model_dir
+
     def checkpoint_path(self, step: int) -> Path:
         """Where the checkpoint of ``step`` is written."""
-        return self.model_dir / self.checkpoint.checkpoint_name.format(step=step)
+        return self.checkpoint_dir / self.checkpoint.checkpoint_name.format(step=step)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: weights, optimizer, schedulers, RNG, data."""
@@ -406,11 +416,18 @@ class Trainer:
         :raises CheckpointMismatchError: it does not fit this trainer (nothing was changed).
         """
         state = ckpt.load_checkpoint(path)
-        check_fits(path, state, self._unwrapped_model, self.optimizer, self.schedulers)
-        self._unwrapped_model.load_state_dict(state["model"])
-        if self.optimizer is not None and state.get("optimizer") is not None:
+        _check_version(path, state, self.checkpoint.strict_version)
+        strict = not self.checkpoint.disable_strict_checkpoint_loading
+        model = self._unwrapped_model
+        same_keys = set(state["model"]) == set(model.state_dict())
+        optimizer = self.optimizer if strict or same_keys else None
+        check_fits(path, state, model, optimizer, self.schedulers, strict=strict)
+        loaded = model.load_state_dict(state["model"], strict=strict)
+        if not same_keys:
+            _report_non_strict(path, loaded.missing_keys, loaded.unexpected_keys, self.optimizer)
+        if optimizer is not None and state.get("optimizer") is not None:
             try:
-                self.optimizer.load_state_dict(state["optimizer"])
+                optimizer.load_state_dict(state["optimizer"])
             except (ValueError, KeyError, TypeError, RuntimeError) as exc:
                 message = f"{path}: does not fit this run: optimizer: {exc}"
                 raise ckpt.CheckpointMismatchError(message) from exc
@@ -432,7 +449,7 @@ class Trainer:
             return None if ckpt_path is None else Path(ckpt_path)
         if not self.checkpoint.autoload_last_checkpoint:
             return None
-        found = ckpt.find_checkpoints(self.model_dir, self.checkpoint.checkpoint_name)
+        found = ckpt.find_checkpoints(self.checkpoint_dir, self.checkpoint.checkpoint_name)
         for index, (_, path) in enumerate(found):
             try:
                 self.load_checkpoint(path)
@@ -447,9 +464,10 @@ class Trainer:
     def _check_model_dir(self) -> None:
         """Fail before training when ``model_dir`` cannot hold a checkpoint (read-only, full)."""
         needed = self._checkpoint_bytes() if self.is_main_process else 0
-        probe = self.model_dir / f".write-test-{os.getpid()}"
+        probe = self.checkpoint_dir / f".write-test-{os.getpid()}"
         try:
             self.model_dir.mkdir(parents=True, exist_ok=True)
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
             with probe.open("wb") as handle:
                 handle.write(b"ok")
                 handle.flush()
@@ -488,9 +506,8 @@ class Trainer:
         if loop.num_steps is not None:
             limits.append(self.global_step + loop.num_steps)
         if loop.num_epochs is not None:
-            try:
-                per_epoch = max(len(train_dataloader) // loop.grad_accum_steps, 1)
-            except TypeError:
+            per_epoch = self._steps_per_epoch(train_dataloader)
+            if per_epoch is None:
                 message = "num_epochs needs a data loader with a length; use num_steps"
                 raise ConfigError([ConfigIssue("loop.num_epochs", message)]) from None
             limits.append(self.global_step + loop.num_epochs * per_epoch)
@@ -498,6 +515,28 @@ class Trainer:
             message = "give at least one of max_steps, num_steps or num_epochs"
             raise ConfigError([ConfigIssue("loop", message)])
         return min(limits)
+
+    def _steps_per_epoch(self, train_dataloader: Any) -> int | None:
+        """Optimizer steps in one epoch: ``loop.steps_per_epoch``, else one pass of the data.
+
+        :raises ConfigError: ``steps_per_epoch`` needs more batches than one pass holds.
+        """
+        assert self.loop is not None
+        accum = self.loop.grad_accum_steps
+        try:
+            length: int | None = len(train_dataloader)
+        except TypeError:
+            length = None
+        wanted = self.loop.steps_per_epoch
+        if wanted is None:
+            return None if length is None else max(length // accum, 1)
+        if length is not None and wanted * accum > length:
+            message = (
+                f"steps_per_epoch {wanted} needs {wanted * accum} batches per epoch, but the "
+                f"training data loader yields {length}"
+            )
+            raise ConfigError([ConfigIssue("loop.steps_per_epoch", message)])
+        return wanted
 
     def fit(
         self,
@@ -529,13 +568,16 @@ class Trainer:
     ) -> dict[str, float]:
         if self.is_main_process:
             for stale in ckpt.remove_stale_temporaries(
-                self.model_dir, self.checkpoint.checkpoint_name
+                self.checkpoint_dir, self.checkpoint.checkpoint_name
             ):
                 log.info("removed %s, left by an interrupted save", stale)
         self._restore(ckpt_path)
         train_dataloader = self.backend.prepare_dataloader(train_dataloader)
         target = self._target_step(train_dataloader)
-        stream = DataStream(train_dataloader, self._stream_position)
+        assert self.loop is not None
+        epoch_steps = self.loop.steps_per_epoch and self._steps_per_epoch(train_dataloader)
+        batches = epoch_steps * self.loop.grad_accum_steps if epoch_steps else None
+        stream = DataStream(train_dataloader, self._stream_position, batches_per_epoch=batches)
         self._metrics = None
         if self.is_main_process:
             self._metrics = MetricsLog(self.model_dir, resume_step=self.global_step)
@@ -566,7 +608,10 @@ class Trainer:
     ) -> dict[str, float]:
         assert self.loop is not None
         log_steps = self.logging.log_steps
-        eval_every = self.loop.eval_frequency or 0
+        # A fractional eval_frequency counts from this fit's first step, an int from step 0.
+        fraction = isinstance(self.loop.eval_frequency, float)
+        start = self.global_step if fraction else 0
+        eval_every = _eval_period(self.loop.eval_frequency, target - self.global_step)
         save_every = self.checkpoint.steps or 0
         window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
         window_skipped = 0
@@ -599,7 +644,7 @@ class Trainer:
                 window_skipped = 0
                 window_start = time.perf_counter()
             progress.advance(step, values)
-            if val_dataloader is not None and eval_every and step % eval_every == 0:
+            if val_dataloader is not None and eval_every and (step - start) % eval_every == 0:
                 last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
                 progress.message(f"step {step}: validation " + _describe(last_val))
             if save_every and step % save_every == 0 and step != target:
@@ -607,7 +652,7 @@ class Trainer:
             if interrupt is not None and interrupt.agreed():
                 self._stop_interrupted(stream, interrupt)
         if val_dataloader is not None and not (
-            eval_every and target % eval_every == 0 and last_val
+            eval_every and (target - start) % eval_every == 0 and last_val
         ):
             last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
             progress.message(f"step {self.global_step}: validation " + _describe(last_val))
@@ -643,9 +688,9 @@ class Trainer:
         loaded = self._restore(ckpt_path)
         if ckpt_path is UNSET and loaded is None and self._last_good is None:
             name = self.checkpoint.checkpoint_name
-            where = "" if self.model_dir.is_dir() else "; the folder does not exist"
+            where = "" if self.checkpoint_dir.is_dir() else "; the folder does not exist"
             message = (
-                f"{self.model_dir}: no checkpoint to validate (no sound file named {name}"
+                f"{self.checkpoint_dir}: no checkpoint to validate (no sound file named {name}"
                 f"{where}); give ckpt_path a checkpoint, or ckpt_path: null to evaluate the "
                 "untrained model"
             )
@@ -660,6 +705,105 @@ class Trainer:
                 self._metrics = None
         log.info("validation at step %d: %s", self.global_step, _describe(metrics))
         return metrics
+
+    def validate_all(
+        self,
+        val_dataloaders: Iterable[Any] | Mapping[str, Iterable[Any]],
+        ckpt_paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = UNSET,
+    ) -> list[dict[str, Any]]:
+        """Evaluate every checkpoint on every data loader (Model Zoo's ``validate_all``).
+
+        :param val_dataloaders: one data loader, a list of them, or ``{name: loader}``.
+        :param ckpt_paths: a path, a glob (``model_dir/checkpoint_*.mdl``) or a list of them;
+            unset: every checkpoint in the checkpoint folder, in step order; ``None``: the model
+            as it is.
+        :returns: one record per checkpoint and data loader, in that order:
+            ``{"checkpoint": path or None, "step": ..., "dataloader": name, **metrics}``.
+        :raises CheckpointError: a checkpoint that cannot be loaded (naming it), or none found.
+        """
+        loaders = _named_loaders(val_dataloaders)
+        paths = self._validate_all_paths(ckpt_paths)
+        records: list[dict[str, Any]] = []
+        self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
+        try:
+            eval_steps = self.loop.eval_steps if self.loop else None
+            for path in paths:
+                if path is not None:
+                    self._load_for_validation(path)
+                for name, loader in loaders:
+                    # the metrics files tell checkpoints apart by step, loaders by split
+                    metrics = self._run_eval(loader, eval_steps, f"validate_all/{name}")
+                    where = path if path is not None else "the model as it is"
+                    log.info(
+                        "validation of %s on %s at step %d: %s",
+                        where,
+                        name,
+                        self.global_step,
+                        _describe(metrics),
+                    )
+                    record: dict[str, Any] = {
+                        "checkpoint": None if path is None else str(path),
+                        "step": self.global_step,
+                        "dataloader": name,
+                    }
+                    records.append({**record, **metrics})
+        finally:
+            if self._metrics is not None:
+                self._metrics.close()
+                self._metrics = None
+        return records
+
+    def _validate_all_paths(self, ckpt_paths: Any) -> list[Path | None]:
+        """The checkpoints ``validate_all`` evaluates, in order; globs expanded."""
+        if ckpt_paths is None:
+            return [None]
+        if ckpt_paths is UNSET:
+            found = ckpt.find_checkpoints(self.checkpoint_dir, self.checkpoint.checkpoint_name)
+            if not found:
+                message = (
+                    f"{self.checkpoint_dir}: no checkpoint to validate (no file named "
+                    f"{self.checkpoint.checkpoint_name}); give validate_all ckpt_paths"
+                )
+                raise ckpt.CheckpointError(message)
+            return [path for _, path in reversed(found)]
+        written = [ckpt_paths] if isinstance(ckpt_paths, str | os.PathLike) else list(ckpt_paths)
+        paths: list[Path | None] = []
+        for item in written:
+            text = os.fspath(item)
+            if glob.has_magic(text):
+                matches = sorted(glob.glob(text), key=self._step_order)
+                if not matches:
+                    raise ckpt.CheckpointError(f"ckpt_paths: {text!r} matches no file")
+                paths.extend(Path(m) for m in matches)
+            elif not Path(text).is_file():
+                raise ckpt.CheckpointError(f"{text}: no such checkpoint file (ckpt_paths)")
+            else:
+                paths.append(Path(text))
+        return paths
+
+    def _step_order(self, path: str) -> tuple[int, str]:
+        """Checkpoints of this run's file name by step, other files after them by name."""
+        step = ckpt.checkpoint_step(Path(path).name, self.checkpoint.checkpoint_name)
+        return (2**63 if step is None else step, path)
+
+    def _load_for_validation(self, path: Path) -> None:
+        """Load one checkpoint of ``validate_all``; any failure names the file."""
+        try:
+            self.load_checkpoint(path)
+        except ckpt.CheckpointError:
+            raise
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+            message = f"{path}: cannot be loaded for validate_all: {type(exc).__name__}: {exc}"
+            raise ckpt.CheckpointError(message) from exc
+
+
+def _named_loaders(value: Any) -> list[tuple[str, Any]]:
+    """``(name, loader)`` pairs: a mapping's names, else each loader's position."""
+    if isinstance(value, Mapping):
+        return [(str(name), loader) for name, loader in value.items()]
+    if isinstance(value, list | tuple):
+        return [(str(index), loader) for index, loader in enumerate(value)]
+    return [("0", value)]
 
 
 def _is_empty(loader: Iterable[Any] | None) -> bool:
@@ -685,3 +829,87 @@ def _group_label(group: Mapping[str, Any], index: int) -> str:
         names = [tags] if isinstance(tags, str) else sorted(map(str, tags))
         return f"{index}:{'+'.join(names)}"
     return str(index)
+
+
+def _eval_period(frequency: int | float | None, total_steps: int) -> int:
+    """Steps between evaluations (0: only at the end), Model Zoo's rule.
+
+    An int is a number of steps; a float in (0, 1] is that fraction of the fit's steps, rounded
+    up (0.25 of 100 steps: every 25).
+    """
+    if not frequency:
+        return 0
+    if isinstance(frequency, float):
+        return max(math.ceil(frequency * total_steps), 1)
+    return int(frequency)
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(key: str, message: str) -> None:
+    if key not in _SAID:
+        _SAID.add(key)
+        log.info(message)
+
+
+def _say_inert_off_csx(backend_type: str, settings: LoggingSettings) -> None:
+    """Say once which logging settings only the CSX backend acts on."""
+    if backend_type == "CSX":
+        return
+    if settings.wsc_log_level:
+        _say_once(
+            "wsc_log_level",
+            f"logging.wsc_log_level has no effect on {backend_type}: it sets the log levels "
+            "of Wafer-Scale Cluster servers, which only a CSX run has",
+        )
+    if settings.enable_act_frequency:
+        _say_once(
+            "enable_act_frequency",
+            f"logging.enable_act_frequency has no effect on {backend_type}: it spaces "
+            "activation transfers from a CS system, which only a CSX run has",
+        )
+
+
+def _version_of(text: str) -> tuple[int, int] | None:
+    parts = text.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _check_version(path: Any, state: Mapping[str, Any], strict: bool) -> None:
+    """Refuse a checkpoint of another plugtrain major.minor version (``strict_version``).
+
+    With ``strict_version: false`` it is a warning (Model Zoo's rule for its own version).
+    """
+    from plugtrain import __version__
+
+    written = str((state.get("metadata") or {}).get("plugtrain") or "")
+    theirs, ours = _version_of(written), _version_of(__version__)
+    if theirs is None or ours is None or theirs == ours:
+        return
+    message = (
+        f"{path}: written by plugtrain {written}, this is plugtrain {__version__} "
+        "(another major.minor version)"
+    )
+    if strict:
+        raise ckpt.CheckpointMismatchError(
+            message + "; set trainer.init.checkpoint.strict_version: false to load it anyway"
+        )
+    log.warning("%s; loading it anyway (strict_version: false)", message)
+
+
+def _report_non_strict(
+    path: Any, missing: Sequence[str], unexpected: Sequence[str], optimizer: Any
+) -> None:
+    """Log what a non-strict load left out (``disable_strict_checkpoint_loading``)."""
+    parts = []
+    if missing:
+        parts.append("missing from the checkpoint (kept as initialised): " + ", ".join(missing))
+    if unexpected:
+        parts.append("in the checkpoint but not in the model (ignored): " + ", ".join(unexpected))
+    if optimizer is not None:
+        parts.append("the optimizer state was not loaded (the parameters differ)")
+    log.warning("%s: loaded non-strictly; %s", path, "; ".join(parts))

@@ -7,7 +7,7 @@ never change the numbers beyond rounding.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -90,6 +90,11 @@ class AdamArgs:
     ``l2_regularization_rate``; the group's ``weight_decay`` starts at 0 and acts as decoupled
     decay (as in AdamW) when a weight-decay scheduler writes it.
     """
+
+    ignored_arguments: ClassVar[Mapping[str, str]] = {
+        "correct_bias": "Adam always corrects the bias; Model Zoo accepts correct_bias on Adam "
+        "and ignores it (AdamW's correct_bias does act)",
+    }
 
     lr: float = _lr(1e-3)
     betas: tuple[float, float] = _betas((0.9, 0.999))
