@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.sections import CheckpointSettings, LoggingSettings, LoopSettings
 
 __all__ = [
@@ -190,6 +191,7 @@ class TrainerPlan:
     :param loop: loop settings, if given.
     :param checkpoint: checkpoint settings, if given.
     :param logging: logging settings, if given.
+    :param precision: mixed precision and gradient clipping settings, if given.
     :param fit: the fit section, if any.
     :param validate: the validate section, if any.
     :param config: the ``init`` mapping as written, plain (stored in checkpoints' metadata).
@@ -205,6 +207,7 @@ class TrainerPlan:
     loop: LoopSettings | None = None
     checkpoint: CheckpointSettings | None = None
     logging: LoggingSettings | None = None
+    precision: PrecisionSettings | None = None
     fit: FitPlan | None = None
     validate: ValidatePlan | None = None
     config: Mapping[str, Any] = attrs.field(

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
+from plugtrain.config.precision import PrecisionSettings
 from plugtrain.schema import Problem, about, arg
 
 __all__ = [
@@ -140,6 +141,9 @@ class InitSection:
         None, section=CheckpointSettings, help="checkpoint settings"
     )
     logging: dict[str, Any] | None = arg(None, section=LoggingSettings, help="logging settings")
+    precision: dict[str, Any] | None = arg(
+        None, section=PrecisionSettings, help="mixed precision, loss scaling, gradient clipping"
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:

@@ -60,6 +60,8 @@ class CSXBackend(BackendBase):
         super().configure(arguments)
         self.cstorch_backend: Any = None
         """cstorch's backend, built from this configuration when a Trainer starts."""
+        self.precision: Any = None
+        """The Trainer's precision settings, handed to cstorch (see configure_precision)."""
 
     def __repr__(self) -> str:
         return (
@@ -108,6 +110,31 @@ class CSXBackend(BackendBase):
         if self.cstorch_backend is None:
             self.check_runnable()
         return self.cstorch_backend.torch_device
+
+    def configure_precision(self, settings: Any) -> None:
+        """Hand ``fp16_type`` and ``precision_opt_level`` to cstorch, as Model Zoo does.
+
+        That is ``cstorch.amp.set_half_dtype(fp16_type)`` and
+        ``cstorch.backends.csx.precision.optimization_level = precision_opt_level`` (when
+        set). cbfloat16 needs ``loss_scaling_factor: dynamic`` (Model Zoo's rule on CSX).
+
+        :param settings: a :class:`plugtrain.config.precision.PrecisionSettings`.
+        :raises ConfigError: cbfloat16 without dynamic loss scaling.
+        """
+        if settings.enabled and settings.fp16_type == "cbfloat16" and not settings.dynamic:
+            message = (
+                "cbfloat16 needs dynamic loss scaling on CSX (gradients could otherwise "
+                "underflow or overflow): set loss_scaling_factor: dynamic"
+            )
+            raise ConfigError([ConfigIssue("precision.fp16_type", message)])
+        self.precision = settings
+        if self.cstorch_backend is None:
+            self.check_runnable()
+        cstorch = importlib.import_module(CEREBRAS_MODULE)
+        if settings.enabled:
+            cstorch.amp.set_half_dtype(settings.fp16_type)
+        if settings.precision_opt_level is not None:
+            cstorch.backends.csx.precision.optimization_level = settings.precision_opt_level
 
     def prepare_model(self, model: Any) -> Any:
         """The model compiled for the cluster through ``cerebras.pytorch.compile``."""
