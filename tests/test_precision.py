@@ -163,21 +163,7 @@ def test_model_zoo_defaults():
     assert settings.log_loss_scale is None
 
 
-def test_bad_precision_keys_are_reported_at_their_positions_by_check(tmp_path):
-    run = _run_file(
-        tmp_path,
-        """
-fp16_type: float8
-precision_opt_level: 7
-loss_scaling_factor: sometimes
-steps_per_increase: 0
-min_loss_scale: 8.0
-max_loss_scale: 2.0
-max_gradient_norm: 1.0
-max_gradient_value: 0.5
-max_grad_norm: 1.0
-""",
-    )
+def _check(run: Path) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-m", "plugtrain", "check", str(run)],
         capture_output=True,
@@ -187,23 +173,59 @@ max_grad_norm: 1.0
     )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
+    return [line.strip() for line in done.stderr.splitlines()]
+
+
+def _error_at(lines: list[str], run: Path, line: int) -> str:
+    found = [text for text in lines if text.startswith(f"{run}:{line}:")]
+    assert found, f"no error at line {line}: {lines}"
+    return found[0]
+
+
+def test_bad_precision_values_and_keys_are_reported_at_their_positions_by_check(tmp_path):
+    run = _run_file(
+        tmp_path,
+        """
+fp16_type: float8
+precision_opt_level: 7
+loss_scaling_factor: sometimes
+steps_per_increase: 0
+max_grad_norm: 1.0
+""",
+    )
+    lines = _check(run)
     where = "trainer.init.precision"
     expected = {
-        9: f"{where}.fp16_type: must be one of 'float16', 'bfloat16', 'cbfloat16', got 'float8'",
-        10: f"{where}.precision_opt_level: must be one of None, 0, 1, 2, got 7",
-        11: f"{where}.loss_scaling_factor: must be of type",
-        12: f"{where}.steps_per_increase: must be > 0, got 0",
-        17: f"{where}.max_grad_norm",
+        9: f"9:18: {where}.fp16_type: must be of type Literal['float16', 'bfloat16', 'cbfloat16']",
+        10: f"10:28: {where}.precision_opt_level: must be one of None, 0, 1, 2, got 7",
+        11: f"11:28: {where}.loss_scaling_factor: must be of type float | Literal['dynamic']",
+        12: f"12:27: {where}.steps_per_increase: must be > 0, got 0",
+        13: f"13:7: {where}.max_grad_norm: unknown argument 'max_grad_norm'",
     }
     for line, message in expected.items():
-        found = [text for text in done.stderr.splitlines() if text.startswith(f"{run}:{line}:")]
-        assert found, f"no error at line {line}: {done.stderr}"
-        assert message in found[0], found[0]
-    both = "not both: give one of them"
-    assert any(
-        text.startswith(f"{run}:16:") and both in text for text in done.stderr.splitlines()
-    ), done.stderr
-    assert "min_loss_scale (8) must not exceed max_loss_scale (2)" in done.stderr
+        assert f"{run}:{message}" in _error_at(lines, run, line)
+
+
+def test_model_zoo_precision_rules_are_reported_at_the_keys_by_check(tmp_path):
+    run = _run_file(
+        tmp_path,
+        """
+min_loss_scale: 8.0
+max_loss_scale: 2.0
+max_gradient_norm: 1.0
+max_gradient_value: 0.5
+""",
+    )
+    lines = _check(run)
+    where = "trainer.init.precision"
+    assert (
+        f"{where}.max_gradient_value: gradients are clipped by norm (max_gradient_norm) or by "
+        "value (max_gradient_value), not both" in _error_at(lines, run, 12)
+    )
+    assert (
+        f"{where}.min_loss_scale: min_loss_scale (8) must not exceed max_loss_scale (2)"
+        in _error_at(lines, run, 9)
+    )
 
 
 def test_dynamic_scaling_refuses_a_minimum_below_cstorchs(tmp_path):
@@ -217,13 +239,13 @@ def test_dynamic_scaling_refuses_a_minimum_below_cstorchs(tmp_path):
 @pytest.mark.parametrize("fp16_type", ["bfloat16", "float16", "cbfloat16"])
 def test_autocast_runs_the_forward_pass_in_the_half_type(tmp_path, fp16_type, caplog):
     seen: list[torch.dtype] = []
-    trainer = _trainer(
-        tmp_path,
-        {"fp16_type": fp16_type, "precision_opt_level": 2},
-        loop={"max_steps": 2},
-    )
-    trainer.model.register_forward_hook(lambda _m, _i, output: seen.append(output.dtype))
     with caplog.at_level(logging.INFO, logger="plugtrain"):
+        trainer = _trainer(
+            tmp_path,
+            {"fp16_type": fp16_type, "precision_opt_level": 2},
+            loop={"max_steps": 2},
+        )
+        trainer.model.register_forward_hook(lambda _m, _i, output: seen.append(output.dtype))
         trainer.fit(_data(), _data())
     half = torch.float16 if fp16_type == "float16" else torch.bfloat16
     assert seen == [half] * (2 + 8)  # two training steps, then eight evaluation batches
@@ -358,7 +380,9 @@ def test_the_loss_scale_resumes_exactly_from_a_checkpoint(tmp_path):
     second = _trainer(tmp_path / "resumed", settings, loop={"max_steps": 12})
     second.fit(_data(num_examples=128))
 
-    ends = [load_checkpoint(tmp_path / name / "checkpoint_12.mdl") for name in ("straight", "resumed")]
+    ends = [
+        load_checkpoint(tmp_path / name / "checkpoint_12.mdl") for name in ("straight", "resumed")
+    ]
     assert ends[0]["grad_scaler"] == ends[1]["grad_scaler"]
     assert ends[0]["grad_scaler"]["scale"] == 64.0
     for name, weight in ends[0]["model"].items():
