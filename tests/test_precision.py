@@ -491,3 +491,20 @@ def test_bf16_with_clipping_trains_from_a_run_file_through_plugtrain_fit(tmp_pat
     assert records[-1]["loss"] < records[0]["loss"]
     (val,) = _metrics(tmp_path / "model", "val")
     assert val["accuracy"] > 0.5  # ten classes: well above chance
+
+
+def test_a_resumed_scaler_keeps_this_runs_settings(tmp_path):
+    from plugtrain.train.precision import Precision
+
+    saved = {"scale": 4096.0, "growth_factor": 2.0, "backoff_factor": 0.5}
+    saved.update({"growth_interval": 7, "_growth_tracker": 3})
+    now = PrecisionSettings(**{**DYNAMIC, "steps_per_increase": 50, "max_loss_scale": 1024.0})
+    precision = Precision(now, torch.device("cpu"))
+    precision.load_state_dict(saved)
+    state = precision.state_dict()
+    assert state["scale"] == 1024.0  # today's max_loss_scale
+    assert state["_growth_tracker"] == 3
+    assert state["growth_interval"] == 50  # today's steps_per_increase
+    fixed = Precision(PrecisionSettings(loss_scaling_factor=64.0), torch.device("cpu"))
+    fixed.load_state_dict(saved)
+    assert fixed.state_dict()["scale"] == 64.0

@@ -239,12 +239,19 @@ class Precision:
         return None if self.scaler is None else self.scaler.state_dict()
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        """Restore the scaler's state from a checkpoint's ``grad_scaler`` (if both exist)."""
-        if self.scaler is None:
-            if state:
+        """Restore the scale and growth tracker from a checkpoint's ``grad_scaler``.
+
+        The run's own settings stay in force: ``steps_per_increase`` as configured now, the
+        scale clamped to today's bounds, and a fixed ``loss_scaling_factor`` stays fixed.
+        """
+        if self.scaler is None or self._fixed_scale is not None:
+            if state and self.scaler is None:
                 log.info("precision: the checkpoint's grad_scaler state is unused (no scaler)")
             return
         if not state:
             log.info("precision: no grad_scaler state in the checkpoint; the scaler starts anew")
             return
-        self.scaler.load_state_dict(state)
+        restored = self.scaler.state_dict()
+        restored["scale"] = self._clamped(float(state["scale"]))
+        restored["_growth_tracker"] = int(state["_growth_tracker"])
+        self.scaler.load_state_dict(restored)
