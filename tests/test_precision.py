@@ -508,3 +508,12 @@ def test_a_resumed_scaler_keeps_this_runs_settings(tmp_path):
     fixed = Precision(PrecisionSettings(loss_scaling_factor=64.0), torch.device("cpu"))
     fixed.load_state_dict(saved)
     assert fixed.state_dict()["scale"] == 64.0
+
+
+def test_log_loss_scale_false_keeps_the_scale_out_of_the_metrics(tmp_path):
+    trainer = _trainer(tmp_path, {**DYNAMIC, "log_loss_scale": False}, loop={"max_steps": 2})
+    trainer.fit(_data())
+    assert trainer.precision.scaler is not None
+    records = _metrics(tmp_path)
+    assert len(records) == 2
+    assert all("loss_scale" not in r for r in records)
