@@ -154,7 +154,7 @@ log_loss_scale: true
 def test_model_zoo_defaults():
     settings = PrecisionSettings()
     assert settings.enabled is True
-    assert settings.fp16_type == "float16"
+    assert settings.fp16_type == "bfloat16"
     assert settings.loss_scaling_factor == 1.0
     assert settings.steps_per_increase == 2000
     assert settings.precision_opt_level is None
@@ -505,7 +505,8 @@ def test_a_resumed_scaler_keeps_this_runs_settings(tmp_path):
     assert state["scale"] == 1024.0  # today's max_loss_scale
     assert state["_growth_tracker"] == 3
     assert state["growth_interval"] == 50  # today's steps_per_increase
-    fixed = Precision(PrecisionSettings(loss_scaling_factor=64.0), torch.device("cpu"))
+    fixed_scale = PrecisionSettings(fp16_type="float16", loss_scaling_factor=64.0)
+    fixed = Precision(fixed_scale, torch.device("cpu"))
     fixed.load_state_dict(saved)
     assert fixed.state_dict()["scale"] == 64.0
 

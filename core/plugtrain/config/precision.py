@@ -30,7 +30,7 @@ class PrecisionSettings:
 
     enabled: bool = arg(True, help="run the forward pass and the loss under autocast")
     fp16_type: Literal["float16", "bfloat16", "cbfloat16"] = arg(
-        "float16",
+        "bfloat16",
         help="the half type: float16 (with a loss scaler), bfloat16, or cbfloat16 (CSX only; "
         "bfloat16 elsewhere)",
     )
