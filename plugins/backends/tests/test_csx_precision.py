@@ -93,3 +93,12 @@ def test_the_default_backend_says_once_that_precision_opt_level_is_inert(tmp_pat
             )
     assert caplog.text.count("precision_opt_level 2 is handed to the CSX compiler") == 1
     assert "no effect on the CPU backend" in caplog.text
+
+
+def test_csx_keeps_mixed_precision_on_when_disabled_with_a_fake_cstorch(
+    fake_cstorch, tmp_path, caplog
+):
+    with caplog.at_level(logging.WARNING, logger="plugtrain"):
+        Trainer(device="CSX", model=_mlp, model_dir=tmp_path, precision={"enabled": False})
+    assert "mixed precision is always on on CSX; enabled: false ignored" in caplog.text
+    assert fake_cstorch.half_dtypes == ["bfloat16"]

@@ -7,6 +7,7 @@ is this module's :class:`ClusterConfig`, found through the registry.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,8 @@ from plugtrain_backends.schemas import ClusterConfig, CSXArgs
 __all__ = ["CSXBackend", "ClusterConfig"]
 
 CEREBRAS_MODULE = "cerebras.pytorch"
+
+log = logging.getLogger("plugtrain")
 
 
 class CSXBackend(BackendBase):
@@ -116,23 +119,25 @@ class CSXBackend(BackendBase):
 
         That is ``cstorch.amp.set_half_dtype(fp16_type)`` and
         ``cstorch.backends.csx.precision.optimization_level = precision_opt_level`` (when
-        set). cbfloat16 needs ``loss_scaling_factor: dynamic`` (Model Zoo's rule on CSX).
+        set). As in Model Zoo, mixed precision is always on on CSX (``enabled: false`` is
+        ignored with a warning) and cbfloat16 needs ``loss_scaling_factor: dynamic``.
 
         :param settings: a :class:`plugtrain.config.precision.PrecisionSettings`.
         :raises ConfigError: cbfloat16 without dynamic loss scaling.
         """
-        if settings.enabled and settings.fp16_type == "cbfloat16" and not settings.dynamic:
+        if settings.fp16_type == "cbfloat16" and not settings.dynamic:
             message = (
                 "cbfloat16 needs dynamic loss scaling on CSX (gradients could otherwise "
                 "underflow or overflow): set loss_scaling_factor: dynamic"
             )
             raise ConfigError([ConfigIssue("precision.fp16_type", message)])
+        if not settings.enabled:
+            log.warning("precision: mixed precision is always on on CSX; enabled: false ignored")
         self.precision = settings
         if self.cstorch_backend is None:
             self.check_runnable()
         cstorch = importlib.import_module(CEREBRAS_MODULE)
-        if settings.enabled:
-            cstorch.amp.set_half_dtype(settings.fp16_type)
+        cstorch.amp.set_half_dtype(settings.fp16_type)
         if settings.precision_opt_level is not None:
             cstorch.backends.csx.precision.optimization_level = settings.precision_opt_level
 
