@@ -48,8 +48,9 @@ class LoopSettings:
     nan_policy: str = arg(
         "stop",
         choices=("stop", "skip_step"),
-        help="a NaN or infinite loss: stop (keep the last good checkpoint) or skip_step (drop "
-        "that step's update, count the step, go on)",
+        help="a NaN or infinite loss (or gradients that precision's loss scaling cannot fix): "
+        "stop (keep the last good checkpoint) or skip_step (drop that step's update, count the "
+        "step, go on)",
     )
     max_consecutive_skips: int = arg(
         10,
