@@ -1,7 +1,9 @@
 """``trainer.init.precision``: mixed precision, loss scaling and gradient clipping (torch-free).
 
-The keys, defaults and rules of Model Zoo 2.10's ``precision`` section (its ``MixedPrecision``
-callback). :mod:`plugtrain.train.precision` runs them: ``torch.autocast`` for the forward pass
+The keys, defaults and rules of Model Zoo's ``precision`` section: its ``MixedPrecision``
+callback as in the current Cerebras/modelzoo sources (``fp16_type`` bfloat16 by default,
+``log_loss_scale`` unset meaning "when dynamic"), and cstorch's bounds for dynamic loss
+scaling. :mod:`plugtrain.train.precision` runs them: ``torch.autocast`` for the forward pass
 and the loss, a ``torch.amp.GradScaler`` for ``float16``, clipping after unscaling.
 """
 
