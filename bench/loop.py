@@ -190,9 +190,11 @@ def lightning_loop(steps: int, directory: Path) -> float | None:
 def startup_to_first_step(directory: Path) -> float:
     """Seconds from a cold ``plugtrain fit`` to its first logged step (log_steps 1)."""
     run = directory / "startup.yaml"
+    # A fresh model_dir each time: in the same one, the next run resumes at its last step.
+    model_dir = tempfile.mkdtemp(prefix="startup", dir=directory)
     run.write_text(
         "trainer:\n  init:\n    device: CPU\n"
-        f"    model_dir: {directory / 'startup'}\n"
+        f"    model_dir: {model_dir}\n"
         "    model: {MLP: {in_features: 64, out_features: 10}}\n"
         "    optimizer: {SGD: {lr: 0.1}}\n"
         "    loop: {max_steps: 1}\n    logging: {log_steps: 1}\n"
