@@ -370,7 +370,7 @@ class Trainer:
         return self.model_dir / self.checkpoint.checkpoint_name.format(step=step)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: weights, optimizer, schedulers, RNG, data."""
+        """All it takes to continue exactly: weights, optimizer, schedulers, scaler, RNG, data."""
         from plugtrain import __version__
 
         return {
@@ -413,7 +413,7 @@ class Trainer:
         return path
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore weights, optimizer, schedulers, step, RNG and data position from ``path``.
+        """Restore weights, optimizer, schedulers, grad scaler, step, RNG and data from ``path``.
 
         :raises CorruptCheckpointError: the file is damaged or holds non-finite weights.
         :raises CheckpointMismatchError: it does not fit this trainer (nothing was changed).
