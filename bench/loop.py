@@ -5,12 +5,24 @@ scheduler (LinearLR) and logging cadence (metrics every 50 steps to a JSON-lines
 per-step time is the slope between a short and a long run, so fixed costs (start-up, the final
 checkpoint) cancel; runs are interleaved. PyTorch Lightning is measured too when it imports.
 
-Run: ``python bench/loop.py [--repeats 5] [--steps 200 1200]``
+Twice: in full precision, and with ``precision: {fp16_type: bfloat16, max_gradient_norm: 1.0}``
+(bfloat16 autocast for the forward pass and the loss, clipping to a total norm of 1, the
+pre-clip norm in the metrics), against a hand loop doing the same (``torch.autocast``,
+``clip_grad_norm_``, the norm's window mean in its log). ``--callback NAME`` (repeatable) adds
+registered callbacks to the precision Trainer (e.g. ``ComputeNorm``); the hand loop does not
+mirror them, so the ratio then includes their cost.
+
+``--clock cpu`` times the loops with this process's CPU time instead of the wall clock:
+steadier on a machine shared with other work (the loops are single-threaded).
+
+Run: ``python bench/loop.py [--repeats 5] [--steps 200 1200] [--callback ComputeNorm]
+[--clock wall|cpu]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -19,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,6 +43,9 @@ from plugtrain.builtin.models import MLP
 from plugtrain.train.trainer import Trainer
 
 LOG_STEPS = 50
+clock = time.perf_counter
+MAX_NORM = 1.0
+PRECISION = {"fp16_type": "bfloat16", "max_gradient_norm": MAX_NORM}
 
 
 def _components():
@@ -43,12 +60,17 @@ def _components():
     return model, optimizer, scheduler
 
 
-def hand_loop(steps: int, directory: Path) -> float:
-    """The loop a careful person writes by hand; returns seconds for ``steps`` steps."""
+def hand_loop(steps: int, directory: Path, precision: bool = False) -> float:
+    """The loop a careful person writes by hand; returns seconds for ``steps`` steps.
+
+    :param precision: bfloat16 autocast and clipping to ``MAX_NORM``, the norm logged.
+    """
     model, optimizer, scheduler = _components()
+    parameters = list(model.parameters())
+    norm_sum = 0.0
     loader = digits_loader(batch_size=64)
     log = (directory / "hand.jsonl").open("w")
-    start = time.perf_counter()
+    start = clock()
     iterator = iter(loader)
     window = 0.0
     correct = count = 0
@@ -59,9 +81,15 @@ def hand_loop(steps: int, directory: Path) -> float:
             iterator = iter(loader)
             inputs, targets = next(iterator)
         optimizer.zero_grad(set_to_none=True)
-        outputs = model(inputs)
-        loss = torch.nn.functional.cross_entropy(outputs, targets)
+        autocast = (
+            torch.autocast("cpu", dtype=torch.bfloat16) if precision else contextlib.nullcontext()
+        )
+        with autocast:
+            outputs = model(inputs)
+            loss = torch.nn.functional.cross_entropy(outputs, targets)
         loss.backward()
+        if precision:
+            norm_sum += float(torch.nn.utils.clip_grad_norm_(parameters, MAX_NORM))
         optimizer.step()
         scheduler.step()
         window += float(loss.detach())
@@ -74,17 +102,29 @@ def hand_loop(steps: int, directory: Path) -> float:
                 "accuracy": correct / count,
                 "lr": optimizer.param_groups[0]["lr"],
             }
+            if precision:
+                record["grad_norm"] = norm_sum / LOG_STEPS
+                norm_sum = 0.0
             log.write(json.dumps(record) + "\n")
             log.flush()
             window = 0.0
             correct = count = 0
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     log.close()
     return elapsed
 
 
-def trainer_loop(steps: int, directory: Path) -> float:
-    """The same work through ``Trainer.fit``; returns seconds for the whole fit."""
+def trainer_loop(
+    steps: int,
+    directory: Path,
+    precision: dict[str, Any] | None = None,
+    callbacks: Sequence[Any] = (),
+) -> float:
+    """The same work through ``Trainer.fit``; returns seconds for the whole fit.
+
+    :param precision: the Trainer's precision settings (``None``: full precision).
+    :param callbacks: callback objects for the Trainer.
+    """
     model, optimizer, scheduler = _components()
     from plugtrain.train.backends import release_backend_type
 
@@ -98,11 +138,13 @@ def trainer_loop(steps: int, directory: Path) -> float:
         loop={"max_steps": steps},
         logging={"log_steps": LOG_STEPS, "progress": False},
         checkpoint={"autoload_last_checkpoint": False},
+        precision=precision,
+        callbacks=list(callbacks),
     )
     loader = digits_loader(batch_size=64)
-    start = time.perf_counter()
+    start = clock()
     trainer.fit(loader)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def lightning_loop(steps: int, directory: Path) -> float | None:
@@ -140,17 +182,19 @@ def lightning_loop(steps: int, directory: Path) -> float | None:
         enable_model_summary=False,
         default_root_dir=str(directory),
     )
-    start = time.perf_counter()
+    start = clock()
     trainer.fit(Module(), digits_loader(batch_size=64))
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def startup_to_first_step(directory: Path) -> float:
     """Seconds from a cold ``plugtrain fit`` to its first logged step (log_steps 1)."""
     run = directory / "startup.yaml"
+    # A fresh model_dir each time: in the same one, the next run resumes at its last step.
+    model_dir = tempfile.mkdtemp(prefix="startup", dir=directory)
     run.write_text(
         "trainer:\n  init:\n    device: CPU\n"
-        f"    model_dir: {directory / 'startup'}\n"
+        f"    model_dir: {model_dir}\n"
         "    model: {MLP: {in_features: 64, out_features: 10}}\n"
         "    optimizer: {SGD: {lr: 0.1}}\n"
         "    loop: {max_steps: 1}\n    logging: {log_steps: 1}\n"
@@ -176,13 +220,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, nargs=2, default=[200, 1200])
+    parser.add_argument(
+        "--callback", action="append", default=[], help="a registered callback (repeatable)"
+    )
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args()
+    global clock  # noqa: PLW0603 - one clock for every loop of this run
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     short, long = args.steps
     torch.set_num_threads(1)
+    callbacks = [plugtrain.resolve("callback", name)() for name in args.callback]
     loops = {
         "hand-written loop": hand_loop,
         "plugtrain Trainer": trainer_loop,
         "Lightning Trainer": lightning_loop,
+        "hand-written loop, bf16 autocast + clip": lambda n, d: hand_loop(n, d, precision=True),
+        "plugtrain Trainer, precision bf16 + clip": lambda n, d: trainer_loop(
+            n, d, PRECISION, callbacks
+        ),
+    }
+    baseline = {
+        "plugtrain Trainer": "hand-written loop",
+        "Lightning Trainer": "hand-written loop",
+        "plugtrain Trainer, precision bf16 + clip": "hand-written loop, bf16 autocast + clip",
     }
     per_step: dict[str, list[float]] = {name: [] for name in loops}
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,19 +254,21 @@ def main() -> None:
                 if first is not None and second is not None:
                     per_step[name].append((second - first) / (long - short))
         startup = statistics.median(startup_to_first_step(directory) for _ in range(3))
-    hand = statistics.median(per_step["hand-written loop"])
     print(
         f"# Loop benchmark\n\n{platform.machine()}, {os.cpu_count()} cores, torch "
-        f"{torch.__version__}, 1 intra-op thread, median of {args.repeats}, "
+        f"{torch.__version__}, 1 intra-op thread, {args.clock} clock, median of {args.repeats}, "
         f"slope between {short} and {long} steps\n"
     )
-    print("| loop | ms per step | x hand loop |")
+    if callbacks:
+        print(f"Callbacks of the precision Trainer: {', '.join(args.callback)}\n")
+    print("| loop | ms per step | x its hand loop |")
     print("|---|---|---|")
     for name, samples in per_step.items():
         if not samples:
             print(f"| {name} | not installed or does not import | |")
             continue
         median = statistics.median(samples)
+        hand = statistics.median(per_step[baseline.get(name, name)])
         print(f"| {name} | {median * 1e3:.3f} | {median / hand:.3f} |")
     print(f"\nCold start of `plugtrain fit` to its first logged step: {startup:.2f} s")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import inspect
 import itertools
+import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
@@ -26,6 +27,8 @@ __all__ = [
     "missing_backend_members",
     "release_backend_type",
 ]
+
+log = logging.getLogger("plugtrain")
 
 _lock = threading.Lock()
 _active: str | None = None
@@ -161,6 +164,25 @@ class BackendBase(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - a default, not an abstract method
         """Release what the backend holds at the end of a run: nothing here."""
+
+    def configure_precision(self, settings: Any) -> None:
+        """Take a Trainer's precision settings (optional member, see the Backend protocol).
+
+        Autocast, loss scaling and clipping run in the Trainer; what is left for a backend is
+        what only a compiler can use. Here that is nothing: a ``precision_opt_level`` is said
+        to have no effect, once per backend.
+
+        :param settings: a :class:`plugtrain.config.precision.PrecisionSettings`.
+        """
+        level = getattr(settings, "precision_opt_level", None)
+        if level is not None and not getattr(self, "_precision_level_said", False):
+            self._precision_level_said = True
+            log.info(
+                "precision: precision_opt_level %s is handed to the CSX compiler; it has no "
+                "effect on the %s backend",
+                level,
+                self.backend_type,
+            )
 
     @classmethod
     def processes_per_node(cls, arguments: Mapping[str, Any]) -> int:

@@ -177,6 +177,13 @@ class Backend(Protocol):
     at construction; ``is_main_process`` wherever files are written; ``prepare_dataloader`` at
     the start of ``fit``; ``prepare_eval_dataloader`` and ``reduce_sums`` at each evaluation;
     ``close()`` once after the last trainer of a run file.
+
+    One optional member, called only when the backend has it: ``configure_precision(settings)``
+    right after ``device``, when the Trainer has precision settings (a
+    :class:`plugtrain.config.precision.PrecisionSettings`), so that a backend with its own
+    compiler can take ``fp16_type`` and ``precision_opt_level`` (``CSX`` does). Autocast, loss
+    scaling and clipping stay in the Trainer. :class:`~plugtrain.backend_base.BackendBase`'s
+    default says once that ``precision_opt_level`` has no effect.
     """
 
     backend_type: str

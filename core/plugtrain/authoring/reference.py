@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from plugtrain import hookspecs, plugins
+from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.sections import (
     CheckpointSettings,
     FitSection,
@@ -56,6 +57,7 @@ _SECTIONS: tuple[tuple[str, type], ...] = (
     ("trainer.init.loop", LoopSettings),
     ("trainer.init.checkpoint", CheckpointSettings),
     ("trainer.init.logging", LoggingSettings),
+    ("trainer.init.precision", PrecisionSettings),
 )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.sections import CheckpointSettings, LoggingSettings, LoopSettings
 from plugtrain.errors import ConfigIssue
 
@@ -211,6 +212,7 @@ class TrainerPlan:
     :param loop: loop settings, if given.
     :param checkpoint: checkpoint settings, if given.
     :param logging: logging settings, if given.
+    :param precision: mixed precision and gradient clipping settings, if given.
     :param fit: the fit section, if any.
     :param validate: the validate section, if any.
     :param validate_all: the validate_all section, if any.
@@ -227,6 +229,7 @@ class TrainerPlan:
     loop: LoopSettings | None = None
     checkpoint: CheckpointSettings | None = None
     logging: LoggingSettings | None = None
+    precision: PrecisionSettings | None = None
     fit: FitPlan | None = None
     validate: ValidatePlan | None = None
     validate_all: ValidateAllPlan | None = None

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
+from plugtrain.config.precision import PrecisionSettings
 from plugtrain.schema import Problem, about, arg
 
 __all__ = [
@@ -57,8 +58,9 @@ class LoopSettings:
     nan_policy: str = arg(
         "stop",
         choices=("stop", "skip_step"),
-        help="a NaN or infinite loss: stop (keep the last good checkpoint) or skip_step (drop "
-        "that step's update, count the step, go on)",
+        help="a NaN or infinite loss (or gradients that precision's loss scaling cannot fix): "
+        "stop (keep the last good checkpoint) or skip_step (drop that step's update, count the "
+        "step, go on)",
     )
     max_consecutive_skips: int = arg(
         10,
@@ -186,6 +188,9 @@ class InitSection:
         None, section=CheckpointSettings, help="checkpoint settings"
     )
     logging: dict[str, Any] | None = arg(None, section=LoggingSettings, help="logging settings")
+    precision: dict[str, Any] | None = arg(
+        None, section=PrecisionSettings, help="mixed precision, loss scaling, gradient clipping"
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:

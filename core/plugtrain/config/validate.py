@@ -24,6 +24,7 @@ from plugtrain.config.plan import (
     ValidatePlan,
     plain,
 )
+from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.sections import (
     CheckpointSettings,
     FitSection,
@@ -575,6 +576,7 @@ def _trainer_plan(
         loop=_settings(LoopSettings, init.get("loop"), f"{path}.init.loop"),
         checkpoint=_settings(CheckpointSettings, init.get("checkpoint"), f"{path}.init.checkpoint"),
         logging=_settings(LoggingSettings, init.get("logging"), f"{path}.init.logging"),
+        precision=_settings(PrecisionSettings, init.get("precision"), f"{path}.init.precision"),
         fit=_fit_plan(fit, entry["fit"]) if fit is not None else None,
         validate=_validate_plan(validate, entry["validate"]) if validate is not None else None,
         validate_all=(

@@ -205,6 +205,7 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
         loop=plan.loop,
         checkpoint=plan.checkpoint,
         logging=plan.logging,
+        precision=plan.precision,
         seed=plan.seed,
         config=plain(plan.config),
     )

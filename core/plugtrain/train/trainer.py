@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from plugtrain.backend_base import check_backend, claim_backend_type
+from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.sections import (
     MUTUALLY_EXCLUSIVE,
     CheckpointSettings,
@@ -41,6 +42,7 @@ from plugtrain.train.disk import reserve
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted, signal_name
 from plugtrain.train.lock import ModelDirLock
 from plugtrain.train.metrics import MetricsLog, Progress
+from plugtrain.train.precision import Precision
 from plugtrain.train.resume import DataStream, rng_state, seed_everything, set_rng_state
 from plugtrain.train.state_check import verify_first_checkpoint
 
@@ -110,6 +112,8 @@ class Trainer:
     :param loop: :class:`LoopSettings` or its mapping.
     :param checkpoint: :class:`CheckpointSettings` or its mapping.
     :param logging: :class:`LoggingSettings` or its mapping.
+    :param precision: :class:`PrecisionSettings` or its mapping (Model Zoo's ``precision``:
+        autocast, loss scaling, gradient clipping; see :mod:`plugtrain.train.precision`).
     :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`:
         ``on_fit_start(trainer)``, ``on_train_step_end(trainer, metrics)``,
         ``on_validate_end(trainer, metrics)``, ``on_fit_end(trainer)``.
@@ -130,6 +134,7 @@ class Trainer:
         loop: LoopSettings | Mapping[str, Any] | None = None,
         checkpoint: CheckpointSettings | Mapping[str, Any] | None = None,
         logging: LoggingSettings | Mapping[str, Any] | None = None,
+        precision: PrecisionSettings | Mapping[str, Any] | None = None,
         callbacks: Sequence[Any] | None = None,
         seed: int | None = None,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
@@ -156,6 +161,10 @@ class Trainer:
         if seed is not None:
             seed_everything(seed)
         self.device: torch.device = self.backend.device
+        settings = _settings(PrecisionSettings, precision, "precision")
+        if settings is not None and hasattr(self.backend, "configure_precision"):
+            self.backend.configure_precision(settings)
+        self.precision = Precision(settings, self.device, on_csx=self.backend.backend_type == "CSX")
         self._move_batches = self.device.type != "cpu"
         built = model if isinstance(model, nn.Module) else model()
         self.model: nn.Module = self.backend.prepare_model(built)
@@ -225,56 +234,59 @@ class Trainer:
     def _forward(self, batch: Any, model: nn.Module | None = None) -> tuple[torch.Tensor, int, int]:
         """Loss, number correct and number of examples of one batch."""
         inputs, targets = self._to_device(batch) if self._move_batches else batch
-        outputs = (model or self.model)(inputs)
-        loss = self.loss_fn(outputs, targets)
+        with self.precision.autocast():
+            outputs = (model or self.model)(inputs)
+            loss = self.loss_fn(outputs, targets)
         if outputs.dim() == targets.dim() + 1 and not targets.is_floating_point():
             correct = int((outputs.argmax(dim=-1) == targets).sum())
             return loss, correct, targets.numel()
         return loss, 0, 0
 
     def _train_step(self, stream: DataStream) -> tuple[float, int, int]:
+        self._callbacks.on_train_step_start(self, self.global_step + 1)
         accum = self.loop.grad_accum_steps if self.loop else 1
         self.optimizer.zero_grad(set_to_none=True)
-        if accum == 1:
-            loss, correct, count = self._forward(stream.next())
-            loss.backward()
-            total_loss = float(loss.detach())
-        else:
-            total_loss = 0.0
-            correct = count = 0
-            for _ in range(accum):
-                loss, batch_correct, batch_count = self._forward(stream.next())
-                (loss / accum).backward()
-                total_loss += float(loss.detach()) / accum
-                correct += batch_correct
-                count += batch_count
+        total_loss = 0.0
+        correct = count = 0
+        for _ in range(accum):
+            loss, batch_correct, batch_count = self._forward(stream.next())
+            self.precision.backward(loss if accum == 1 else loss / accum)
+            total_loss += float(loss.detach()) / accum
+            correct += batch_correct
+            count += batch_count
         if math.isfinite(total_loss):
-            self.optimizer.step()
+            problem = self.precision.step(self.optimizer, self._before_optimizer_step)
+        else:
+            problem = f"the loss is {total_loss}"
+        if problem is None:
             self._skipped_in_a_row = 0
         elif self.loop is not None and self.loop.nan_policy == "skip_step":
             self.optimizer.zero_grad(set_to_none=True)
             log.warning(
-                "step %d: the loss is %s; its update was skipped (nan_policy: skip_step)",
+                "step %d: %s; its update was skipped (nan_policy: skip_step)",
                 self.global_step + 1,
-                total_loss,
+                problem,
             )
             self._skipped_in_a_row += 1
-            self._check_skipping()
+            self._check_skipping("gradients were" if math.isfinite(total_loss) else "loss was")
         else:
-            self._stop_non_finite(total_loss)
+            self._stop_non_finite(problem)
         for scheduler in self.schedulers:
             scheduler.step()
         self.global_step += 1
         return total_loss, correct, count
+
+    def _before_optimizer_step(self) -> None:
+        self._callbacks.on_before_optimizer_step(self, self.optimizer)
 
     def _kept(self) -> str:
         if self._last_good is None:
             return "; no checkpoint of this fit was saved"
         return f"; the last good checkpoint is {self._last_good}"
 
-    def _stop_non_finite(self, loss: float) -> None:
+    def _stop_non_finite(self, problem: str) -> None:
         message = (
-            f"the loss is {loss} at step {self.global_step + 1}; training stopped{self._kept()} "
+            f"{problem} at step {self.global_step + 1}; training stopped{self._kept()} "
             "(loop.nan_policy: skip_step drops such steps instead)"
         )
         raise TrainingError(message)
@@ -283,7 +295,7 @@ class Trainer:
         parameters = dict(self._unwrapped_model.named_parameters())
         return first_non_finite(parameters, parameters)
 
-    def _check_skipping(self) -> None:
+    def _check_skipping(self, what: str = "loss was") -> None:
         """Under ``skip_step``, stop when skipping cannot help: weights gone, or too many skips."""
         assert self.loop is not None
         step = self.global_step + 1
@@ -297,7 +309,7 @@ class Trainer:
         limit = self.loop.max_consecutive_skips
         if self._skipped_in_a_row >= limit:
             message = (
-                f"the loss was not finite for {limit} steps in a row (steps {step - limit + 1} "
+                f"the {what} not finite for {limit} steps in a row (steps {step - limit + 1} "
                 f"to {step}, nan_policy: skip_step); training stopped{self._kept()} "
                 "(loop.max_consecutive_skips sets how many)"
             )
@@ -368,13 +380,14 @@ class Trainer:
         return self.checkpoint_dir / self.checkpoint.checkpoint_name.format(step=step)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: weights, optimizer, schedulers, RNG, data."""
+        """All it takes to continue exactly: weights, optimizer, schedulers, scaler, RNG, data."""
         from plugtrain import __version__
 
         return {
             "model": self._unwrapped_model.state_dict(),
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
             "schedulers": [s.state_dict() for s in self.schedulers],
+            "grad_scaler": self.precision.state_dict(),
             "global_step": self.global_step,
             "rng": rng_state(),
             "data": self._stream_position,
@@ -410,7 +423,7 @@ class Trainer:
         return path
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore weights, optimizer, schedulers, step, RNG and data position from ``path``.
+        """Restore weights, optimizer, schedulers, grad scaler, step, RNG and data from ``path``.
 
         :raises CorruptCheckpointError: the file is damaged or holds non-finite weights.
         :raises CheckpointMismatchError: it does not fit this trainer (nothing was changed).
@@ -434,6 +447,7 @@ class Trainer:
         saved = state.get("schedulers") or []
         for scheduler, scheduler_state in zip(self.schedulers, saved, strict=True):
             scheduler.load_state_dict(scheduler_state)
+        self.precision.load_state_dict(state.get("grad_scaler"))
         self.global_step = int(state["global_step"])
         self._stream_position = state.get("data")
         if state.get("rng") is not None:
@@ -637,6 +651,7 @@ class Trainer:
                     values["accuracy"] = window_correct / window_count
                 values["steps_per_second"] = window_steps / elapsed if elapsed > 0 else 0.0
                 values.update(self.group_values())
+                values.update(self.precision.metrics())
                 if self._metrics is not None:
                     self._metrics.write(step, "train", values)
                 self._callbacks.on_train_step_end(self, values)

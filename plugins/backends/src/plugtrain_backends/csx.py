@@ -7,6 +7,7 @@ is this module's :class:`ClusterConfig`, found through the registry.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,8 @@ from plugtrain_backends.schemas import ClusterConfig, CSXArgs
 __all__ = ["CSXBackend", "ClusterConfig"]
 
 CEREBRAS_MODULE = "cerebras.pytorch"
+
+log = logging.getLogger("plugtrain")
 
 
 class CSXBackend(BackendBase):
@@ -60,6 +63,8 @@ class CSXBackend(BackendBase):
         super().configure(arguments)
         self.cstorch_backend: Any = None
         """cstorch's backend, built from this configuration when a Trainer starts."""
+        self.precision: Any = None
+        """The Trainer's precision settings, handed to cstorch (see configure_precision)."""
 
     def __repr__(self) -> str:
         return (
@@ -108,6 +113,33 @@ class CSXBackend(BackendBase):
         if self.cstorch_backend is None:
             self.check_runnable()
         return self.cstorch_backend.torch_device
+
+    def configure_precision(self, settings: Any) -> None:
+        """Hand ``fp16_type`` and ``precision_opt_level`` to cstorch, as Model Zoo does.
+
+        That is ``cstorch.amp.set_half_dtype(fp16_type)`` and
+        ``cstorch.backends.csx.precision.optimization_level = precision_opt_level`` (when
+        set). As in Model Zoo, mixed precision is always on on CSX (``enabled: false`` is
+        ignored with a warning) and cbfloat16 needs ``loss_scaling_factor: dynamic``.
+
+        :param settings: a :class:`plugtrain.config.precision.PrecisionSettings`.
+        :raises ConfigError: cbfloat16 without dynamic loss scaling.
+        """
+        if settings.fp16_type == "cbfloat16" and not settings.dynamic:
+            message = (
+                "cbfloat16 needs dynamic loss scaling on CSX (gradients could otherwise "
+                "underflow or overflow): set loss_scaling_factor: dynamic"
+            )
+            raise ConfigError([ConfigIssue("precision.fp16_type", message)])
+        if not settings.enabled:
+            log.warning("precision: mixed precision is always on on CSX; enabled: false ignored")
+        self.precision = settings
+        if self.cstorch_backend is None:
+            self.check_runnable()
+        cstorch = importlib.import_module(CEREBRAS_MODULE)
+        cstorch.amp.set_half_dtype(settings.fp16_type)
+        if settings.precision_opt_level is not None:
+            cstorch.backends.csx.precision.optimization_level = settings.precision_opt_level
 
     def prepare_model(self, model: Any) -> Any:
         """The model compiled for the cluster through ``cerebras.pytorch.compile``."""
