@@ -140,6 +140,19 @@ class InitSection:
         None, section=CheckpointSettings, help="checkpoint settings"
     )
     logging: dict[str, Any] | None = arg(None, section=LoggingSettings, help="logging settings")
+    callbacks: list[Any] | None = arg(
+        None,
+        component="callback",
+        many=True,
+        help="callbacks, each {Name: {arguments}}; Name: null removes a default one",
+    )
+    loggers: list[Any] | None = arg(
+        None,
+        component="logger",
+        many=True,
+        help="metric loggers besides the default ProgressLogger and MetricsFilesLogger, each "
+        "{Name: {arguments}}; Name: null removes a default one",
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
