@@ -177,6 +177,11 @@ class Backend(Protocol):
     at construction; ``is_main_process`` wherever files are written; ``prepare_dataloader`` at
     the start of ``fit``; ``prepare_eval_dataloader`` and ``reduce_sums`` at each evaluation;
     ``close()`` once after the last trainer of a run file.
+
+    Optional: ``apply_flags(flags) -> dict`` sets Cerebras ``csx.*`` flags and returns their
+    previous values (``None``: unset), as :meth:`plugtrain.backend_base.BackendBase.apply_flags`
+    documents; the ``GlobalFlags`` and scoped flag callbacks call it, and report the flags as
+    inactive on a backend without it.
     """
 
     backend_type: str
