@@ -3,7 +3,8 @@
 Which protocol methods each callback defines is read once, when the Trainer is created; the loop
 then calls the collected methods in the order the callbacks were given. Callbacks with state
 (``state_dict``/``load_state_dict``) have it saved in checkpoints under ``callbacks``, one entry
-per callback in list order, matched back by position and class name.
+per callback in list order (then per logger, on the main process), matched back by position and
+class name.
 """
 
 from __future__ import annotations
