@@ -46,6 +46,11 @@ class KeepNCheckpoints:
             old.unlink(missing_ok=True)
             log.info("KeepNCheckpoints: deleted %s (keeping %d)", old, self.n)
 
+    def on_load_checkpoint(self, trainer: Any, path: Path) -> None:
+        """Count the checkpoint a fit resumes from as saved (its own state predates it)."""
+        if str(path) not in self.saved:
+            self.saved.append(str(path))
+
     def state_dict(self) -> dict[str, Any]:
         """The checkpoints saved so far."""
         return {"saved": list(self.saved)}
