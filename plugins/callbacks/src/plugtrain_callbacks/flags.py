@@ -6,10 +6,11 @@ Cerebras stack); elsewhere they have no effect, which is reported once.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 from plugtrain.backend_base import report_inactive_flags
-from plugtrain.schema import validated_arguments
+from plugtrain.schema import constructor_signature, validated_arguments
 from plugtrain_callbacks.schemas import (
     GlobalFlagsArgs,
     ScopedTrainFlagsArgs,
@@ -22,6 +23,11 @@ __all__ = ["GlobalFlags", "ScopedTrainFlags", "ScopedValidateFlags"]
 
 class _Flags:
     schema: ClassVar[type]
+    __signature__: ClassVar[inspect.Signature]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__signature__ = constructor_signature(cls.schema)  # the schema's arguments
 
     def __init__(self, **flags: Any) -> None:
         checked = validated_arguments(self.schema, flags, owner=type(self).__name__)
