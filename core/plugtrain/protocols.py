@@ -323,8 +323,14 @@ class Callback(Protocol):
     ``trainer.is_main_process`` tells the one that writes files.
 
     A callback with state defines ``state_dict()`` and ``load_state_dict(state)``: the state is
-    saved in every checkpoint and given back when one is loaded (matched by position and class
-    name).
+    saved in every checkpoint (under ``callbacks``) and given back when one is loaded (matched
+    by position and class name; a mismatch starts the callback fresh, with a warning). It must
+    load with ``torch.load(..., weights_only=True)``.
+
+    What a callback may read of the trainer: ``model``, ``optimizer``, ``schedulers``,
+    ``backend``, ``model_dir``, ``loop``, ``checkpoint``, ``logging``, ``global_step``,
+    ``target_step`` (the step the running fit ends at), ``samples_seen`` (training examples this
+    process drew in the fit), ``is_main_process``, ``callbacks`` and ``loggers``.
     """
 
     def on_fit_start(self, trainer: Any) -> None:
@@ -371,7 +377,10 @@ class Logger(Protocol):
 
     Listed in a run file as ``loggers: [{Name: {arguments}}]`` (registered through
     :func:`plugtrain.hookspecs.plugtrain_register_loggers`) or given as objects:
-    ``Trainer(loggers=[...])``.
+    ``Trainer(loggers=[...])``, besides the defaults ``ProgressLogger`` and
+    ``MetricsFilesLogger`` (``Name: null`` removes one). A logger may also define any
+    :class:`Callback` method and state: they are called after the callbacks', on the main
+    process only (a logger opens its files in ``on_fit_start`` or ``on_validate_start``).
     """
 
     def log_metrics(self, step: int, split: str, metrics: Mapping[str, float]) -> None:

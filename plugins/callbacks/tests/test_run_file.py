@@ -86,3 +86,25 @@ def test_a_run_file_with_every_built_in_callback_trains_on_cpu(tmp_path):
     assert kept == ["checkpoint_12.mdl", "checkpoint_9.mdl"]
     assert list((model_dir / "events").glob("events.out.tfevents.*"))
     assert "step 12/12" not in done.stderr  # ProgressLogger: null removed the progress lines
+
+
+def test_check_of_that_run_file_imports_no_torch_and_no_logger_package(tmp_path):
+    run = tmp_path / "run.yaml"
+    run.write_text(RUN.format(model_dir=tmp_path / "run"))
+    code = (
+        "import sys\n"
+        "from plugtrain.cli import main\n"
+        "status = main(['check', sys.argv[1]])\n"
+        "heavy = {'torch', 'tensorboard', 'wandb', 'mlflow'} & set(sys.modules)\n"
+        "assert not heavy, f'imported: {sorted(heavy)}'\n"
+        "sys.exit(status)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(run)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=HANG_LIMIT_S,
+    )
+    assert done.returncode == 0, done.stderr
