@@ -248,3 +248,40 @@ def test_run_file_arguments_are_checked_with_positions(installed_registry):
             "unknown argument 'every'. Accepted: none."
         ),
     }
+
+
+EVERY_FLAG = {
+    "csx.performance.micro_batch_size": "explore",
+    "csx.performance.transfer_processes": 4,
+    "csx.precision.optimization_level": 1,
+    "csx.debug.debug_args": {"debug_crd": {"x": 1}},
+    "csx.debug.ini": {"ws_opt_x": True},
+    "csx.debug.retrace_every_iteration": True,
+    "csx.debug.lazy_initialization": False,
+    "csx.debug.log_initialization": True,
+    "csx.debug.compile_crd_memory_gi": 10,
+    "csx.debug.execute_crd_memory_gi": 11,
+    "csx.debug.wrk_memory_gi": 12,
+    "csx.debug.act_memory_gi": 13,
+    "csx.debug.cmd_memory_gi": 14,
+    "csx.debug.wgt_memory_gi": 15,
+}
+
+
+@pytest.mark.parametrize("callback", [GlobalFlags, ScopedTrainFlags, ScopedValidateFlags])
+def test_every_known_flag_is_accepted_under_its_dotted_name(callback):
+    assert callback(**EVERY_FLAG).flags == EVERY_FLAG
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("csx.performance.transfer_processes", 0, "must be > 0"),
+        ("csx.precision.optimization_level", 3, "must be <= 2"),
+        ("csx.debug.retrace_every_iteration", "yes", "must be of type bool"),
+        ("csx.debug.wgt_memory_gi", -1, "must be > 0"),
+    ],
+)
+def test_flag_values_are_checked(flag, value, message):
+    with pytest.raises(ConfigError, match=message):
+        GlobalFlags(**{flag: value})

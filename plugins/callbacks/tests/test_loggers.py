@@ -182,6 +182,49 @@ def test_wandb_offline_run_holds_the_metrics_and_a_resume_continues_it(
         make_trainer(loggers=[WandbLogger(resume="never")], loop={"max_steps": 8}).fit(train_data())
 
 
+def _wandb_run_record(run_file: Path) -> object:
+    """The run record (id, entity, project ...) of an offline ``.wandb`` file."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = run_file.read_bytes()
+    _checksum, length, kind = struct.unpack("<IHB", data[7:14])
+    assert kind == 1  # the header record, whole
+    position = 14 + length
+    _checksum, length, kind = struct.unpack("<IHB", data[position : position + 7])
+    record = wandb_internal_pb2.Record()
+    record.ParseFromString(data[position + 7 : position + 7 + length])
+    assert record.WhichOneof("record_type") == "run"
+    return record.run
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline_wandb")
+def test_wandb_run_id_entity_and_the_rest_reach_the_run(make_trainer, train_data, tmp_path):
+    import wandb
+
+    logger = WandbLogger(
+        project="proj",
+        group="grp",
+        run_id="fixedid1",
+        run_name="named",
+        job_type="jt",
+        tags=["t1", "t2"],
+        resume="allow",
+        entity="acme-team",
+    )
+    make_trainer(loggers=[logger], loop={"max_steps": 2}).fit(train_data())
+    wandb.teardown()
+    (run_dir,) = (tmp_path / "run" / "wandb").glob("offline-run-*-fixedid1")
+    run = _wandb_run_record(run_dir / "run-fixedid1.wandb")
+    assert (run.run_id, run.project, run.entity, run.display_name) == (
+        "fixedid1",
+        "proj",
+        "acme-team",
+        "named",
+    )
+    assert (run.run_group, run.job_type, list(run.tags)) == ("grp", "jt", ["t1", "t2"])
+
+
 def test_wandb_arguments_are_checked():
     with pytest.raises(ConfigError, match="resume"):
         WandbLogger(resume="sometimes")
