@@ -126,7 +126,8 @@ def test_plugins_lists_distributions_status_and_hooks(capsys):
     out = capsys.readouterr().out
     assert "builtin: plugtrain" in out
     assert "[loaded]" in out
-    assert "hooks: plugtrain_register_dataloaders, plugtrain_register_models" in out
+    hooks = "plugtrain_register_dataloaders, plugtrain_register_loggers, plugtrain_register_models"
+    assert f"hooks: {hooks}" in out
 
 
 def test_p_no_blocks_a_plugin(capsys):

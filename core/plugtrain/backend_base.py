@@ -189,6 +189,32 @@ class BackendBase(abc.ABC):
         """How many processes ``plugtrain fit`` starts on this machine for ``arguments``: one."""
         return 1
 
+    def apply_flags(self, flags: Mapping[str, Any]) -> dict[str, Any]:
+        """Set Cerebras performance and debug flags (``csx.performance.micro_batch_size`` ...).
+
+        Optional for a backend (callbacks look it up); the CSX backend hands the flags to the
+        Cerebras stack. Returns the values the flags had (``None``: unset); applying those
+        restores them. Here the flags have no effect, which is reported once per flag.
+        """
+        report_inactive_flags(self.backend_type, flags)
+        return {}
+
+
+_REPORTED_FLAGS: set[tuple[str, str]] = set()
+
+
+def report_inactive_flags(backend_type: str, flags: Mapping[str, Any]) -> None:
+    """Warn, once per backend type and flag, that ``csx.*`` flags do nothing on this backend."""
+    new = [name for name in flags if (backend_type, name) not in _REPORTED_FLAGS]
+    if not new:
+        return
+    _REPORTED_FLAGS.update((backend_type, name) for name in new)
+    logging.getLogger("plugtrain").warning(
+        "the flags %s only act on the CSX backend; on %s they have no effect",
+        ", ".join(new),
+        backend_type or "this backend",
+    )
+
 
 def missing_backend_members(backend: Any) -> list[str]:
     """The members of :class:`plugtrain.protocols.Backend` that ``backend`` lacks.

@@ -16,12 +16,15 @@ class Kind:
     :param distribution: the distribution that ships plugtrain's own components of this kind.
     :param context_args: leading constructor parameters that the caller supplies and that are
         therefore absent from the schema (``params`` for an optimizer).
+    :param defaults: components of this kind that every trainer has unless a run file removes
+        them with ``Name: null`` (the default loggers).
     """
 
     name: str
     hook: str
     distribution: str
     context_args: tuple[str, ...]
+    defaults: tuple[str, ...] = ()
 
     @property
     def plural(self) -> str:
@@ -38,7 +41,13 @@ KINDS: dict[str, Kind] = {
         Kind("model", "plugtrain_register_models", "plugtrain", ()),
         Kind("dataloader", "plugtrain_register_dataloaders", "plugtrain", ()),
         Kind("callback", "plugtrain_register_callbacks", "plugtrain-callbacks", ()),
-        Kind("logger", "plugtrain_register_loggers", "plugtrain-callbacks", ()),
+        Kind(
+            "logger",
+            "plugtrain_register_loggers",
+            "plugtrain-callbacks",
+            (),
+            ("ProgressLogger", "MetricsFilesLogger"),
+        ),
     )
 }
 """Every kind, by name, in the order hooks are called."""

@@ -184,6 +184,11 @@ class Backend(Protocol):
     compiler can take ``fp16_type`` and ``precision_opt_level`` (``CSX`` does). Autocast, loss
     scaling and clipping stay in the Trainer. :class:`~plugtrain.backend_base.BackendBase`'s
     default says once that ``precision_opt_level`` has no effect.
+
+    Optional: ``apply_flags(flags) -> dict`` sets Cerebras ``csx.*`` flags and returns their
+    previous values (``None``: unset), as :meth:`plugtrain.backend_base.BackendBase.apply_flags`
+    documents; the ``GlobalFlags`` and scoped flag callbacks call it, and report the flags as
+    inactive on a backend without it.
     """
 
     backend_type: str
@@ -325,8 +330,14 @@ class Callback(Protocol):
     ``trainer.is_main_process`` tells the one that writes files.
 
     A callback with state defines ``state_dict()`` and ``load_state_dict(state)``: the state is
-    saved in every checkpoint and given back when one is loaded (matched by position and class
-    name).
+    saved in every checkpoint (under ``callbacks``) and given back when one is loaded (matched
+    by position and class name; a mismatch starts the callback fresh, with a warning). It must
+    load with ``torch.load(..., weights_only=True)``.
+
+    What a callback may read of the trainer: ``model``, ``optimizer``, ``schedulers``,
+    ``backend``, ``model_dir``, ``loop``, ``checkpoint``, ``logging``, ``global_step``,
+    ``target_step`` (the step the running fit ends at), ``samples_seen`` (training examples this
+    process drew in the fit), ``is_main_process``, ``callbacks`` and ``loggers``.
     """
 
     def on_fit_start(self, trainer: Any) -> None:
@@ -373,7 +384,10 @@ class Logger(Protocol):
 
     Listed in a run file as ``loggers: [{Name: {arguments}}]`` (registered through
     :func:`plugtrain.hookspecs.plugtrain_register_loggers`) or given as objects:
-    ``Trainer(loggers=[...])``.
+    ``Trainer(loggers=[...])``, besides the defaults ``ProgressLogger`` and
+    ``MetricsFilesLogger`` (``Name: null`` removes one). A logger may also define any
+    :class:`Callback` method and state: they are called after the callbacks', on the main
+    process only (a logger opens its files in ``on_fit_start`` or ``on_validate_start``).
     """
 
     def log_metrics(self, step: int, split: str, metrics: Mapping[str, float]) -> None:

@@ -29,6 +29,9 @@ BUILT_IN = [
         "plugtrain-schedulers", "plugtrain_schedulers", "scheduler", "LinearLR", id="schedulers"
     ),
     pytest.param("plugtrain-backends", "plugtrain_backends", "backend", "CPU", id="backends"),
+    pytest.param(
+        "plugtrain-callbacks", "plugtrain_callbacks", "callback", "ComputeNorm", id="callbacks"
+    ),
 ]
 # A safety net against a hung subprocess, not a performance assertion.
 HANG_LIMIT_S = 600

@@ -26,6 +26,7 @@ PLUGINS = [
     pytest.param("optimizers", "optimizer", "SGD", id="optimizers"),
     pytest.param("schedulers", "scheduler", "LinearLR", id="schedulers"),
     pytest.param("backends", "backend", "CPU", id="backends"),
+    pytest.param("callbacks", "callback", "ComputeNorm", id="callbacks"),
 ]
 
 

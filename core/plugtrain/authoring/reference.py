@@ -42,7 +42,12 @@ __all__ = [
     "write_docs",
 ]
 
-BUILTIN_DISTRIBUTIONS = ("plugtrain-optimizers", "plugtrain-schedulers", "plugtrain-backends")
+BUILTIN_DISTRIBUTIONS = (
+    "plugtrain-optimizers",
+    "plugtrain-schedulers",
+    "plugtrain-backends",
+    "plugtrain-callbacks",
+)
 """The plugin distributions shipped with plugtrain (the core's own plugin is always loaded)."""
 
 REGENERATE = "python -m plugtrain.authoring.reference docs"

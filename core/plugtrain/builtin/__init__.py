@@ -1,4 +1,4 @@
-"""The core's own plugin: models and data loaders that need no download.
+"""The core's own plugin: models and data loaders that need no download, and the default loggers.
 
 Registered like any other plugin (under the name ``builtin``; block it with ``-p no:builtin``).
 """
@@ -26,4 +26,19 @@ def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
     registry.register("Digits", "plugtrain.builtin.data:digits_loader", schema=schemas.DigitsArgs)
     registry.register(
         "Synthetic", "plugtrain.builtin.data:synthetic_loader", schema=schemas.SyntheticArgs
+    )
+
+
+@hookimpl
+def plugtrain_register_loggers(registry: ComponentRegistrar) -> None:
+    """Register the default loggers (on in every trainer unless removed with ``Name: null``)."""
+    registry.register(
+        "ProgressLogger",
+        "plugtrain.train.loggers:ProgressLogger",
+        schema=schemas.ProgressLoggerArgs,
+    )
+    registry.register(
+        "MetricsFilesLogger",
+        "plugtrain.train.loggers:MetricsFilesLogger",
+        schema=schemas.MetricsFilesLoggerArgs,
     )

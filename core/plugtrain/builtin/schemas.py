@@ -49,3 +49,13 @@ class DigitsArgs:
     shuffle: bool | None = arg(None, help="shuffle each epoch (default: only the train split)")
     seed: int = arg(0, help="seed of the split and of the shuffling", ge=0)
     drop_last: bool = arg(False, help="drop the last incomplete batch")
+
+
+@attrs.frozen
+class ProgressLoggerArgs:
+    """The progress display: a bar on a terminal, log lines otherwise (logging.progress)."""
+
+
+@attrs.frozen
+class MetricsFilesLoggerArgs:
+    """metrics.jsonl and metrics.csv in model_dir; a resumed fit drops the replayed rows."""

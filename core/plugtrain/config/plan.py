@@ -27,6 +27,7 @@ __all__ = [
     "FitPlan",
     "OptimizerPlan",
     "ParamFilter",
+    "RemovedDefault",
     "RunPlan",
     "TrainerPlan",
     "ValidateAllPlan",
@@ -41,7 +42,7 @@ def plain(value: Any) -> Any:
     Mappings become ``dict`` (positioned ``LocatedDict`` and read-only views included) and lists
     become ``list``; a :class:`ComponentSpec` becomes its ``{Name: {arguments}}`` mapping.
     """
-    if isinstance(value, ComponentSpec):
+    if isinstance(value, ComponentSpec | RemovedDefault):
         return value.to_mapping()
     if isinstance(value, Mapping):
         return {plain(k): plain(v) for k, v in value.items()}
@@ -95,6 +96,26 @@ def _copy_keeping_specs(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy_keeping_specs(v) for v in value]
     return copy.deepcopy(value)
+
+
+@attrs.frozen
+class RemovedDefault:
+    """A ``Name: null`` entry of ``callbacks:`` or ``loggers:``: that default one is not used.
+
+    :param kind: ``"callback"`` or ``"logger"``.
+    :param name: the default's registered name (``"ProgressLogger"``).
+    :param path: the dotted path in the run file (``trainer.init.loggers[0]``).
+    :param location: ``file:line:column``, when read from a file.
+    """
+
+    kind: str
+    name: str
+    path: str = ""
+    location: str | None = attrs.field(default=None, eq=False)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """``{name: None}``, as the Trainer takes it."""
+        return {self.name: None}
 
 
 @attrs.frozen
@@ -213,6 +234,8 @@ class TrainerPlan:
     :param checkpoint: checkpoint settings, if given.
     :param logging: logging settings, if given.
     :param precision: mixed precision and gradient clipping settings, if given.
+    :param callbacks: the callbacks in order, and the removed defaults (``Name: null``).
+    :param loggers: the loggers written besides the defaults, and the removed defaults.
     :param fit: the fit section, if any.
     :param validate: the validate section, if any.
     :param validate_all: the validate_all section, if any.
@@ -230,6 +253,8 @@ class TrainerPlan:
     checkpoint: CheckpointSettings | None = None
     logging: LoggingSettings | None = None
     precision: PrecisionSettings | None = None
+    callbacks: tuple[ComponentSpec | RemovedDefault, ...] = ()
+    loggers: tuple[ComponentSpec | RemovedDefault, ...] = ()
     fit: FitPlan | None = None
     validate: ValidatePlan | None = None
     validate_all: ValidateAllPlan | None = None

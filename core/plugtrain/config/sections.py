@@ -191,6 +191,19 @@ class InitSection:
     precision: dict[str, Any] | None = arg(
         None, section=PrecisionSettings, help="mixed precision, loss scaling, gradient clipping"
     )
+    callbacks: list[Any] | None = arg(
+        None,
+        component="callback",
+        many=True,
+        help="callbacks, each {Name: {arguments}}; Name: null removes a default one",
+    )
+    loggers: list[Any] | None = arg(
+        None,
+        component="logger",
+        many=True,
+        help="metric loggers besides the default ProgressLogger and MetricsFilesLogger, each "
+        "{Name: {arguments}}; Name: null removes a default one",
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:

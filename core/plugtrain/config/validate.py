@@ -18,6 +18,7 @@ from plugtrain.config.plan import (
     FitPlan,
     OptimizerPlan,
     ParamFilter,
+    RemovedDefault,
     RunPlan,
     TrainerPlan,
     ValidateAllPlan,
@@ -37,6 +38,7 @@ from plugtrain.config.sections import (
 )
 from plugtrain.config.yaml_loader import LocatedDict, LocatedList, location_of
 from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
+from plugtrain.kinds import KINDS
 from plugtrain.registry import Registry
 from plugtrain.schema import (
     ArgInfo,
@@ -60,6 +62,9 @@ MODEL_ZOO_DEFAULT_LR = 0.1
 
 NAME_KEYS = {"model": "name", "dataloader": "data_processor"}
 """Model Zoo's other spelling of a component: ``{name: X, ...}`` for ``{X: {...}}``."""
+
+REMOVABLE_KINDS = ("callback", "logger")
+"""Kinds whose lists take ``Name: null`` to remove a default one (as in Model Zoo)."""
 
 
 def render_path(path: Path) -> str:
@@ -174,6 +179,8 @@ class _Checker:
             self.add(path, message, spec)
             return None
         ((name, arguments),) = spec.items()
+        if arguments is None and kind in REMOVABLE_KINDS:
+            return self.removal(kind, name, path, spec, parent, index)
         try:
             component = self.registry.lookup(kind, name)
         except (UnknownNameError, DuplicateNameError) as exc:
@@ -249,6 +256,31 @@ class _Checker:
         )
         self.warn(path, message, spec, path[-1])
         return filled
+
+    def removal(
+        self, kind: str, name: Any, path: Path, spec: Mapping[str, Any], parent: Any, index: Any
+    ) -> RemovedDefault | None:
+        """``Name: null`` in a callback or logger list: the default called ``Name`` is dropped."""
+        defaults = KINDS[kind].defaults
+        lowered = str(name).lower()
+        match = next((d for d in defaults if d == name), None) or next(
+            (d for d in defaults if d.lower() == lowered), None
+        )
+        where = location_of(parent, index) if parent is not None else location_of(spec)
+        if match is not None:
+            return RemovedDefault(kind, match, render_path(path), where)
+        listed = ", ".join(defaults) or "none"
+        try:
+            self.registry.lookup(kind, name)
+        except (UnknownNameError, DuplicateNameError) as exc:
+            message = f"{exc} ({name}: null removes a default {kind}; defaults: {listed})"
+        else:
+            message = (
+                f"{name} is not a default {kind}, so '{name}: null' has nothing to remove "
+                f"(defaults: {listed}); write {name}: {{}} to use it with no arguments"
+            )
+        self.add((*path, str(name)), message, spec, name, of_key=True)
+        return None
 
     def tagging(
         self, arguments: Mapping[str, Any], path: Path
@@ -526,10 +558,11 @@ def _settings(cls: type[_S], value: Any, owner: str) -> _S | None:
     return cls(**validated_arguments(cls, value, owner=owner))
 
 
-def _schedulers(value: Any) -> tuple[ComponentSpec, ...]:
+def _schedulers(value: Any) -> tuple[Any, ...]:
+    """A component list of the plan (schedulers, callbacks, loggers) as a tuple."""
     if value is None:
         return ()
-    if isinstance(value, ComponentSpec):
+    if isinstance(value, ComponentSpec | RemovedDefault):
         return (value,)
     return tuple(value)
 
@@ -577,6 +610,8 @@ def _trainer_plan(
         checkpoint=_settings(CheckpointSettings, init.get("checkpoint"), f"{path}.init.checkpoint"),
         logging=_settings(LoggingSettings, init.get("logging"), f"{path}.init.logging"),
         precision=_settings(PrecisionSettings, init.get("precision"), f"{path}.init.precision"),
+        callbacks=_schedulers(init.get("callbacks")),
+        loggers=_schedulers(init.get("loggers")),
         fit=_fit_plan(fit, entry["fit"]) if fit is not None else None,
         validate=_validate_plan(validate, entry["validate"]) if validate is not None else None,
         validate_all=(

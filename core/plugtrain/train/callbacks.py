@@ -1,13 +1,17 @@
 """Calling a Trainer's callbacks through :class:`plugtrain.protocols.Callback`.
 
 Which protocol methods each callback defines is read once, when the Trainer is created; the loop
-then calls the collected methods in the order the callbacks were given.
+then calls the collected methods in the order the callbacks were given. Callbacks with state
+(``state_dict``/``load_state_dict``) have it saved in checkpoints under ``callbacks``, one entry
+per callback in list order (then per logger, on the main process), matched back by position and
+class name.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from plugtrain._suggest import did_you_mean
@@ -25,6 +29,7 @@ class Callbacks:
     """
 
     def __init__(self, callbacks: Sequence[Any]) -> None:
+        self.callbacks = list(callbacks)
         self.hooks: dict[str, list[Callable[..., Any]]] = {name: [] for name in CALLBACK_HOOKS}
         for callback in callbacks:
             for name in CALLBACK_HOOKS:
@@ -62,9 +67,55 @@ class Callbacks:
         """Call every ``on_validate_end(trainer, metrics)``."""
         self.call("on_validate_end", trainer, metrics)
 
+    def on_save_checkpoint(self, trainer: Any, path: Path) -> None:
+        """Call every ``on_save_checkpoint(trainer, path)``."""
+        self.call("on_save_checkpoint", trainer, path)
+
+    def on_before_load_checkpoint(self, trainer: Any, state: dict[str, Any]) -> None:
+        """Call every ``on_before_load_checkpoint(trainer, state)``."""
+        self.call("on_before_load_checkpoint", trainer, state)
+
+    def on_load_checkpoint(self, trainer: Any, path: Path) -> None:
+        """Call every ``on_load_checkpoint(trainer, path)``."""
+        self.call("on_load_checkpoint", trainer, path)
+
     def on_fit_end(self, trainer: Any) -> None:
         """Call every ``on_fit_end(trainer)``."""
         self.call("on_fit_end", trainer)
+
+    def state_dict(self) -> list[dict[str, Any] | None]:
+        """The callbacks' states for a checkpoint, one entry per callback.
+
+        Each is ``{"name": class name, "state": its state_dict()}``, or ``None`` without state.
+        """
+        states: list[dict[str, Any] | None] = []
+        for callback in self.callbacks:
+            method = getattr(callback, "state_dict", None)
+            if callable(method):
+                states.append({"name": type(callback).__name__, "state": method()})
+            else:
+                states.append(None)
+        return states
+
+    def load_state_dict(self, states: Sequence[Any] | None, source: Any = "checkpoint") -> None:
+        """Give each callback with ``load_state_dict`` its saved state (position and name match).
+
+        A callback whose state is missing or saved under another class name starts fresh, with
+        a warning naming it.
+        """
+        saved = list(states or [])
+        for index, callback in enumerate(self.callbacks):
+            method = getattr(callback, "load_state_dict", None)
+            if not callable(method):
+                continue
+            name = type(callback).__name__
+            entry = saved[index] if index < len(saved) else None
+            if not isinstance(entry, Mapping) or entry.get("name") != name:
+                log.warning(
+                    "%s: no saved state for callback %d (%s); it starts fresh", source, index, name
+                )
+                continue
+            method(entry["state"])
 
 
 def _warn_unknown_hooks(callback: Any) -> None:

@@ -108,25 +108,30 @@ def check_fits(
 ) -> None:
     """Refuse a checkpoint that does not fit ``model``, ``optimizer`` and ``schedulers``.
 
-    :param state: what :func:`~plugtrain.train.checkpoint.load_checkpoint` returned.
+    :param state: what :func:`~plugtrain.train.checkpoint.load_checkpoint` returned; parts that
+        are absent (a callback chose not to restore them) are not checked.
     :param strict: ``False`` (``disable_strict_checkpoint_loading``): model keys missing from
         the checkpoint or unknown to the model are allowed (shapes of shared keys must agree);
         pass ``optimizer=None`` when they differ, since its state cannot fit then.
     :raises CheckpointMismatchError: naming ``path`` and the first key that differs.
     :raises CorruptCheckpointError: when a parameter holds a NaN or an infinity.
     """
-    problem = _model_mismatch(state["model"], model.state_dict(), strict)
+    problem = (
+        _model_mismatch(state["model"], model.state_dict(), strict) if "model" in state else None
+    )
     if problem is None and optimizer is not None and state.get("optimizer") is not None:
         saved_class = (state.get("metadata") or {}).get("optimizer")
         problem = _optimizer_mismatch(state["optimizer"], optimizer, saved_class)
     saved_schedulers = state.get("schedulers") or []
-    if problem is None and len(saved_schedulers) != len(schedulers):
+    if problem is None and "schedulers" in state and len(saved_schedulers) != len(schedulers):
         problem = (
             f"schedulers: {len(saved_schedulers)} scheduler states in the checkpoint, "
             f"{len(schedulers)} schedulers in this run"
         )
     if problem is not None:
         raise CheckpointMismatchError(f"{path}: does not fit this run: {problem}")
+    if "model" not in state:  # a callback chose to keep the model as it is
+        return
     names = [name for name, _ in model.named_parameters()]
     bad = first_non_finite(state["model"], names)
     if bad is not None:

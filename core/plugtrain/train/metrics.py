@@ -1,7 +1,7 @@
 """Where metrics go, and the progress display.
 
-JSON lines and CSV under ``model_dir``, TensorBoard when installed, and a progress bar (tqdm) on
-a terminal or plain log lines otherwise.
+JSON lines and CSV under ``model_dir`` and a progress bar (tqdm) on a terminal or plain log lines
+otherwise; the loggers of :mod:`plugtrain.train.loggers` use them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 __all__ = ["CSV_HEADER", "MetricsLog", "Progress", "truncate_metrics"]
 
@@ -30,14 +30,11 @@ class MetricsLog:
     """Appends metrics to ``metrics.jsonl`` and ``metrics.csv`` (long format) in ``directory``.
 
     :param directory: the run's ``model_dir``.
-    :param tensorboard: also write TensorBoard events when ``tensorboard`` is installed.
     :param resume_step: a fit resuming from this step: rows of later steps (written before an
         interruption, about to be replayed) and a partial last line are removed first.
     """
 
-    def __init__(
-        self, directory: Path, *, tensorboard: bool = True, resume_step: int | None = None
-    ) -> None:
+    def __init__(self, directory: Path, *, resume_step: int | None = None) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = directory / "metrics.jsonl"
         self.csv_path = directory / "metrics.csv"
@@ -50,10 +47,6 @@ class MetricsLog:
         if header:
             self._csv.writerow(CSV_HEADER)
             self._csv_file.flush()
-        self._board = None
-        if tensorboard:
-            purge = None if resume_step is None else resume_step + 1
-            self._board = _summary_writer(directory / "tensorboard", purge)
 
     def write(self, step: int, split: str, values: dict[str, float]) -> None:
         """Record ``values`` of ``split`` (``train``/``val``) at ``step``."""
@@ -61,8 +54,6 @@ class MetricsLog:
         self._jsonl.write(json.dumps(record, allow_nan=True) + "\n")
         for name, value in values.items():
             self._csv.writerow([step, split, name, repr(value)])
-            if self._board is not None:
-                self._board.add_scalar(f"{split}/{name}", value, step)
         self._jsonl.flush()
         self._csv_file.flush()
 
@@ -70,17 +61,6 @@ class MetricsLog:
         """Flush and close every file."""
         self._jsonl.close()
         self._csv_file.close()
-        if self._board is not None:
-            self._board.close()
-
-
-def _summary_writer(directory: Path, purge_step: int | None) -> Any:
-    try:
-        import tensorboard  # noqa: F401 - only to know whether it is installed
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(str(directory), purge_step=purge_step)
 
 
 def _keep_rows(path: Path, keep: Callable[[str], bool], header: str | None = None) -> int:

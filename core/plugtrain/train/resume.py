@@ -56,7 +56,8 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 class DataStream:
     """Endless batches over epochs, resumable exactly.
 
-    It records the RNG at each epoch start and how many batches of the epoch were consumed.
+    It records the RNG at each epoch start and how many batches of the epoch were consumed, and
+    counts the examples it hands out (``samples``; not part of its position).
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class DataStream:
         self.generator: torch.Generator | None = getattr(loader, "generator", None)
         self.epoch = 0
         self.consumed = 0
+        self.samples = 0
         self._iterator: Iterator[Any] | None = None
         self._epoch_rng: dict[str, Any] = {}
         if position is not None:
@@ -122,6 +124,7 @@ class DataStream:
                 message = "the training data loader yields no batch"
                 raise TrainingError(message) from None
         self.consumed += 1
+        self.samples += _batch_size(batch)
         return batch
 
     def position(self) -> dict[str, Any]:
@@ -129,3 +132,11 @@ class DataStream:
         if self._iterator is None:
             self._start_epoch()
         return {"epoch": self.epoch, "consumed": self.consumed, "epoch_rng": self._epoch_rng}
+
+
+def _batch_size(batch: Any) -> int:
+    """The first dimension of a batch's first tensor (inputs of an ``(inputs, targets)`` pair)."""
+    first = batch[0] if isinstance(batch, list | tuple) and batch else batch
+    if isinstance(first, torch.Tensor) and first.dim():
+        return int(first.shape[0])
+    return 1

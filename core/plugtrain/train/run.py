@@ -18,6 +18,7 @@ from plugtrain.config.plan import (
     BackendPlan,
     ComponentSpec,
     OptimizerPlan,
+    RemovedDefault,
     RunPlan,
     TrainerPlan,
     ValidateAllPlan,
@@ -179,6 +180,16 @@ def _backend_for(plan: BackendPlan, registry: Registry, shared: dict[str, Any]) 
     return shared[key]
 
 
+def _listed(registry: Registry, kind: str, entries: Sequence[Any]) -> list[Any]:
+    """Callbacks or loggers of a plan: built objects, and ``{Name: None}`` for removed defaults."""
+    return [
+        entry.to_mapping()
+        if isinstance(entry, RemovedDefault)
+        else build_component(registry, kind, entry)
+        for entry in entries
+    ]
+
+
 def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any]) -> Any:
     """A :class:`~plugtrain.train.trainer.Trainer` for one validated trainer of a run file.
 
@@ -206,6 +217,8 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
         checkpoint=plan.checkpoint,
         logging=plan.logging,
         precision=plan.precision,
+        callbacks=_listed(registry, "callback", plan.callbacks),
+        loggers=_listed(registry, "logger", plan.loggers),
         seed=plan.seed,
         config=plain(plan.config),
     )

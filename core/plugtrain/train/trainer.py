@@ -1,7 +1,7 @@
 """The Trainer: the Model Zoo ``Trainer`` surface, running for real on the registered backends.
 
 ``Trainer(device=... | backend=..., model_dir, model, optimizer, schedulers, loop, checkpoint,
-logging, callbacks, seed)``, then ``.fit(train_dataloader, val_dataloader, ckpt_path)`` or
+logging, callbacks, loggers, seed)``, then ``.fit(train_dataloader, val_dataloader, ckpt_path)`` or
 ``.validate(val_dataloader, ckpt_path)``. ``model`` may be a module or a callable building one;
 ``optimizer`` an optimizer or a callable taking the model; each scheduler an instance or a
 callable taking the optimizer.
@@ -38,10 +38,11 @@ from plugtrain.train import checkpoint as ckpt
 from plugtrain.train.backends import backend as make_backend
 from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.checkpoint_fit import check_fits, first_non_finite
+from plugtrain.train.checkpoint_parts import checkpoint_parts
 from plugtrain.train.disk import reserve
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted, signal_name
 from plugtrain.train.lock import ModelDirLock
-from plugtrain.train.metrics import MetricsLog, Progress
+from plugtrain.train.loggers import DEFAULT_LOGGERS, Loggers, assemble
 from plugtrain.train.precision import Precision
 from plugtrain.train.resume import DataStream, rng_state, seed_everything, set_rng_state
 from plugtrain.train.state_check import verify_first_checkpoint
@@ -114,9 +115,11 @@ class Trainer:
     :param logging: :class:`LoggingSettings` or its mapping.
     :param precision: :class:`PrecisionSettings` or its mapping (Model Zoo's ``precision``:
         autocast, loss scaling, gradient clipping; see :mod:`plugtrain.train.precision`).
-    :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`:
-        ``on_fit_start(trainer)``, ``on_train_step_end(trainer, metrics)``,
-        ``on_validate_end(trainer, metrics)``, ``on_fit_end(trainer)``.
+    :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`,
+        or ``{Name: {arguments}}`` of registered callbacks; called in list order.
+    :param loggers: :class:`plugtrain.protocols.Logger` objects or ``{Name: {arguments}}``, in
+        addition to the defaults ``ProgressLogger`` and ``MetricsFilesLogger``; ``{Name: None}``
+        removes a default, and an object of a default's class replaces it.
     :param seed: seeds Python, numpy and torch before the model is built.
     :param loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy for class labels.
     :param config: the resolved run configuration, stored in checkpoints' metadata.
@@ -136,6 +139,7 @@ class Trainer:
         logging: LoggingSettings | Mapping[str, Any] | None = None,
         precision: PrecisionSettings | Mapping[str, Any] | None = None,
         callbacks: Sequence[Any] | None = None,
+        loggers: Sequence[Any] | None = None,
         seed: int | None = None,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         config: Mapping[str, Any] | None = None,
@@ -153,8 +157,15 @@ class Trainer:
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
         _say_inert_off_csx(self.backend.backend_type, self.logging)
-        self.callbacks = list(callbacks or [])
-        self._callbacks = Callbacks(self.callbacks)
+        self.callbacks: list[Any] = assemble("callback", callbacks, {})
+        self.loggers: list[Any] = assemble(
+            "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
+        )
+        main = self.is_main_process  # loggers (and their callback methods) run there only
+        self._loggers = Loggers(self.loggers if main else [])
+        self._callbacks = Callbacks(self.callbacks + (self.loggers if main else []))
+        self.target_step: int | None = None
+        """The step the current (or last) ``fit`` ends at; ``None`` before any fit."""
         self.seed = seed
         self.loss_fn = loss_fn or default_loss
         self.config = config
@@ -177,7 +188,7 @@ class Trainer:
         self._stream_position: dict[str, Any] | None = None
         self._saved_step = -1
         self._state_verified = False
-        self._metrics: MetricsLog | None = None
+        self._stream: DataStream | None = None
         self._last_good: Path | None = None  # the newest checkpoint known to be sound
         self._skipped_in_a_row = 0
 
@@ -217,6 +228,15 @@ class Trainer:
     def is_main_process(self) -> bool:
         """Whether this process writes checkpoints and metrics (rank 0)."""
         return bool(self.backend.is_main_process)
+
+    @property
+    def samples_seen(self) -> int:
+        """Training examples this process drew in the current (or last) ``fit``.
+
+        A batch counts the length of its first tensor's first dimension (inputs of shape
+        ``(batch, ...)``); a batch without a tensor counts 1.
+        """
+        return self._stream.samples if self._stream is not None else 0
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -361,10 +381,10 @@ class Trainer:
     def _run_eval(
         self, dataloader: Iterable[Any], max_batches: int | None, split: str = "val"
     ) -> dict[str, float]:
+        self._callbacks.on_validate_start(self)
         metrics = self.evaluate(dataloader, max_batches)
-        if self._metrics is not None:
-            self._metrics.write(self.global_step, split, metrics)
         self._callbacks.on_validate_end(self, metrics)
+        self._loggers.log_metrics(self.global_step, split, metrics)
         return metrics
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -391,6 +411,7 @@ class Trainer:
             "global_step": self.global_step,
             "rng": rng_state(),
             "data": self._stream_position,
+            "callbacks": self._callbacks.state_dict(),
             "metadata": {
                 "plugtrain": __version__,
                 "torch": str(torch.__version__),
@@ -416,44 +437,64 @@ class Trainer:
             path = ckpt.save_checkpoint(self.checkpoint_path(self.global_step), state)
             if not self._state_verified:  # every state must load with weights_only=True
                 owners = {"model": self._unwrapped_model, "optimizer": self.optimizer}
+                owners["callbacks"] = self._callbacks.callbacks
                 verify_first_checkpoint(path, state, {**owners, "schedulers": self.schedulers})
                 self._state_verified = True
         self._saved_step = self.global_step
         self._last_good = self.checkpoint_path(self.global_step)
+        if path is not None:
+            self._callbacks.on_save_checkpoint(self, path)
         return path
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore weights, optimizer, schedulers, grad scaler, step, RNG and data from ``path``.
+        """Restore a checkpoint: weights, optimizer, schedulers, grad scaler, step, RNG, data.
+
+        Callback state too. Callbacks' ``on_before_load_checkpoint`` may delete parts (see
+        :mod:`plugtrain.train.checkpoint_parts`) to keep them as they are; the RNG is restored
+        with ``global_step``.
 
         :raises CorruptCheckpointError: the file is damaged or holds non-finite weights.
         :raises CheckpointMismatchError: it does not fit this trainer (nothing was changed).
         """
         state = ckpt.load_checkpoint(path)
         _check_version(path, state, self.checkpoint.strict_version)
+        parts = checkpoint_parts(state)
+        self._callbacks.on_before_load_checkpoint(self, parts)
+        kept = {**parts, "metadata": state.get("metadata")}
         strict = not self.checkpoint.disable_strict_checkpoint_loading
         model = self._unwrapped_model
-        same_keys = set(state["model"]) == set(model.state_dict())
+        same_keys = "model" not in parts or set(parts["model"]) == set(model.state_dict())
         optimizer = self.optimizer if strict or same_keys else None
-        check_fits(path, state, model, optimizer, self.schedulers, strict=strict)
-        loaded = model.load_state_dict(state["model"], strict=strict)
-        if not same_keys:
-            _report_non_strict(path, loaded.missing_keys, loaded.unexpected_keys, self.optimizer)
-        if optimizer is not None and state.get("optimizer") is not None:
+        check_fits(path, kept, model, optimizer, self.schedulers, strict=strict)
+        if "model" in parts:
+            loaded = model.load_state_dict(parts["model"], strict=strict)
+            if not same_keys:
+                _report_non_strict(
+                    path, loaded.missing_keys, loaded.unexpected_keys, self.optimizer
+                )
+        if optimizer is not None and parts.get("optimizer") is not None:
             try:
-                optimizer.load_state_dict(state["optimizer"])
+                optimizer.load_state_dict(parts["optimizer"])
             except (ValueError, KeyError, TypeError, RuntimeError) as exc:
                 message = f"{path}: does not fit this run: optimizer: {exc}"
                 raise ckpt.CheckpointMismatchError(message) from exc
-        saved = state.get("schedulers") or []
-        for scheduler, scheduler_state in zip(self.schedulers, saved, strict=True):
-            scheduler.load_state_dict(scheduler_state)
-        self.precision.load_state_dict(state.get("grad_scaler"))
-        self.global_step = int(state["global_step"])
-        self._stream_position = state.get("data")
-        if state.get("rng") is not None:
-            set_rng_state(state["rng"])
+        if "schedulers" in parts:
+            saved = parts["schedulers"] or []
+            for scheduler, scheduler_state in zip(self.schedulers, saved, strict=True):
+                scheduler.load_state_dict(scheduler_state)
+        if "grad_scaler" in parts:
+            self.precision.load_state_dict(parts["grad_scaler"])
+        if "global_step" in parts:
+            self.global_step = int(parts["global_step"])
+            if state.get("rng") is not None:
+                set_rng_state(state["rng"])
+        if "dataloader" in parts:
+            self._stream_position = parts["dataloader"]
+        if "callbacks" in parts:
+            self._callbacks.load_state_dict(parts["callbacks"], path)
         self._last_good = Path(path)
         log.info("resumed from %s at step %d", path, self.global_step)
+        self._callbacks.on_load_checkpoint(self, Path(path))
 
     def _restore(self, ckpt_path: Any) -> Path | None:
         """Load ``ckpt_path``, or (unset, autoloading) the newest sound checkpoint; the path."""
@@ -589,27 +630,22 @@ class Trainer:
         train_dataloader = self.backend.prepare_dataloader(train_dataloader)
         target = self._target_step(train_dataloader)
         assert self.loop is not None
+        self.target_step = target
         epoch_steps = self.loop.steps_per_epoch and self._steps_per_epoch(train_dataloader)
         batches = epoch_steps * self.loop.grad_accum_steps if epoch_steps else None
-        stream = DataStream(train_dataloader, self._stream_position, batches_per_epoch=batches)
-        self._metrics = None
-        if self.is_main_process:
-            self._metrics = MetricsLog(self.model_dir, resume_step=self.global_step)
-        show = self.logging.progress if self.is_main_process else False
-        progress = Progress(target, self.global_step, show)
+        stream = self._stream = DataStream(
+            train_dataloader, self._stream_position, batches_per_epoch=batches
+        )
         last_val: dict[str, float] = {}
         try:
             self._callbacks.on_fit_start(self)
             if self.checkpoint.save_initial_checkpoint and self.global_step == 0:
                 self.save_checkpoint(stream)
             with InterruptRequest() as interrupt:
-                last_val = self._loop(stream, val_dataloader, target, progress, interrupt)
+                last_val = self._loop(stream, val_dataloader, target, interrupt)
+            self._callbacks.on_fit_end(self)
         finally:
-            progress.close()
-            if self._metrics is not None:
-                self._metrics.close()
-                self._metrics = None
-        self._callbacks.on_fit_end(self)
+            self._loggers.close()
         return last_val
 
     def _loop(
@@ -617,7 +653,6 @@ class Trainer:
         stream: DataStream,
         val_dataloader: Iterable[Any] | None,
         target: int,
-        progress: Progress,
         interrupt: InterruptRequest | None = None,
     ) -> dict[str, float]:
         assert self.loop is not None
@@ -652,16 +687,13 @@ class Trainer:
                 values["steps_per_second"] = window_steps / elapsed if elapsed > 0 else 0.0
                 values.update(self.group_values())
                 values.update(self.precision.metrics())
-                if self._metrics is not None:
-                    self._metrics.write(step, "train", values)
                 self._callbacks.on_train_step_end(self, values)
+                self._loggers.log_metrics(step, "train", values)
                 window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
                 window_skipped = 0
                 window_start = time.perf_counter()
-            progress.advance(step, values)
             if val_dataloader is not None and eval_every and (step - start) % eval_every == 0:
                 last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
-                progress.message(f"step {step}: validation " + _describe(last_val))
             if save_every and step % save_every == 0 and step != target:
                 self.save_checkpoint(stream)
             if interrupt is not None and interrupt.agreed():
@@ -670,7 +702,6 @@ class Trainer:
             eval_every and (target - start) % eval_every == 0 and last_val
         ):
             last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
-            progress.message(f"step {self.global_step}: validation " + _describe(last_val))
         self.save_checkpoint(stream)
         if interrupt is not None and interrupt.agreed(final=True):
             self._stop_interrupted(stream, interrupt)
@@ -710,14 +741,11 @@ class Trainer:
                 "untrained model"
             )
             raise ckpt.CheckpointError(message)
-        self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
         try:
             eval_steps = self.loop.eval_steps if self.loop else None
             metrics = self._run_eval(val_dataloader, eval_steps)
         finally:
-            if self._metrics is not None:
-                self._metrics.close()
-                self._metrics = None
+            self._loggers.close()
         log.info("validation at step %d: %s", self.global_step, _describe(metrics))
         return metrics
 
@@ -739,7 +767,6 @@ class Trainer:
         loaders = _named_loaders(val_dataloaders)
         paths = self._validate_all_paths(ckpt_paths)
         records: list[dict[str, Any]] = []
-        self._metrics = MetricsLog(self.model_dir) if self.is_main_process else None
         try:
             eval_steps = self.loop.eval_steps if self.loop else None
             for path in paths:
@@ -763,9 +790,7 @@ class Trainer:
                     }
                     records.append({**record, **metrics})
         finally:
-            if self._metrics is not None:
-                self._metrics.close()
-                self._metrics = None
+            self._loggers.close()
         return records
 
     def _validate_all_paths(self, ckpt_paths: Any) -> list[Path | None]:

@@ -65,6 +65,8 @@ class CSXBackend(BackendBase):
         """cstorch's backend, built from this configuration when a Trainer starts."""
         self.precision: Any = None
         """The Trainer's precision settings, handed to cstorch (see configure_precision)."""
+        self.flags: dict[str, Any] = {}
+        """The ``csx.*`` flags set through :meth:`apply_flags`, by dotted name."""
 
     def __repr__(self) -> str:
         return (
@@ -140,6 +142,29 @@ class CSXBackend(BackendBase):
         cstorch.amp.set_half_dtype(settings.fp16_type)
         if settings.precision_opt_level is not None:
             cstorch.backends.csx.precision.optimization_level = settings.precision_opt_level
+
+    def apply_flags(self, flags: Mapping[str, Any]) -> dict[str, Any]:
+        """Set ``csx.*`` flags (``None`` unsets one); returns their previous values.
+
+        They are kept in :attr:`flags` and, when the Cerebras stack is importable, set on
+        ``cerebras.pytorch.backends`` (``csx.performance.micro_batch_size`` is
+        ``cstorch.backends.csx.performance.micro_batch_size``).
+        """
+        previous = {name: self.flags.get(name) for name in flags}
+        for name, value in flags.items():
+            if value is None:
+                self.flags.pop(name, None)
+            else:
+                self.flags[name] = value
+        if _importable(CEREBRAS_MODULE):
+            backends = importlib.import_module(CEREBRAS_MODULE).backends
+            for name, value in flags.items():
+                *scopes, attribute = name.split(".")
+                owner = backends
+                for scope in scopes:
+                    owner = getattr(owner, scope)
+                setattr(owner, attribute, value)
+        return previous
 
     def prepare_model(self, model: Any) -> Any:
         """The model compiled for the cluster through ``cerebras.pytorch.compile``."""
