@@ -2,7 +2,7 @@
 
 An unknown-name error suggests installing a distribution only when that distribution ships the
 name asked for: after a third party's plugin is uninstalled, its names are not offered as
-``pip install plugtrain-optimizers``. ``tests/test_shipped.py`` keeps this table equal to what
+``pip install plugtrain-optimizers``. ``tests/test_author_gaps.py`` keeps this table equal to what
 the distributions register. Torch-free; imports nothing.
 """
 
@@ -14,6 +14,7 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
     "plugtrain": {
         "model": ("MLP",),
         "dataloader": ("Digits", "Synthetic"),
+        "logger": ("MetricsFilesLogger", "ProgressLogger"),
     },
     "plugtrain-optimizers": {
         "optimizer": (
@@ -38,7 +39,13 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
     "plugtrain-backends": {
         "backend": ("CPU", "CSX", "GPU"),
     },
-    "plugtrain-callbacks": {},
+    "plugtrain-callbacks": {
+        "callback": (
+            "CheckLoss", "ComputeNorm", "GlobalFlags", "KeepNCheckpoints", "LoadCheckpointStates",
+            "LogOptimizerParamGroup", "RateProfiler", "ScopedTrainFlags", "ScopedValidateFlags",
+        ),
+        "logger": ("MLflowLogger", "TensorBoardLogger", "WandbLogger"),
+    },
 }  # fmt: skip
 """distribution -> kind -> every name and alias it registers."""
 

@@ -170,4 +170,4 @@ def test_the_example_s_own_tests_pass_where_it_is_installed(site, tmp_path):
         timeout=HANG_LIMIT_S,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 passed" in done.stdout
+    assert "5 passed" in done.stdout

@@ -185,6 +185,8 @@ class Trainer:
         ]
         _check_scheduler_overlap(self.schedulers)
         self.global_step = 0
+        self.loaded_step: int | None = None
+        """The global step stored in the checkpoint loaded last (``None``: none loaded)."""
         self._stream_position: dict[str, Any] | None = None
         self._saved_step = -1
         self._state_verified = False
@@ -457,6 +459,7 @@ class Trainer:
         :raises CheckpointMismatchError: it does not fit this trainer (nothing was changed).
         """
         state = ckpt.load_checkpoint(path)
+        self.loaded_step = int(state["global_step"])
         _check_version(path, state, self.checkpoint.strict_version)
         parts = checkpoint_parts(state)
         self._callbacks.on_before_load_checkpoint(self, parts)
@@ -830,6 +833,9 @@ class Trainer:
         """Load one checkpoint of ``validate_all``; any failure names the file."""
         try:
             self.load_checkpoint(path)
+            # Records and metrics carry the checkpoint's step even when a callback
+            # (LoadCheckpointStates) kept the global step from being restored.
+            self.global_step = self.loaded_step or 0
         except ckpt.CheckpointError:
             raise
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:

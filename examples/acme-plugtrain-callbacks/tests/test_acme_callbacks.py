@@ -11,7 +11,12 @@ from acme_plugtrain_callbacks.ema import LossEMA
 from acme_plugtrain_callbacks.stdout import StdoutLogger
 
 from plugtrain.errors import ConfigError
-from plugtrain.testing import assert_plugin_contract, assert_plugin_installed
+from plugtrain.testing import (
+    assert_plugin_contract,
+    assert_plugin_installed,
+    check_callback,
+    check_logger,
+)
 
 
 def test_installed_and_meets_the_contract():
@@ -39,3 +44,20 @@ def test_stdout_logger(capsys):
     logger.log_metrics(3, "val", {"loss": 0.5})
     logger.close()
     assert capsys.readouterr().out == "x step 3 val loss=0.50\nx closed after 1 records\n"
+
+
+def test_loss_ema_passes_the_conformance_kit():
+    report = check_callback(LossEMA, {"decay": 0.5})
+    assert {r.name: r.outcome for r in report.results} == {
+        "hooks_in_order": "passed",
+        "state_round_trip": "passed",
+        "checkpoint_resume": "passed",
+    }
+
+
+def test_stdout_logger_passes_the_conformance_kit(capsys):
+    report = check_logger(StdoutLogger, {"prefix": "kit"})
+    outcomes = {r.name: r.outcome for r in report.results}
+    assert outcomes["log_metrics_calls"] == "passed"
+    assert outcomes["through_trainer"] == "passed"
+    assert "kit" in capsys.readouterr().out
