@@ -5,10 +5,13 @@ scheduler (LinearLR) and logging cadence (metrics every 50 steps to a JSON-lines
 per-step time is the slope between a short and a long run, so fixed costs (start-up, the final
 checkpoint) cancel; runs are interleaved. PyTorch Lightning is measured too when it imports.
 
-Twice: in full precision, and with ``precision: {fp16_type: bfloat16, max_gradient_norm: 1.0}``
+Three times: in full precision; with ``precision: {fp16_type: bfloat16, max_gradient_norm: 1.0}``
 (bfloat16 autocast for the forward pass and the loss, clipping to a total norm of 1, the
 pre-clip norm in the metrics), against a hand loop doing the same (``torch.autocast``,
-``clip_grad_norm_``, the norm's window mean in its log). ``--callback NAME`` (repeatable) adds
+``clip_grad_norm_``, the norm's window mean in its log); and that with the ``ComputeNorm``
+callback (plugtrain-callbacks) and the default loggers (JSON lines and CSV) against a hand loop
+that also computes the gradients' and the weights' norms at each logged step and writes both
+files. ``--callback NAME`` (repeatable) adds
 registered callbacks to the precision Trainer (e.g. ``ComputeNorm``); the hand loop does not
 mirror them, so the ratio then includes their cost.
 
@@ -60,16 +63,34 @@ def _components():
     return model, optimizer, scheduler
 
 
-def hand_loop(steps: int, directory: Path, precision: bool = False) -> float:
+def _vector_norm(tensors: list[torch.Tensor]) -> float:
+    return float(
+        torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors]))
+    )
+
+
+def _write(record: dict[str, float], log: Any, table: Any) -> None:
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+    if table is not None:
+        table.write(",".join(str(value) for value in record.values()) + "\n")
+        table.flush()
+
+
+def hand_loop(steps: int, directory: Path, precision: bool = False, norms: bool = False) -> float:
     """The loop a careful person writes by hand; returns seconds for ``steps`` steps.
 
     :param precision: bfloat16 autocast and clipping to ``MAX_NORM``, the norm logged.
+    :param norms: at logged steps also the clipped gradients' and the weights' norms (what
+        ``ComputeNorm`` logs), and every record also as a CSV row (what the default
+        ``MetricsFilesLogger`` writes besides JSON lines).
     """
     model, optimizer, scheduler = _components()
     parameters = list(model.parameters())
     norm_sum = 0.0
     loader = digits_loader(batch_size=64)
     log = (directory / "hand.jsonl").open("w")
+    table = (directory / "hand.csv").open("w") if norms else None
     start = clock()
     iterator = iter(loader)
     window = 0.0
@@ -90,6 +111,9 @@ def hand_loop(steps: int, directory: Path, precision: bool = False) -> float:
         loss.backward()
         if precision:
             norm_sum += float(torch.nn.utils.clip_grad_norm_(parameters, MAX_NORM))
+        logged = step % LOG_STEPS == 0
+        if norms and logged:
+            grad_norm = _vector_norm([p.grad for p in parameters if p.grad is not None])
         optimizer.step()
         scheduler.step()
         window += float(loss.detach())
@@ -105,12 +129,17 @@ def hand_loop(steps: int, directory: Path, precision: bool = False) -> float:
             if precision:
                 record["grad_norm"] = norm_sum / LOG_STEPS
                 norm_sum = 0.0
-            log.write(json.dumps(record) + "\n")
-            log.flush()
+            if norms:
+                record["model_wise_grad_norm"] = grad_norm
+                with torch.no_grad():
+                    record["model_wise_params_norm"] = _vector_norm(parameters)
+            _write(record, log, table)
             window = 0.0
             correct = count = 0
     elapsed = clock() - start
     log.close()
+    if table is not None:
+        table.close()
     return elapsed
 
 
@@ -238,11 +267,18 @@ def main() -> None:
         "plugtrain Trainer, precision bf16 + clip": lambda n, d: trainer_loop(
             n, d, PRECISION, callbacks
         ),
+        "hand-written loop, bf16 + clip + norms": lambda n, d: hand_loop(
+            n, d, precision=True, norms=True
+        ),
+        "plugtrain Trainer, bf16 + clip + ComputeNorm": lambda n, d: trainer_loop(
+            n, d, PRECISION, [plugtrain.resolve("callback", "ComputeNorm")()]
+        ),
     }
     baseline = {
         "plugtrain Trainer": "hand-written loop",
         "Lightning Trainer": "hand-written loop",
         "plugtrain Trainer, precision bf16 + clip": "hand-written loop, bf16 autocast + clip",
+        "plugtrain Trainer, bf16 + clip + ComputeNorm": "hand-written loop, bf16 + clip + norms",
     }
     per_step: dict[str, list[float]] = {name: [] for name in loops}
     with tempfile.TemporaryDirectory() as tmp:
