@@ -375,3 +375,14 @@ def test_generating_the_schema_imports_no_torch(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["one loader", "a list"])
+def test_validate_all_takes_one_data_loader_or_a_list(many, validator, registry):
+    data = copy.deepcopy(QUICKSTART)
+    loader = {"Digits": {"batch_size": 64, "split": "val"}}
+    data["trainer"]["validate_all"] = {"val_dataloaders": [loader, loader] if many else loader}
+    assert schema_errors(validator, data) == []
+    assert check_errors(registry, data) == []
+    data["trainer"]["validate_all"]["val_dataloaders"] = {"Digits": {"batch_size": 0}}
+    assert schema_errors(validator, data) != []

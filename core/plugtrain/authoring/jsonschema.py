@@ -115,6 +115,14 @@ def _nullable(schema: Schema, description: str = "") -> Schema:
     return {**described, "anyOf": [*branches, {"type": "null"}]}
 
 
+def _admits_mapping(tp: Any) -> bool:
+    """Whether the type hint ``tp`` (a union or not) includes a ``dict``."""
+    members = (
+        typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    )
+    return any(typing.get_origin(m) is dict or m is dict for m in members)
+
+
 def _admits_none(tp: Any) -> bool:
     if tp is None or tp is type(None) or tp is Any or tp is object:
         return True
@@ -323,7 +331,9 @@ class _Builder:
             value = special(self)
         elif meta.component is not None:
             value = self.kind_ref(meta.component)
-            if meta.many:
+            if meta.many and _admits_mapping(hint):  # one {Name: {...}} or a list of them
+                value = {"anyOf": [value, {"type": "array", "items": value}]}
+            elif meta.many:
                 value = {"type": "array", "items": value}
             if _admits_none(hint) and hint is not Any:
                 value = _nullable(value)
