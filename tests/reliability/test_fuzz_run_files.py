@@ -13,6 +13,7 @@ The generator is derandomized, so CI runs the same examples every time.
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import sys
 import tempfile
@@ -70,7 +71,9 @@ trainer:
 """
 
 BASE_TEXTS = {path.name: path.read_text() for path in EXAMPLES} | {"full.yaml": FULL}
-BASES = {name: yaml.safe_load(text) for name, text in BASE_TEXTS.items()}
+# A YAML alias loads as the anchor's object itself; unshared (through JSON), so that moving a
+# node under its own alias cannot build a cycle, which no file can write.
+BASES = {name: json.loads(json.dumps(yaml.safe_load(t))) for name, t in BASE_TEXTS.items()}
 
 CANARY_MODULES = ("wave", "colorsys", "sched", "xml.dom.minidom", "mailbox")
 """Standard modules nothing in plugtrain imports: the fuzzer writes them as component names."""
