@@ -84,7 +84,11 @@ def _run(optimizer: Any, params: Sequence[torch.Tensor], steps: range) -> None:
         optimizer.step()
 
 
-def _weights_only(state: Any) -> Any:
+def weights_only_copy(state: Any) -> Any:
+    """``state`` through ``torch.save`` and ``torch.load(weights_only=True)``, as checkpoints go.
+
+    :raises PropertyFailed: naming why it does not load that way.
+    """
     buffer = io.BytesIO()
     torch.save(state, buffer)
     buffer.seek(0)
@@ -164,7 +168,7 @@ class _OptimizerChecks:
         params = _leaves(_start(torch.float32))
         optimizer = self.make(params)
         _run(optimizer, params, range(self.steps))
-        loaded = _weights_only(optimizer.state_dict())
+        loaded = weights_only_copy(optimizer.state_dict())
         copies = _leaves(params)
         resumed = self.make(copies)
         resumed.load_state_dict(loaded)

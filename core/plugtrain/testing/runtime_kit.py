@@ -8,7 +8,6 @@ SGD, 6 steps on the CPU backend, a checkpoint every 2 steps, logging every step)
 from __future__ import annotations
 
 import inspect
-import io
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -22,6 +21,7 @@ from plugtrain.testing.conformance import (
     PropertyFailed,
     run_properties,
 )
+from plugtrain.testing.optimizer_kit import weights_only_copy as _weights_only
 
 __all__ = [
     "BACKEND_PROPERTIES",
@@ -90,20 +90,6 @@ def _tiny_fit(
     )
     trainer.fit(_batches(steps, 1), _batches(1, 2))
     return trainer
-
-
-def _weights_only(state: Any) -> Any:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    try:
-        return torch.load(buffer, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        message = (
-            "state_dict() does not load with torch.load(weights_only=True): "
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1:]}"
-        )
-        raise PropertyFailed(message) from exc
 
 
 def _equal(a: Any, b: Any) -> bool:
