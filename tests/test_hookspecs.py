@@ -90,3 +90,7 @@ def test_hook_plugtrain_register_callbacks(make_registry):
 
 def test_hook_plugtrain_register_loggers(make_registry):
     _check_hook(make_registry, "plugtrain_register_loggers")
+
+
+def test_hook_plugtrain_register_sparsity(make_registry):
+    _check_hook(make_registry, "plugtrain_register_sparsity")

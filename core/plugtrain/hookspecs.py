@@ -150,3 +150,22 @@ def plugtrain_register_loggers(registry: ComponentRegistrar) -> None:
         logger.
     :returns: nothing; the return value is ignored.
     """
+
+
+# -------------------------------------------------------------------------------------------
+# weight sparsity
+
+
+@hookspec
+def plugtrain_register_sparsity(registry: ComponentRegistrar) -> None:
+    """Declare weight-sparsity algorithms (``trainer.init.sparsity``); called once per registry.
+
+    A sparsity algorithm is constructed as ``Algorithm(params, **arguments)``, where ``params`` is
+    the list of ``(name, parameter)`` pairs its group's parameter filter selected, and meets
+    :class:`plugtrain.protocols.SparsityAlgorithm`. Run files name it by ``algorithm:``, matched
+    case-insensitively (``static``, ``gmp``, ``set``, ``rigl`` are plugtrain-sparsity's).
+
+    :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
+        algorithm.
+    :returns: nothing; the return value is ignored.
+    """

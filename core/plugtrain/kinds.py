@@ -48,6 +48,7 @@ KINDS: dict[str, Kind] = {
             (),
             ("ProgressLogger", "MetricsFilesLogger"),
         ),
+        Kind("sparsity", "plugtrain_register_sparsity", "plugtrain-sparsity", ("params",)),
     )
 }
 """Every kind, by name, in the order hooks are called."""
