@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 def plugtrain_register_models(registry: ComponentRegistrar) -> None:
     """Register the built-in models."""
     registry.register("MLP", "plugtrain.builtin.models:MLP", schema=schemas.MLPArgs)
+    registry.register("GPT", "plugtrain.builtin.gpt:GPT", schema=schemas.GPTArgs)
 
 
 @hookimpl
@@ -26,6 +27,9 @@ def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
     registry.register("Digits", "plugtrain.builtin.data:digits_loader", schema=schemas.DigitsArgs)
     registry.register(
         "Synthetic", "plugtrain.builtin.data:synthetic_loader", schema=schemas.SyntheticArgs
+    )
+    registry.register(
+        "StdlibText", "plugtrain.builtin.text:stdlib_text_loader", schema=schemas.StdlibTextArgs
     )
 
 

@@ -59,3 +59,41 @@ class ProgressLoggerArgs:
 @attrs.frozen
 class MetricsFilesLoggerArgs:
     """metrics.jsonl and metrics.csv in model_dir; a resumed fit drops the replayed rows."""
+
+
+@attrs.frozen
+class GPTArgs:
+    """A decoder-only transformer language model (GPT-2's architecture) with its own loss.
+
+    Batches are ``{input_ids, labels}`` mappings (``StdlibText`` makes them); it returns the
+    mean cross-entropy per token, the next-token accuracy and the token count.
+    """
+
+    vocab_size: int = arg(256, help="number of token ids (256: bytes)", gt=0)
+    n_layer: int = arg(4, help="number of transformer blocks", gt=0)
+    n_head: int = arg(4, help="attention heads per block (divides n_embd)", gt=0)
+    n_embd: int = arg(128, help="width of the embeddings and of each block", gt=0)
+    block_size: int = arg(128, help="longest sequence (number of position embeddings)", gt=0)
+    dropout: float = arg(
+        0.0, help="dropout probability (embeddings, attention, blocks)", ge=0, lt=1
+    )
+    bias: bool = arg(True, help="biases in the Linear and LayerNorm layers")
+    tie_weights: bool = arg(True, help="share the token embedding with lm_head")
+
+
+@attrs.frozen
+class StdlibTextArgs:
+    """Byte-level language-model batches of the Python standard library's own source files.
+
+    No download: the running Python's top-level stdlib modules, in name order, up to
+    ``max_bytes``; a seeded split of ``block_size`` blocks holds ``val_fraction`` out.
+    """
+
+    batch_size: int = arg(help="sequences per batch", gt=0)
+    block_size: int = arg(128, help="tokens (bytes) per sequence", gt=0)
+    split: Literal["train", "val"] = arg("train", help="which part of the blocks")
+    val_fraction: float = arg(0.1, help="share of the blocks in the val split", gt=0, lt=1)
+    max_bytes: int = arg(1_000_000, help="size of the corpus in bytes", gt=0)
+    shuffle: bool | None = arg(None, help="shuffle each epoch (default: only the train split)")
+    seed: int = arg(0, help="seed of the split and of the shuffling", ge=0)
+    drop_last: bool = arg(False, help="drop the last incomplete batch")

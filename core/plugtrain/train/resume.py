@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from plugtrain.errors import TrainingError
+from plugtrain.train.batches import batch_size
 
 __all__ = ["DataStream", "rng_state", "seed_everything", "set_rng_state"]
 
@@ -124,7 +125,7 @@ class DataStream:
                 message = "the training data loader yields no batch"
                 raise TrainingError(message) from None
         self.consumed += 1
-        self.samples += _batch_size(batch)
+        self.samples += batch_size(batch)
         return batch
 
     def position(self) -> dict[str, Any]:
@@ -132,11 +133,3 @@ class DataStream:
         if self._iterator is None:
             self._start_epoch()
         return {"epoch": self.epoch, "consumed": self.consumed, "epoch_rng": self._epoch_rng}
-
-
-def _batch_size(batch: Any) -> int:
-    """The first dimension of a batch's first tensor (inputs of an ``(inputs, targets)`` pair)."""
-    first = batch[0] if isinstance(batch, list | tuple) and batch else batch
-    if isinstance(first, torch.Tensor) and first.dim():
-        return int(first.shape[0])
-    return 1

@@ -36,6 +36,7 @@ from plugtrain.scheduler import scheduler_groups, scheduler_key
 from plugtrain.schema import validated_arguments
 from plugtrain.train import checkpoint as ckpt
 from plugtrain.train.backends import backend as make_backend
+from plugtrain.train.batches import MetricSums, Scored, move_batch, score_batch
 from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.checkpoint_fit import check_fits, first_non_finite
 from plugtrain.train.checkpoint_parts import checkpoint_parts
@@ -121,7 +122,8 @@ class Trainer:
         addition to the defaults ``ProgressLogger`` and ``MetricsFilesLogger``; ``{Name: None}``
         removes a default, and an object of a default's class replaces it.
     :param seed: seeds Python, numpy and torch before the model is built.
-    :param loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy for class labels.
+    :param loss_fn: ``loss_fn(outputs, targets)`` for models that return outputs rather than
+        their loss (:mod:`plugtrain.train.batches`); default cross-entropy for class labels.
     :param config: the resolved run configuration, stored in checkpoints' metadata.
     """
 
@@ -235,47 +237,38 @@ class Trainer:
     def samples_seen(self) -> int:
         """Training examples this process drew in the current (or last) ``fit``.
 
-        A batch counts the length of its first tensor's first dimension (inputs of shape
-        ``(batch, ...)``); a batch without a tensor counts 1.
+        A batch counts the length of its first tensor's first dimension (the inputs of a pair,
+        a mapping's first tensor value); a batch without a tensor counts 1.
         """
         return self._stream.samples if self._stream is not None else 0
 
     # -- steps ---------------------------------------------------------------------------------
 
     def _to_device(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            if value.device == self.device:
-                return value
-            return value.to(self.device, non_blocking=True)
-        if isinstance(value, list | tuple):
-            return type(value)(self._to_device(v) for v in value)
-        if isinstance(value, Mapping):
-            return {k: self._to_device(v) for k, v in value.items()}
-        return value
+        return move_batch(value, self.device)
 
-    def _forward(self, batch: Any, model: nn.Module | None = None) -> tuple[torch.Tensor, int, int]:
-        """Loss, number correct and number of examples of one batch."""
-        inputs, targets = self._to_device(batch) if self._move_batches else batch
-        with self.precision.autocast():
-            outputs = (model or self.model)(inputs)
-            loss = self.loss_fn(outputs, targets)
-        if outputs.dim() == targets.dim() + 1 and not targets.is_floating_point():
-            correct = int((outputs.argmax(dim=-1) == targets).sum())
-            return loss, correct, targets.numel()
-        return loss, 0, 0
+    def _forward(self, batch: Any, model: nn.Module | None = None) -> Scored:
+        """Loss, count and metrics of one batch (the contract of :mod:`plugtrain.train.batches`)."""
+        batch = self._to_device(batch) if self._move_batches else batch
+        keywords = bool(getattr(self._unwrapped_model, "batch_as_kwargs", False))
+        model = model or self.model
+        return score_batch(model, batch, self.loss_fn, self.precision.autocast, keywords)
 
-    def _train_step(self, stream: DataStream) -> tuple[float, int, int]:
+    def _train_step(self, stream: DataStream) -> tuple[float, int, int, MetricSums]:
         self._callbacks.on_train_step_start(self, self.global_step + 1)
         accum = self.loop.grad_accum_steps if self.loop else 1
         self.optimizer.zero_grad(set_to_none=True)
         total_loss = 0.0
         correct = count = 0
+        extra = MetricSums()
         for _ in range(accum):
-            loss, batch_correct, batch_count = self._forward(stream.next())
+            scored = self._forward(stream.next())
+            loss = scored.loss
             self.precision.backward(loss if accum == 1 else loss / accum)
             total_loss += float(loss.detach()) / accum
-            correct += batch_correct
-            count += batch_count
+            correct += scored.correct
+            count += scored.count
+            extra.add(scored.metrics, scored.weight)
         if math.isfinite(total_loss):
             problem = self.precision.step(self.optimizer, self._before_optimizer_step)
         else:
@@ -296,7 +289,7 @@ class Trainer:
         for scheduler in self.schedulers:
             scheduler.step()
         self.global_step += 1
-        return total_loss, correct, count
+        return total_loss, correct, count, extra
 
     def _before_optimizer_step(self) -> None:
         self._callbacks.on_before_optimizer_step(self, self.optimizer)
@@ -360,24 +353,28 @@ class Trainer:
         self.model.eval()
         loss_sum = 0.0
         correct = count = examples = 0
+        extra = MetricSums()
         for batch in dataloader:
             # The unwrapped model: ranks may see different numbers of evaluation batches, and
             # a DDP forward could wait on the others.
-            loss, batch_correct, batch_count = self._forward(batch, self._unwrapped_model)
-            size = _batch_size(batch)
-            loss_sum += float(loss) * size
-            examples += size
-            correct += batch_correct
-            count += batch_count
+            scored = self._forward(batch, self._unwrapped_model)
+            loss_sum += float(scored.loss) * scored.weight
+            examples += scored.weight
+            correct += scored.correct
+            count += scored.count
+            extra.add(scored.metrics, scored.weight)
         self.model.train(was_training)
         totals = {"loss_sum": loss_sum, "examples": examples, "correct": correct, "count": count}
-        totals = self.backend.reduce_sums(totals)
+        totals = self.backend.reduce_sums({**totals, **extra.totals()})
         if not totals["examples"]:
             message = "the evaluation data (val_dataloader) is empty: it yields no example"
             raise TrainingError(message)
         metrics = {"loss": totals["loss_sum"] / max(totals["examples"], 1)}
         if totals["count"]:
             metrics["accuracy"] = totals["correct"] / totals["count"]
+        if getattr(self._unwrapped_model, "report_perplexity", False):
+            metrics["perplexity"] = math.exp(min(metrics["loss"], 700.0))
+        metrics.update(MetricSums.means(totals))
         return metrics
 
     def _run_eval(
@@ -667,26 +664,27 @@ class Trainer:
         save_every = self.checkpoint.steps or 0
         window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
         window_skipped = 0
+        window_extra = MetricSums()
         window_start = time.perf_counter()
         last_val: dict[str, float] = {}
         self.model.train()
         while self.global_step < target:
-            loss, correct, count = self._train_step(stream)
+            loss, correct, count, extra = self._train_step(stream)
             window_skipped += not math.isfinite(loss)  # skipped under nan_policy: skip_step
             window_loss += loss if math.isfinite(loss) else 0.0
             window_correct += correct
             window_count += count
+            window_extra.merge(extra)
             window_steps += 1
             step = self.global_step
             values = None
             if step % log_steps == 0 or step == target:
                 elapsed = time.perf_counter() - window_start
-                finite = window_steps - window_skipped
-                values = {"loss": window_loss / finite if finite else math.nan}
+                sums = {"loss": window_loss, "finite": window_steps - window_skipped}
+                sums.update(correct=window_correct, count=window_count)
+                values = self._window_means(sums, window_extra)
                 if window_skipped:
                     values["skipped_steps"] = window_skipped
-                if window_count:
-                    values["accuracy"] = window_correct / window_count
                 values["steps_per_second"] = window_steps / elapsed if elapsed > 0 else 0.0
                 values.update(self.group_values())
                 values.update(self.precision.metrics())
@@ -694,6 +692,7 @@ class Trainer:
                 self._loggers.log_metrics(step, "train", values)
                 window_loss, window_correct, window_count, window_steps = 0.0, 0, 0, 0
                 window_skipped = 0
+                window_extra = MetricSums()
                 window_start = time.perf_counter()
             if val_dataloader is not None and eval_every and (step - start) % eval_every == 0:
                 last_val = self._run_eval(val_dataloader, self.loop.eval_steps)
@@ -709,6 +708,19 @@ class Trainer:
         if interrupt is not None and interrupt.agreed(final=True):
             self._stop_interrupted(stream, interrupt)
         return last_val
+
+    def _window_means(self, sums: dict[str, Any], extra: MetricSums) -> dict[str, float]:
+        """Loss, accuracy and extra metrics of a logging window, over every process.
+
+        Every process logs at the same steps, so the sums are reduced there (a copy on one).
+        """
+        sums = self.backend.reduce_sums({**sums, **extra.totals()})
+        finite = sums["finite"]
+        values = {"loss": sums["loss"] / finite if finite else math.nan}
+        if sums["count"]:
+            values["accuracy"] = sums["correct"] / sums["count"]
+        values.update(MetricSums.means(sums))
+        return values
 
     def _stop_interrupted(self, stream: DataStream, interrupt: InterruptRequest) -> None:
         """Save the current step (unless just saved) and raise :class:`TrainingInterrupted`."""
@@ -862,11 +874,6 @@ def _is_empty(loader: Iterable[Any] | None) -> bool:
 
 def _describe(metrics: Mapping[str, float]) -> str:
     return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-
-
-def _batch_size(batch: Any) -> int:
-    first = batch[0] if isinstance(batch, list | tuple) else batch
-    return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 1
 
 
 def _group_label(group: Mapping[str, Any], index: int) -> str:
