@@ -1,0 +1,242 @@
+"""The built-in GPT, the StdlibText data and examples/gpt.yaml: short real runs of the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from plugtrain.builtin.gpt import GPT
+from plugtrain.builtin.text import (
+    byte_unigram_entropy,
+    stdlib_corpus,
+    stdlib_root,
+    stdlib_text_loader,
+)
+from plugtrain.train.params import name_matches
+from plugtrain.train.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "gpt.yaml"
+
+MODEL_ZOO_GLOBS = (
+    "*proj_[qkv]_dense_layer.weight",
+    "*proj_output_dense_layer.weight",
+    "*linear_layer.weight",
+)
+
+
+def _names(model: torch.nn.Module, pattern: str) -> list[str]:
+    return [name for name, _ in model.named_parameters() if name_matches(pattern, name)]
+
+
+def test_gpt_names_its_layers_as_model_zoo_does():
+    model = GPT(n_layer=2, n_head=2, n_embd=16, block_size=8)
+    assert len(_names(model, MODEL_ZOO_GLOBS[0])) == 6
+    assert _names(model, MODEL_ZOO_GLOBS[1]) == [
+        f"layers.{i}.self_attn.proj_output_dense_layer.weight" for i in range(2)
+    ]
+    assert _names(model, MODEL_ZOO_GLOBS[2]) == [
+        f"layers.{i}.ffn.{j}.linear_layer.weight" for i in range(2) for j in range(2)
+    ]
+    names = [name for name, _ in model.named_parameters()]
+    # What cstorch's default sparsity filter skips: embeddings, norms, the head.
+    skipped = [n for n in names if any(w in n for w in ("embedding", "norm", "lm_head"))]
+    matched = {n for g in MODEL_ZOO_GLOBS for n in _names(model, g)}
+    assert set(names) == set(skipped) | matched | {n for n in names if n.endswith("bias")}
+    assert "token_embedding.weight" in names  # tied: the head shares it
+    assert model.lm_head.weight is model.token_embedding.weight
+    untied = GPT(n_layer=1, n_head=2, n_embd=16, block_size=8, tie_weights=False)
+    assert "lm_head.weight" in dict(untied.named_parameters())
+
+
+def test_gpt_is_causal_and_initialised_as_gpt2():
+    torch.manual_seed(0)
+    model = GPT(n_layer=4, n_head=4, n_embd=64, block_size=16)
+    ids = torch.randint(0, 256, (2, 16))
+    changed = ids.clone()
+    changed[:, 9] = (changed[:, 9] + 1) % 256
+    with torch.no_grad():
+        before, after = model.logits(ids), model.logits(changed)
+    torch.testing.assert_close(before[:, :9], after[:, :9])
+    assert not torch.allclose(before[:, 9:], after[:, 9:])
+    weights = torch.cat([model.get_parameter(n).detach().flatten() for n in _q_names(model)])
+    assert float(weights.std()) == pytest.approx(0.02, rel=0.05)
+    residual = model.layers[0].self_attn.proj_output_dense_layer.weight.detach()
+    assert float(residual.std()) == pytest.approx(0.02 / math.sqrt(8), rel=0.1)
+    assert not model.layers[0].ffn[0].linear_layer.bias.any()
+
+
+def _q_names(model: torch.nn.Module) -> list[str]:
+    return _names(model, "*proj_q_dense_layer.weight")
+
+
+def test_gpt_loss_is_the_mean_cross_entropy_of_the_scored_tokens():
+    torch.manual_seed(0)
+    model = GPT(n_layer=1, n_head=2, n_embd=16, block_size=8)
+    ids = torch.randint(0, 256, (3, 8))
+    labels = torch.randint(0, 256, (3, 8))
+    labels[0, :3] = -100
+    result = model({"input_ids": ids, "labels": labels})
+    logits = model({"input_ids": ids})
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), labels.reshape(-1))
+    torch.testing.assert_close(result["loss"], expected)
+    assert result["num_examples"] == 21
+    assert set(result) == {"loss", "accuracy", "num_examples"}
+    with pytest.raises(ValueError, match="longer than block_size 8"):
+        model.logits(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match="n_embd \\(10\\) must be a multiple of n_head \\(4\\)"):
+        GPT(n_embd=10, n_head=4)
+
+
+def test_stdlib_text_splits_are_deterministic_disjoint_and_shifted_by_one():
+    train = stdlib_text_loader(batch_size=4, block_size=32, max_bytes=20_000, shuffle=False)
+    val = stdlib_text_loader(batch_size=4, block_size=32, split="val", max_bytes=20_000)
+    again = stdlib_text_loader(batch_size=4, block_size=32, split="val", max_bytes=20_000)
+    assert set(train.dataset.starts.tolist()).isdisjoint(val.dataset.starts.tolist())
+    assert len(train.dataset) + len(val.dataset) == (20_000 - 1) // 32
+    assert len(val.dataset) == 62
+    assert torch.equal(val.dataset.starts, again.dataset.starts)
+    batch = next(iter(train))
+    assert batch["input_ids"].shape == batch["labels"].shape == (4, 32)
+    torch.testing.assert_close(batch["input_ids"][:, 1:], batch["labels"][:, :-1])
+    corpus = stdlib_corpus(20_000)
+    start = int(train.dataset.starts[0])
+    assert bytes(batch["input_ids"][0].tolist()) == corpus[start : start + 32]
+    first = min(stdlib_root().glob("*.py"), key=lambda path: path.name)
+    assert corpus.startswith(first.read_bytes()[:1000])
+
+
+def test_byte_unigram_entropy_is_in_nats():
+    assert byte_unigram_entropy(b"aabb") == pytest.approx(math.log(2))
+    assert byte_unigram_entropy(bytes(range(256))) == pytest.approx(math.log(256))
+    assert byte_unigram_entropy(b"zzzz") == 0.0
+
+
+def test_gpt_trains_under_bfloat16_autocast(tmp_path):
+    from plugtrain.train.backends import release_backend_type
+
+    release_backend_type()
+    torch.manual_seed(0)
+    trainer = Trainer(
+        device="CPU",
+        model_dir=tmp_path,
+        model=lambda: GPT(n_layer=1, n_head=2, n_embd=32, block_size=32),
+        optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=3e-3),
+        precision={"fp16_type": "bfloat16", "max_gradient_norm": 1.0},
+        loop={"max_steps": 3},
+        logging={"log_steps": 1, "progress": False},
+        checkpoint={"autoload_last_checkpoint": False},
+    )
+    seen: list[torch.dtype] = []
+    trainer.model.lm_head.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    data = stdlib_text_loader(batch_size=4, block_size=32, max_bytes=50_000)
+    metrics = trainer.fit(data, stdlib_text_loader(batch_size=8, block_size=32, split="val"))
+    release_backend_type()
+    assert seen[:3] == [torch.bfloat16] * 3
+    assert set(metrics) == {"loss", "perplexity", "accuracy"}
+    assert metrics["perplexity"] == pytest.approx(math.exp(metrics["loss"]))
+
+
+# -- the example, through the CLI -----------------------------------------------------------
+
+
+def _fit(tmp_path: Path, model_dir: Path, *overrides: str, command: str = "fit") -> str:
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    sets = [f"trainer.init.model_dir={model_dir}", *overrides]
+    done = subprocess.run(
+        [sys.executable, "-m", "plugtrain", command, str(EXAMPLE)]
+        + [part for value in sets for part in ("--set", value)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=environ,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def _metrics(model_dir: Path, split: str) -> list[dict[str, Any]]:
+    lines = (model_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["split"] == split]
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model"]  # type: ignore[no-any-return]
+
+
+SHORT = (
+    "trainer.init.loop={max_steps: 40, eval_frequency: 40, eval_steps: 2}",
+    "trainer.init.logging={log_steps: 10}",
+    "trainer.init.checkpoint={steps: 20}",
+)
+
+
+@pytest.mark.slow
+def test_the_example_trains_and_validate_all_reports_perplexity(tmp_path):
+    model_dir = tmp_path / "run"
+    _fit(tmp_path, model_dir, *SHORT)
+    train = _metrics(model_dir, "train")
+    assert [r["step"] for r in train] == [10, 20, 30, 40]
+    assert train[-1]["loss"] < train[0]["loss"] - 1.0
+    val = _metrics(model_dir, "val")[-1]
+    assert val["loss"] < math.log(256) - 1.5
+    assert val["perplexity"] == pytest.approx(math.exp(val["loss"]))
+    output = _fit(tmp_path, model_dir, *SHORT, command="validate_all")
+    assert output.count("perplexity") >= 2  # checkpoints 20 and 40
+
+
+@pytest.mark.slow
+def test_the_example_resumes_bit_for_bit(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    steps = "trainer.init.loop={max_steps: %d, eval_frequency: 200}"
+    _fit(tmp_path, straight, steps % 12, "trainer.init.checkpoint={steps: 6}")
+    _fit(tmp_path, resumed, steps % 6, "trainer.init.checkpoint={steps: 6}")
+    output = _fit(tmp_path, resumed, steps % 12, "trainer.init.checkpoint={steps: 6}")
+    assert "resumed from" in output
+    mine, theirs = _weights(resumed / "checkpoint_12.mdl"), _weights(straight / "checkpoint_12.mdl")
+    assert mine.keys() == theirs.keys()
+    for name in mine:
+        assert torch.equal(mine[name], theirs[name]), name
+
+
+@pytest.mark.slow
+def test_the_example_on_two_processes_matches_one_process(tmp_path):
+    """Two gloo processes of 8 sequences each = one process of the 16 (no shuffling)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = (
+        "trainer.init.loop={max_steps: 6, eval_frequency: 6, eval_steps: 4}",
+        "trainer.init.logging={log_steps: 2}",
+        "trainer.init.checkpoint={steps: 6}",
+        "trainer.init.precision.enabled=false",
+    )
+    data = (
+        "trainer.fit.train_dataloader="
+        "{StdlibText: {batch_size: %d, block_size: 64, shuffle: false}}"
+    )
+    _fit(tmp_path, one, *common, data % 16)
+    output = _fit(
+        tmp_path,
+        two,
+        *common,
+        data % 8,
+        "trainer.init.backend={backend_type: CPU, num_processes: 2, dist_timeout: 60}",
+    )
+    assert "starting 2 processes with torchrun" in output
+    mine, theirs = _weights(two / "checkpoint_6.mdl"), _weights(one / "checkpoint_6.mdl")
+    for name in mine:
+        torch.testing.assert_close(mine[name], theirs[name], rtol=1e-4, atol=1e-5, msg=name)
+    for a, b in zip(_metrics(two, "train"), _metrics(one, "train"), strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-6)
+    val_two, val_one = _metrics(two, "val")[-1], _metrics(one, "val")[-1]
+    assert val_two["loss"] == pytest.approx(val_one["loss"], rel=1e-5)
