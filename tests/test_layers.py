@@ -20,7 +20,12 @@ PACKAGE = Path(plugtrain.__file__).parent
 # The top-level modules that sit above the small core: the command line and the pytest plugin.
 ON_TOP = {"cli.py", "testing.py", "__main__.py"}
 # Implementation modules of the core's own plugin: loaded lazily, like any plugin's.
-BUILTIN_IMPLEMENTATIONS = {"builtin/models.py", "builtin/data.py"}
+BUILTIN_IMPLEMENTATIONS = {
+    "builtin/models.py",
+    "builtin/data.py",
+    "builtin/gpt.py",
+    "builtin/text.py",
+}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

@@ -247,15 +247,40 @@ class Backend(Protocol):
 class Model(Protocol):
     """A model: a :class:`torch.nn.Module` built as ``Model(**arguments)``.
 
-    What the Trainer does with it, at each step:
+    What the Trainer does with it, at each step (the batch and loss contract; the code is
+    :mod:`plugtrain.train.batches`):
 
-    - a batch is a pair ``(inputs, targets)`` (a list or tuple of two), moved to the backend's
-      device when that is not the CPU (tensors inside lists, tuples and dicts too);
-    - ``outputs = model(inputs)``: ``forward`` receives ``inputs`` as the one positional
-      argument, whatever it is (a tensor, a tuple, a dict);
-    - the loss is the Trainer's ``loss_fn(outputs, targets)``: by default cross-entropy when the
-      targets are integer class labels and ``outputs`` has one more dimension (then accuracy is
-      reported as well), mean squared error otherwise; ``Trainer(loss_fn=...)`` replaces it;
+    - a batch may be anything the data loader yields. It is moved to the backend's device when
+      that is not the CPU, whatever its shape: tensors inside lists, tuples (named ones too),
+      mappings and dataclasses, and any object with a ``to(device)`` method;
+    - a list or tuple of exactly two items is ``(inputs, targets)``: ``outputs = model(inputs)``
+      (``forward`` receives ``inputs`` as its one positional argument, whatever it is);
+    - any other batch (a mapping such as ``{"input_ids", "labels"}``, a dataclass, any object)
+      is given whole: ``model(batch)``. This is Model Zoo's call: the batch stays one value, so
+      a model's ``forward`` has one signature for every batch shape, and batches need not be
+      mappings. Hugging Face's call ``model(**batch)`` is reachable: a model whose class sets
+      ``batch_as_kwargs = True`` gets a mapping batch unpacked into keyword arguments;
+    - the model's result may be: a scalar loss tensor; a mapping holding ``"loss"`` (a scalar
+      tensor), where every other scalar entry (a number or a one-element tensor) is a metric,
+      logged in training and evaluation like the loss, and the optional integer
+      ``"num_examples"`` says how many examples (or tokens) the loss averages over (default:
+      the batch size, the first dimension of the batch's first tensor); non-scalar entries
+      (logits ...) are ignored; or outputs, which the Trainer scores with its
+      ``loss_fn(outputs, targets)`` against the pair's targets or a mapping batch's
+      ``"labels"``: by default cross-entropy when the targets are integer class labels and
+      ``outputs`` has one more dimension (then accuracy is reported as well), mean squared
+      error otherwise; ``Trainer(loss_fn=...)`` replaces it;
+    - averages: evaluation weights each batch's loss and metrics by its count
+      (``num_examples``, else the batch size) and sums over data-parallel processes, so the
+      result is the mean over every example of the evaluation data. Training logs, every
+      ``log_steps``, the mean over the window's steps of each step's loss (a step's loss is the
+      mean over its ``grad_accum_steps`` micro-batches, the loss whose gradient is taken) and
+      count-weighted means of accuracy and the model's metrics, summed over every process.
+      With micro-batches and processes of equal counts (``drop_last``) these equal one
+      process taking the combined batch; the gradient weights micro-batches equally whatever
+      their counts;
+    - a model whose class sets ``report_perplexity = True`` (its loss is a mean negative
+      log-likelihood) also gets ``perplexity = exp(loss)`` in evaluation metrics;
     - the optimizer gets the model's named parameters in param groups: the ``params:`` tagging
       filters make tagged groups, and unless ``exclude_from_weight_decay: false`` each group's
       biases (names ending in ``bias``) and normalisation parameters (of a module whose class
@@ -266,7 +291,7 @@ class Model(Protocol):
     """
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """The forward pass: ``model(inputs)``."""
+        """The forward pass: ``model(inputs)``, ``model(batch)`` or ``model(**batch)``."""
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         """The trainable tensors."""
@@ -289,7 +314,10 @@ class Model(Protocol):
 
 @runtime_checkable
 class DataLoader(Protocol):
-    """A data loader: built as ``factory(**arguments)``, an iterable of ``(inputs, targets)``.
+    """A data loader: built as ``factory(**arguments)``, an iterable of batches.
+
+    A batch is an ``(inputs, targets)`` pair, a mapping or any object (see :class:`Model` for
+    how each reaches the model).
 
     Each pass of ``iter()`` is one epoch. A ``len()`` (batches per epoch) is needed for
     ``loop.num_epochs``. Exact resume replays the batches of an interrupted epoch, so iterating
