@@ -18,8 +18,14 @@ mirror them, so the ratio then includes their cost.
 ``--clock cpu`` times the loops with this process's CPU time instead of the wall clock:
 steadier on a machine shared with other work (the loops are single-threaded).
 
+``--workload gpt`` measures the built-in GPT instead (the model, data and precision of
+``examples/gpt.yaml``: StdlibText batches of 16 x 64 bytes, AdamW, bfloat16 autocast, clipping
+to 1.0) in tokens per second: ``Trainer.fit`` against a hand loop doing the same work (the same
+model, data, optimizer, schedule, autocast and clipping, and a JSON-lines log of the window's
+loss, accuracy, learning rate and gradient norm every 50 steps).
+
 Run: ``python bench/loop.py [--repeats 5] [--steps 200 1200] [--callback ComputeNorm]
-[--clock wall|cpu]``
+[--clock wall|cpu] [--workload mlp|gpt]``
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ import torch
 
 import plugtrain
 from plugtrain.builtin.data import digits_loader
+from plugtrain.builtin.gpt import GPT
 from plugtrain.builtin.models import MLP
+from plugtrain.builtin.text import stdlib_text_loader
 from plugtrain.train.trainer import Trainer
 
 LOG_STEPS = 50
@@ -176,6 +184,108 @@ def trainer_loop(
     return clock() - start
 
 
+GPT_BATCH, GPT_BLOCK = 16, 64
+
+
+def _gpt_components():
+    adamw = plugtrain.resolve("optimizer", "AdamW")
+    cosine = plugtrain.resolve("scheduler", "CosineDecayLR")
+    torch.manual_seed(0)
+    model = GPT(n_layer=2, n_head=4, n_embd=64, block_size=GPT_BLOCK)
+    optimizer = adamw(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    scheduler = cosine(
+        optimizer, initial_learning_rate=3e-3, end_learning_rate=3e-4, total_iters=10_000
+    )
+    loader = stdlib_text_loader(batch_size=GPT_BATCH, block_size=GPT_BLOCK, drop_last=True)
+    return model, optimizer, scheduler, loader
+
+
+def gpt_hand_loop(steps: int, directory: Path) -> float:
+    """The GPT steps of ``examples/gpt.yaml`` by hand; returns seconds for ``steps`` steps."""
+    model, optimizer, scheduler, loader = _gpt_components()
+    parameters = list(model.parameters())
+    log = (directory / "gpt_hand.jsonl").open("w")
+    torch.manual_seed(1)
+    start = clock()
+    iterator = iter(loader)
+    window = accuracy = norm_sum = 0.0
+    for step in range(1, steps + 1):
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            iterator = iter(loader)
+            batch = next(iterator)
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            result = model(batch)
+        result["loss"].backward()
+        norm_sum += float(torch.nn.utils.clip_grad_norm_(parameters, MAX_NORM))
+        optimizer.step()
+        scheduler.step()
+        window += float(result["loss"].detach())
+        accuracy += float(result["accuracy"])
+        if step % LOG_STEPS == 0:
+            record = {
+                "step": step,
+                "loss": window / LOG_STEPS,
+                "accuracy": accuracy / LOG_STEPS,
+                "lr": optimizer.param_groups[0]["lr"],
+                "grad_norm": norm_sum / LOG_STEPS,
+            }
+            _write(record, log, None)
+            window = accuracy = norm_sum = 0.0
+    elapsed = clock() - start
+    log.close()
+    return elapsed
+
+
+def gpt_trainer_loop(steps: int, directory: Path) -> float:
+    """The same GPT work through ``Trainer.fit``; returns seconds for the whole fit."""
+    model, optimizer, scheduler, loader = _gpt_components()
+    from plugtrain.train.backends import release_backend_type
+
+    release_backend_type()
+    trainer = Trainer(
+        device="CPU",
+        model_dir=directory / f"gpt_trainer{steps}",
+        model=model,
+        optimizer=optimizer,
+        schedulers=[scheduler],
+        loop={"max_steps": steps},
+        logging={"log_steps": LOG_STEPS, "progress": False},
+        checkpoint={"autoload_last_checkpoint": False},
+        precision=PRECISION,
+    )
+    torch.manual_seed(1)
+    start = clock()
+    trainer.fit(loader)
+    return clock() - start
+
+
+def gpt_main(repeats: int, short: int, long: int) -> None:
+    """Tokens per second of the GPT pair, printed as a Markdown table."""
+    loops = {"hand-written loop, GPT": gpt_hand_loop, "plugtrain Trainer, GPT": gpt_trainer_loop}
+    per_step: dict[str, list[float]] = {name: [] for name in loops}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeats):
+            for name, loop in loops.items():
+                first = loop(short, Path(tmp))
+                second = loop(long, Path(tmp))
+                per_step[name].append((second - first) / (long - short))
+    print(
+        f"# GPT loop benchmark\n\n{platform.machine()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, 1 intra-op thread, median of {repeats}, slope between {short} "
+        f"and {long} steps of {GPT_BATCH} x {GPT_BLOCK} tokens\n"
+    )
+    print("| loop | ms per step | tokens per second | x hand loop (time) |")
+    print("|---|---|---|---|")
+    hand = statistics.median(per_step["hand-written loop, GPT"])
+    for name, samples in per_step.items():
+        median = statistics.median(samples)
+        tokens = GPT_BATCH * GPT_BLOCK / median
+        print(f"| {name} | {median * 1e3:.1f} | {tokens:.0f} | {median / hand:.3f} |")
+
+
 def lightning_loop(steps: int, directory: Path) -> float | None:
     """The same work through Lightning's Trainer, or ``None`` when Lightning does not import."""
     try:
@@ -253,11 +363,15 @@ def main() -> None:
         "--callback", action="append", default=[], help="a registered callback (repeatable)"
     )
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--workload", choices=("mlp", "gpt"), default="mlp")
     args = parser.parse_args()
     global clock  # noqa: PLW0603 - one clock for every loop of this run
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     short, long = args.steps
     torch.set_num_threads(1)
+    if args.workload == "gpt":
+        gpt_main(args.repeats, short, long)
+        return
     callbacks = [plugtrain.resolve("callback", name)() for name in args.callback]
     loops = {
         "hand-written loop": hand_loop,
