@@ -674,7 +674,8 @@ class Trainer:
             window_loss += loss if math.isfinite(loss) else 0.0
             window_correct += correct
             window_count += count
-            window_extra.merge(extra)
+            if math.isfinite(loss):
+                window_extra.merge(extra)
             window_steps += 1
             step = self.global_step
             values = None
