@@ -262,7 +262,7 @@ def gpt_trainer_loop(steps: int, directory: Path) -> float:
     return clock() - start
 
 
-def gpt_main(repeats: int, short: int, long: int) -> None:
+def gpt_main(repeats: int, short: int, long: int, clock_name: str) -> None:
     """Tokens per second of the GPT pair, printed as a Markdown table."""
     loops = {"hand-written loop, GPT": gpt_hand_loop, "plugtrain Trainer, GPT": gpt_trainer_loop}
     per_step: dict[str, list[float]] = {name: [] for name in loops}
@@ -274,7 +274,8 @@ def gpt_main(repeats: int, short: int, long: int) -> None:
                 per_step[name].append((second - first) / (long - short))
     print(
         f"# GPT loop benchmark\n\n{platform.machine()}, {os.cpu_count()} cores, torch "
-        f"{torch.__version__}, 1 intra-op thread, median of {repeats}, slope between {short} "
+        f"{torch.__version__}, 1 intra-op thread, {clock_name} clock, median of {repeats}, "
+        f"slope between {short} "
         f"and {long} steps of {GPT_BATCH} x {GPT_BLOCK} tokens\n"
     )
     print("| loop | ms per step | tokens per second | x hand loop (time) |")
@@ -370,7 +371,7 @@ def main() -> None:
     short, long = args.steps
     torch.set_num_threads(1)
     if args.workload == "gpt":
-        gpt_main(args.repeats, short, long)
+        gpt_main(args.repeats, short, long, args.clock)
         return
     callbacks = [plugtrain.resolve("callback", name)() for name in args.callback]
     loops = {

@@ -138,7 +138,8 @@ def test_gpt_trains_under_bfloat16_autocast(tmp_path):
     seen: list[torch.dtype] = []
     trainer.model.lm_head.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
     data = stdlib_text_loader(batch_size=4, block_size=32, max_bytes=50_000)
-    metrics = trainer.fit(data, stdlib_text_loader(batch_size=8, block_size=32, split="val"))
+    val = stdlib_text_loader(batch_size=8, block_size=32, split="val", max_bytes=50_000)
+    metrics = trainer.fit(data, val)
     release_backend_type()
     assert seen[:3] == [torch.bfloat16] * 3
     assert set(metrics) == {"loss", "perplexity", "accuracy"}
