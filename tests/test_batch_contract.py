@@ -292,3 +292,20 @@ def _no_autocast() -> Any:
 
 def _no_loss_fn(outputs: Any, targets: Any) -> torch.Tensor:
     raise AssertionError("the loss function was called")
+
+
+def test_the_conformance_kit_checks_mapping_batches_and_loss_mappings():
+    from plugtrain.testing import check_dataloader, check_model
+
+    def uneven() -> list[dict[str, torch.Tensor]]:
+        return [{"x": torch.zeros(4, 3), "y": torch.zeros(3)}]
+
+    report = check_dataloader(uneven, raise_on_failure=False)
+    assert report.outcome("yields_pairs") == "failed"
+    report = check_dataloader(lambda: _mapping_batches([4, 4]), raise_on_failure=False)
+    assert report.outcome("yields_pairs") == "passed"
+    batch = _mapping_batches([4])[0]
+    report = check_model(MappingModel, inputs=batch, raise_on_failure=False)
+    assert [report.outcome(p) for p in ("forward", "state_round_trip", "gradients")] == [
+        "passed"
+    ] * 3

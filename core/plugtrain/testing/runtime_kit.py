@@ -365,9 +365,16 @@ def check_logger(
 
 
 def _first_output(model: Any, inputs: Any) -> torch.Tensor:
+    """The model's output tensor, or the ``loss`` of the mapping it returns."""
     outputs = model(inputs)
+    if isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
+        loss: torch.Tensor = outputs["loss"]
+        return loss
     if not isinstance(outputs, torch.Tensor):
-        message = f"forward returned {type(outputs).__name__}, not a tensor"
+        message = (
+            f"forward returned {type(outputs).__name__}, not a tensor nor a mapping holding a "
+            "'loss' tensor"
+        )
         raise PropertyFailed(message)
     return outputs
 
@@ -383,7 +390,8 @@ def check_model(
 ) -> ConformanceReport:
     """Check that ``model`` (a class, or ``model(**arguments)`` returning an ``nn.Module``) behaves.
 
-    - ``forward``: ``model(inputs)`` returns a finite tensor.
+    - ``forward``: ``model(inputs)`` returns a finite tensor (outputs or a scalar loss), or a
+      mapping holding a finite ``loss`` tensor; the properties below use that tensor.
     - ``seeded_init``: built twice after ``torch.manual_seed(0)``, the state dicts are equal.
     - ``state_round_trip``: a model built under another seed loading the first's
       ``state_dict()`` through ``torch.load(weights_only=True)`` gives bitwise the same outputs
@@ -391,7 +399,8 @@ def check_model(
     - ``gradients``: the sum of the outputs reaches every trainable parameter with a finite
       gradient.
 
-    :param inputs: one batch's inputs, as the Trainer passes them to ``forward``.
+    :param inputs: what the Trainer passes to ``forward``: a pair's inputs, or a whole batch
+        (a mapping ...) for a model that computes its own loss.
     :raises ConformanceError: (an ``AssertionError``) listing every failed property with values.
     """
     given = dict(arguments or {})
@@ -464,7 +473,8 @@ def check_dataloader(
     """Check that ``dataloader`` (``dataloader(**arguments)`` returning an iterable) behaves.
 
     - ``yields_pairs``: each of its first 3 batches is an ``(inputs, targets)`` pair of tensors
-      (or of nested tensors) with as many targets as inputs.
+      (or of nested tensors) with as many targets as inputs, or a mapping (for a model that
+      computes its own loss) whose tensors agree in their first dimension.
     - ``deterministic``: built twice (``torch.manual_seed(0)`` before each), the first 3
       batches are bitwise equal.
     - ``length``: ``len(loader)`` equals the number of batches one pass yields (not applicable
@@ -483,8 +493,17 @@ def check_dataloader(
         if not batches:
             raise PropertyFailed("it yields no batch")
         for index, batch in enumerate(batches):
+            if isinstance(batch, Mapping):
+                sizes = {k: len(v) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+                if len(set(sizes.values())) > 1:
+                    message = f"batch {index}'s tensors differ in their first dimension: {sizes}"
+                    raise PropertyFailed(message)
+                continue
             if not isinstance(batch, list | tuple) or len(batch) != 2:
-                message = f"batch {index} is {type(batch).__name__}, not an (inputs, targets) pair"
+                message = (
+                    f"batch {index} is {type(batch).__name__}, not an (inputs, targets) pair "
+                    "nor a mapping"
+                )
                 raise PropertyFailed(message)
             inputs, targets = batch
             tensors = isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor)
