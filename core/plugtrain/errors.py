@@ -76,7 +76,9 @@ class ConfigIssue:
 
     def __str__(self) -> str:
         where = f"{self.location}: " if self.location else ""
-        what = f"{self.path}: " if self.path else ""
+        # A key of blanks would print as nothing: quoted, it stays visible.
+        path = repr(self.path) if any(c.isspace() for c in self.path) else self.path
+        what = f"{path}: " if self.path else ""
         return f"{where}{what}{self.message}"
 
 

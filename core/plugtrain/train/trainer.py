@@ -346,7 +346,11 @@ class Trainer:
     def evaluate(
         self, dataloader: Iterable[Any], max_batches: int | None = None
     ) -> dict[str, float]:
-        """Mean loss (and accuracy, for class labels) over ``dataloader``."""
+        """Mean loss over the examples of ``dataloader``, and its other metrics.
+
+        Accuracy for class labels the Trainer scored, the model's own metrics (weighted by each
+        batch's count), and ``perplexity`` for a model with ``report_perplexity``.
+        """
         # This process's share of the first max_batches batches.
         dataloader = self.backend.prepare_eval_dataloader(dataloader, max_batches)
         was_training = self.model.training
