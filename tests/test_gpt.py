@@ -199,12 +199,12 @@ def test_the_example_trains_and_validate_all_reports_perplexity(tmp_path):
 @pytest.mark.slow
 def test_the_example_resumes_bit_for_bit(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    steps = "trainer.init.loop={max_steps: %d, eval_frequency: 200}"
-    _fit(tmp_path, straight, steps % 12, "trainer.init.checkpoint={steps: 6}")
-    _fit(tmp_path, resumed, steps % 6, "trainer.init.checkpoint={steps: 6}")
-    output = _fit(tmp_path, resumed, steps % 12, "trainer.init.checkpoint={steps: 6}")
+    steps = "trainer.init.loop={max_steps: %d, eval_frequency: 200, eval_steps: 1}"
+    _fit(tmp_path, straight, steps % 8, "trainer.init.checkpoint={steps: 4}")
+    _fit(tmp_path, resumed, steps % 4, "trainer.init.checkpoint={steps: 4}")
+    output = _fit(tmp_path, resumed, steps % 8, "trainer.init.checkpoint={steps: 4}")
     assert "resumed from" in output
-    mine, theirs = _weights(resumed / "checkpoint_12.mdl"), _weights(straight / "checkpoint_12.mdl")
+    mine, theirs = _weights(resumed / "checkpoint_8.mdl"), _weights(straight / "checkpoint_8.mdl")
     assert mine.keys() == theirs.keys()
     for name in mine:
         assert torch.equal(mine[name], theirs[name]), name
