@@ -3,8 +3,8 @@
 ``Trainer(device=... | backend=..., model_dir, model, optimizer, schedulers, loop, checkpoint,
 logging, precision, sparsity, callbacks, loggers, seed)``, then ``.fit(train_dataloader,
 val_dataloader, ckpt_path)`` or ``.validate(val_dataloader, ckpt_path)``. ``model`` may be a
-module or a callable building one; ``optimizer`` an optimizer or a callable taking the model; each scheduler an instance or a
-callable taking the optimizer.
+module or a callable building one; ``optimizer`` an optimizer or a callable taking the model;
+each scheduler an instance or a callable taking the optimizer.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def test_a_callable_init_method_and_an_unknown_one():
 
     mask = make_init_method(first_row)(torch.zeros(2, 3), 0.5, Balance(), None)
     assert _ints(mask) == [[1, 1, 1], [0, 0, 0]]
-    with pytest.raises(ValueError, match="^Unknown `init_method`") as info:
+    with pytest.raises(ValueError, match=r"^Unknown `init_method`") as info:
         make_init_method("Random")
     assert str(info.value).startswith(
         'Unknown `init_method`: "Random". Valid options are one of the built-in '
@@ -138,7 +138,7 @@ def test_gmp_prunes_by_magnitude_to_the_scheduled_level():
 
 
 def test_gmp_refuses_a_constant():
-    with pytest.raises(ValueError, match="^Configured with constant") as info:
+    with pytest.raises(ValueError, match=r"^Configured with constant") as info:
         GMP([("w", _param())], 0.5)
     assert str(info.value) == (
         "Configured with constant sparsity 0.5. This is not valid, because the sparsity pattern "
@@ -225,12 +225,12 @@ def test_rigl_balanced_keeps_each_group_at_the_level():
 
 
 def test_rigl_errors():
-    with pytest.raises(ValueError, match="^Only one of") as info:
+    with pytest.raises(ValueError, match=r"^Only one of") as info:
         RigL([("w", _param())], 0.5, balance_in_groups=2, balance_out_groups=2)
     assert str(info.value) == (
         "Only one of `balance_in_groups` and `balance_out_groups` can be specified at a time."
     )
-    with pytest.raises(ValueError, match="^Sparsity group configured") as info:
+    with pytest.raises(ValueError, match=r"^Sparsity group configured") as info:
         RigL([("a", _param()), ("fc.weight", torch.zeros(3, 5))], 0.5, balance_out_groups=2)
     assert str(info.value) == (
         "Sparsity group configured with `balance_out_groups`=2 but parameter fc.weight does not "
