@@ -43,6 +43,7 @@ class DynamicSparsity:
         self.update_schedule = make_update_schedule(update)
         self.init_method = make_init_method(init_method)
         self.step = 0
+        self._applied: float | None = None  # the level the masks were last set to
 
     # -- what each algorithm defines -------------------------------------------------------------
 
@@ -76,7 +77,7 @@ class DynamicSparsity:
         """All true when step 0 is no update step; else ``init_method`` at ``sparsity(0)``."""
         if not self.update_schedule(0):
             return {name: torch.ones_like(p, dtype=torch.bool) for name, p in self.params}
-        level = self.level(0)
+        level = self._applied = self.level(0)
         masks = {
             name: self.init_method(param, level, self.balance(name, param), generator)
             for name, param in self.params
@@ -100,7 +101,7 @@ class DynamicSparsity:
         generator: torch.Generator,
     ) -> dict[str, torch.Tensor]:
         """Each parameter's :meth:`update_mask` at this step's level; schedules move on."""
-        level = self.level(self.step)
+        level = self._applied = self.level(self.step)
         new = {}
         with torch.no_grad():
             for name, param in self.params:
@@ -111,7 +112,13 @@ class DynamicSparsity:
         return new
 
     def target_sparsity(self) -> float:
-        """The clamped sparsity schedule at the current step."""
+        """The clamped sparsity schedule at the current step.
+
+        A schedule that moves on at update steps (``cycling``) has moved on already after an
+        update; its target is the level it was last applied at.
+        """
+        if self._applied is not None and self.sparsity.state_dict():
+            return self._applied
         return self.level(self.step)
 
     def state_dict(self) -> dict[str, Any]:
