@@ -1,0 +1,91 @@
+"""Two real gloo processes (torchrun) keep identical masks: random init, regrowth, gradients.
+
+Each rank trains on its own shard of the data, so RigL's unmasked gradients differ between the
+ranks until the core sums them; SET's random regrowth draws from the core's seeded generator.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = """\
+import os
+import sys
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from plugtrain.train.trainer import Trainer
+
+generator = torch.Generator().manual_seed(5)
+inputs = torch.randn(64, 8, generator=generator)
+targets = torch.randint(0, 4, (64,), generator=generator)
+loader = DataLoader(TensorDataset(inputs, targets), batch_size=4)
+trainer = Trainer(
+    backend={"backend_type": "CPU", "num_processes": 2, "dist_timeout": 60},
+    model_dir=sys.argv[1],
+    model=lambda: torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
+    ),
+    optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=0.05),
+    loop={"max_steps": 6},
+    seed=3,
+    sparsity=[
+        {"algorithm": "rigl", "sparsity": 0.75, "param_filter": "0.weight", "drop_fraction": 0.5},
+        {"algorithm": "set", "sparsity": 0.5, "drop_fraction": 0.5},
+    ],
+)
+initial = {}
+
+
+class Keep:
+    def on_fit_start(self, t):
+        initial.update({p.name: p.mask.clone() for p in t.sparsity.parameters})
+
+
+trainer.callbacks.append(Keep())
+trainer._callbacks = type(trainer._callbacks)(trainer.callbacks)
+trainer.fit(loader)
+rank = os.environ["RANK"]
+masks = {p.name: p.mask.clone() for p in trainer.sparsity.parameters}
+torch.save(
+    {"initial": initial, "final": masks, "weights": trainer.model.module.state_dict()},
+    os.path.join(sys.argv[2], f"rank{rank}.pt"),
+)
+trainer.backend.close()
+"""
+
+
+def test_two_processes_keep_identical_masks(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    done = subprocess.run(
+        [*command, str(script), str(tmp_path / "model"), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    zero = torch.load(out / "rank0.pt", weights_only=True)
+    one = torch.load(out / "rank1.pt", weights_only=True)
+    for key in ("initial", "final", "weights"):
+        assert zero[key].keys() == one[key].keys()
+        for name in zero[key]:
+            assert torch.equal(zero[key][name], one[key][name]), (key, name)
+    for name in zero["final"]:
+        assert not torch.equal(zero["initial"][name], zero["final"][name]), name
+    assert int(zero["final"]["0.weight"].sum()) == 32
