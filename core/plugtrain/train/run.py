@@ -190,6 +190,15 @@ def _listed(registry: Registry, kind: str, entries: Sequence[Any]) -> list[Any]:
     ]
 
 
+def _sparsity_groups(registry: Registry, plan: TrainerPlan) -> list[Any] | None:
+    """The plan's sparsity groups, built through ``registry`` once the model exists."""
+    if not plan.sparsity:
+        return None
+    from plugtrain.train.sparsity import group_from_spec
+
+    return [group_from_spec(registry, spec) for spec in plan.sparsity]
+
+
 def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any]) -> Any:
     """A :class:`~plugtrain.train.trainer.Trainer` for one validated trainer of a run file.
 
@@ -217,6 +226,7 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
         checkpoint=plan.checkpoint,
         logging=plan.logging,
         precision=plan.precision,
+        sparsity=_sparsity_groups(registry, plan),
         callbacks=_listed(registry, "callback", plan.callbacks),
         loggers=_listed(registry, "logger", plan.loggers),
         seed=plan.seed,

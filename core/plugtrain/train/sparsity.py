@@ -43,6 +43,7 @@ __all__ = [
     "SparsityGroup",
     "default_param_filter",
     "glob_filter",
+    "group_from_spec",
     "select_parameters",
     "sparsity_groups",
 ]
@@ -134,46 +135,56 @@ class SparsityGroup:
     where: str = "sparsity"
 
 
-def _group_from_mapping(entry: Mapping[str, Any], where: str) -> SparsityGroup:
-    """A group of the Python API, built through the process-wide registry."""
-    from plugtrain import get_registry
+def group_from_spec(registry: Any, spec: Any) -> SparsityGroup:
+    """A group of a validated :class:`~plugtrain.config.plan.SparsityGroupSpec`.
+
+    The algorithm is built through ``registry`` when the model's parameters are known; a
+    constructor refusing its arguments (RigL's balance groups not dividing a weight) is a
+    :class:`~plugtrain.errors.ConfigError` naming the group and where it was written.
+    """
+    from plugtrain.config.plan import ComponentSpec
+    from plugtrain.errors import ConfigError, ConfigIssue
     from plugtrain.train.run import build_component
 
-    arguments = dict(entry)
-    algorithm = arguments.pop("algorithm", "static")
-    param_filter = arguments.pop("param_filter", None)
-    registry = get_registry()
+    component = ComponentSpec(
+        "sparsity", spec.algorithm, spec.call_arguments(), spec.path, spec.location
+    )
 
     def build(params: list[tuple[str, torch.Tensor]]) -> Any:
-        return build_component(registry, "sparsity", {algorithm: arguments}, params)
+        try:
+            return build_component(registry, "sparsity", component, params)
+        except (ValueError, TypeError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            message = f"{spec.algorithm}: {exc}"
+            raise ConfigError([ConfigIssue(spec.path, message, spec.location)]) from exc
 
-    return SparsityGroup(build, param_filter, where)
+    return SparsityGroup(build, spec.param_filter, spec.where)
 
 
-def sparsity_groups(value: Any) -> list[SparsityGroup]:
-    """The groups of ``Trainer(sparsity=...)``: a level, a group mapping, or a list of them.
+def sparsity_groups(value: Any, registry: Any = None) -> list[SparsityGroup]:
+    """The groups of ``Trainer(sparsity=...)``.
 
-    :class:`SparsityGroup` objects are taken as they are.
+    :param value: ``None``; :class:`SparsityGroup` objects (or a list of them); validated
+        :class:`~plugtrain.config.plan.SparsityGroupSpec` objects (from a run file's plan); or
+        any form a run file takes (a level, a group mapping, a list of them), validated here
+        with :func:`plugtrain.config.validate.plan_sparsity`.
+    :param registry: builds the algorithms; default: the process-wide registry.
+    :raises ConfigError: for a value that does not validate, naming every problem.
     """
+    from plugtrain import get_registry
+    from plugtrain.config.plan import SparsityGroupSpec
+    from plugtrain.config.validate import plan_sparsity
+
     if value is None:
         return []
-    entries = value if isinstance(value, list | tuple) else [value]
-    groups = []
-    for index, entry in enumerate(entries):
-        where = f"sparsity[{index}]" if isinstance(value, list | tuple) else "sparsity"
-        if isinstance(entry, SparsityGroup):
-            groups.append(entry)
-        elif isinstance(entry, float):
-            groups.append(_group_from_mapping({"sparsity": entry}, where))
-        elif isinstance(entry, Mapping):
-            groups.append(_group_from_mapping(entry, where))
-        else:
-            message = (
-                "Expected sparsity to be a float, dict, or list of dicts. Got: "
-                f"{type(entry).__name__}"
-            )
-            raise TypeError(f"{where}: {message}")
-    return groups
+    registry = registry if registry is not None else get_registry()
+    entries = list(value) if isinstance(value, list | tuple) else [value]
+    if all(isinstance(e, SparsityGroup | SparsityGroupSpec) for e in entries):
+        return [
+            e if isinstance(e, SparsityGroup) else group_from_spec(registry, e) for e in entries
+        ]
+    return [group_from_spec(registry, spec) for spec in plan_sparsity(registry, value)]
 
 
 def select_parameters(
