@@ -12,7 +12,9 @@ same for built-in and third-party algorithms:
 - masking: the weights before every forward (training and evaluation), the gradients in
   backward (``where(mask, grad, 0)``, so NaN at pruned spots become 0), the optimizer state
   tensors shaped like a sparse parameter before and after each optimizer step, and weights and
-  states again when a mask changes;
+  states again when a mask changes. Weights and states are multiplied by the mask (as in
+  cstorch), skipped for a tensor not modified in place since it was last masked (its
+  ``_version`` tells);
 - after each training step :meth:`Sparsity.step_end` asks every algorithm whether this is an
   update step; a step whose update was not applied (the GradScaler skipped it, or
   ``nan_policy: skip_step``) still counts but never updates masks;
@@ -27,6 +29,7 @@ import fnmatch
 import logging
 import os
 import re
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -241,6 +244,8 @@ class Sparsity:
         self._seed = seed
         self._generator: torch.Generator | None = None
         self._generator_state: torch.Tensor | None = None
+        self._factors: dict[tuple[str, torch.dtype], tuple[int, torch.Tensor]] = {}
+        self._clean: dict[int, tuple[Any, tuple[int, int]]] = {}
         chosen = select_parameters(model, [_as_filter(g.param_filter) for g in groups])
         for group, found in zip(groups, chosen, strict=True):
             if not found:
@@ -309,10 +314,29 @@ class Sparsity:
 
     # -- masking ---------------------------------------------------------------------------------
 
+    def _factor(self, sparse: SparseParameter, dtype: torch.dtype) -> torch.Tensor:
+        """The mask as 0/1 of ``dtype`` (multiplying is ~10x faster than ``masked_fill_``)."""
+        mask = sparse.mask
+        key = (sparse.name, dtype)
+        cached = self._factors.get(key)
+        if cached is None or cached[0] != mask._version or cached[1].device != mask.device:
+            cached = (mask._version, mask.to(dtype))
+            self._factors[key] = cached
+        return cached[1]
+
+    def _zero_masked(self, tensor: torch.Tensor, sparse: SparseParameter) -> None:
+        """Multiply ``tensor`` by the mask, unless it was not modified since that was done."""
+        versions = (tensor._version, sparse.mask._version)
+        seen = self._clean.get(id(tensor))
+        if seen is not None and seen[0]() is tensor and seen[1] == versions:
+            return
+        tensor.mul_(self._factor(sparse, tensor.dtype))
+        self._clean[id(tensor)] = (weakref.ref(tensor), (tensor._version, sparse.mask._version))
+
     @torch.no_grad()
     def _before_forward(self, *_: Any) -> None:
         for sparse in self.parameters:
-            sparse.param.masked_fill_(~sparse.mask, 0)
+            self._zero_masked(sparse.param, sparse)
 
     @torch.no_grad()
     def _mask_optimizer_state(self, only: Iterable[SparseParameter] | None = None) -> None:
@@ -327,13 +351,13 @@ class Sparsity:
                     and value.shape == param.shape
                     and not getattr(value, "requires_dense", False)
                 ):
-                    value.masked_fill_(~sparse.mask, 0)
+                    self._zero_masked(value, sparse)
 
     @torch.no_grad()
     def _apply(self, only: Iterable[SparseParameter] | None = None) -> None:
         chosen = list(self.parameters if only is None else only)
         for sparse in chosen:
-            sparse.param.masked_fill_(~sparse.mask, 0)
+            self._zero_masked(sparse.param, sparse)
         self._mask_optimizer_state(chosen)
 
     def _after_optimizer_step(self) -> None:

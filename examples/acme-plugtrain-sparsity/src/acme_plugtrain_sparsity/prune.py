@@ -56,7 +56,7 @@ class RandomPrune:
             score = torch.rand(mask.shape, generator=generator, device=generator.device)
             score = torch.where(mask, score.to(mask.device), -1.0).flatten()
             chosen = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
-            chosen[torch.topk(score, keep).indices] = True
+            chosen[torch.topk(score, keep, sorted=False).indices] = True
             new[name] = chosen.reshape(mask.shape)
             self._level = 1 - keep / mask.numel()
         return new

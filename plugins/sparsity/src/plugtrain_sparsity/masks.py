@@ -18,7 +18,7 @@ def topk_mask(score: torch.Tensor, k: int) -> torch.Tensor:
     mask = torch.zeros_like(score, dtype=torch.bool)
     k = min(k, score.shape[-1])
     if k > 0:
-        mask.scatter_(-1, torch.topk(score, k, dim=-1).indices, True)
+        mask.scatter_(-1, torch.topk(score, k, dim=-1, sorted=False).indices, True)
     return mask
 
 
