@@ -145,3 +145,45 @@ def test_without_log_sparsity_nothing_is_logged(tmp_path):
     _trainer(tmp_path, 0.5, steps=1).fit(_batches(1))
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert not [k for k in record if k.startswith("sparsity/")]
+
+
+BAD_BALANCE = """\
+trainer:
+  init:
+    device: CPU
+    model_dir: {model_dir}
+    model: {{MLP: {{in_features: 6, hidden: 8, out_features: 3}}}}
+    optimizer: {{SGD: {{lr: 0.1}}}}
+    loop: {{max_steps: 2}}
+    sparsity:
+      algorithm: rigl
+      sparsity: 0.5
+      balance_out_groups: 5
+  fit:
+    train_dataloader:
+      Synthetic: {{batch_size: 8, num_examples: 64, in_features: 6, num_classes: 3}}
+"""
+
+
+def test_a_runtime_error_of_a_run_file_names_the_group_and_its_position(
+    tmp_path, capsys, fresh_backend
+):
+    from plugtrain.cli import main
+
+    run = tmp_path / "run.yaml"
+    run.write_text(BAD_BALANCE.format(model_dir=tmp_path / "model"))
+    assert main(["fit", str(run)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"plugtrain: error: {run}:9:7: trainer.init.sparsity: RigL: Sparsity group configured "
+        "with `balance_out_groups`=5 but parameter fc1.weight does not have a dimension with a "
+        "multiple of 5: torch.Size([8, 6])"
+    )
+
+
+def test_python_forms_are_validated_like_a_run_file(tmp_path):
+    from plugtrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^sparsity.bogus: unknown argument .bogus.\. Accepted: "):
+        _trainer(tmp_path, {"algorithm": "rigl", "sparsity": 0.5, "bogus": 1})
+    with pytest.raises(ConfigError, match="balance_out_groups`=3 but parameter 0.weight"):
+        _trainer(tmp_path, {"algorithm": "rigl", "sparsity": 0.5, "balance_out_groups": 3})
