@@ -18,6 +18,7 @@ from torch import nn
 from plugtrain.protocols import SparsityAlgorithm
 from plugtrain.train.checkpoint import CheckpointMismatchError
 from plugtrain.train.sparsity import (
+    Sparsity,
     SparsityGroup,
     default_param_filter,
     glob_filter,
@@ -366,3 +367,24 @@ def test_a_second_optimizer_is_refused(tmp_path):
     trainer = _trainer(tmp_path)
     with pytest.raises(RuntimeError, match="Sparsifying multiple optimizers"):
         trainer.sparsity.attach_optimizer(torch.optim.SGD(trainer.model.parameters(), lr=0.1))
+
+
+def test_gradients_are_zero_where_masked_even_when_not_finite():
+    layer = nn.Linear(3, 2, bias=False)
+    mask = torch.tensor([[True, False, True], [False, True, False]])
+
+    def build(params):
+        algorithm = Shuffle(params)
+        algorithm.initial_masks = lambda generator: {"weight": mask}
+        return algorithm
+
+    sparsity = Sparsity([SparsityGroup(build, ["weight"])], layer)
+    sparsity.initialize()
+    layer(torch.tensor([[1.0, float("nan"), 2.0]])).sum().backward()
+    grad = layer.weight.grad
+    assert torch.equal(grad[~mask], torch.zeros(3))  # NaN in column 1 at (0, 1): now 0
+    assert torch.isnan(grad[1, 1])  # a kept position keeps its NaN (nan_policy sees it)
+    assert torch.equal(grad[0, [0, 2]], torch.tensor([1.0, 2.0]))
+    layer.weight.grad = None
+    layer(torch.tensor([[1.0, 3.0, 2.0]])).sum().backward()  # finite: the fast product
+    assert torch.equal(layer.weight.grad, torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))

@@ -293,7 +293,7 @@ class Sparsity:
             if keep_dense:
                 saved = self._gradients.get(name)
                 self._gradients[name] = grad.detach().clone() if saved is None else saved + grad
-            return torch.where(sparse.mask, grad, torch.zeros((), dtype=grad.dtype))
+            return self._masked_gradient(grad, sparse)
 
         sparse.param.register_hook(mask_gradient)
 
@@ -323,6 +323,17 @@ class Sparsity:
             cached = (mask._version, mask.to(dtype))
             self._factors[key] = cached
         return cached[1]
+
+    def _masked_gradient(self, grad: torch.Tensor, sparse: SparseParameter) -> torch.Tensor:
+        """``where(mask, grad, 0)``: NaN and infinities at pruned spots become 0.
+
+        On the CPU, where ``where`` on a bool mask is several times slower than a product, a
+        gradient whose sum is finite (so all of it is) is multiplied by the 0/1 mask instead.
+        """
+        if grad.device.type == "cpu" and bool(torch.isfinite(grad.sum())):
+            return grad * self._factor(sparse, grad.dtype)
+        zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
+        return torch.where(sparse.mask, grad, zero)
 
     def _zero_masked(self, tensor: torch.Tensor, sparse: SparseParameter) -> None:
         """Multiply ``tensor`` by the mask, unless it was not modified since that was done."""

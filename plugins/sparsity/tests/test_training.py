@@ -183,7 +183,7 @@ def test_a_runtime_error_of_a_run_file_names_the_group_and_its_position(
 def test_python_forms_are_validated_like_a_run_file(tmp_path):
     from plugtrain.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"^sparsity.bogus: unknown argument .bogus.\. Accepted: "):
+    with pytest.raises(ConfigError, match=r"^sparsity\.bogus: unknown argument 'bogus'\. "):
         _trainer(tmp_path, {"algorithm": "rigl", "sparsity": 0.5, "bogus": 1})
-    with pytest.raises(ConfigError, match="balance_out_groups`=3 but parameter 0.weight"):
+    with pytest.raises(ConfigError, match=r"balance_out_groups`=3 but parameter 0\.weight"):
         _trainer(tmp_path, {"algorithm": "rigl", "sparsity": 0.5, "balance_out_groups": 3})
