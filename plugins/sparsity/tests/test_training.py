@@ -187,3 +187,28 @@ def test_python_forms_are_validated_like_a_run_file(tmp_path):
         _trainer(tmp_path, {"algorithm": "rigl", "sparsity": 0.5, "bogus": 1})
     with pytest.raises(ConfigError, match=r"balance_out_groups`=3 but parameter 0\.weight"):
         _trainer(tmp_path, {"algorithm": "rigl", "sparsity": 0.5, "balance_out_groups": 3})
+
+
+def test_an_interrupted_run_resumes_bit_for_bit(tmp_path):
+    import signal
+
+    from plugtrain.train.interrupt import TrainingInterrupted
+
+    class SignalAt:
+        def on_train_step_end(self, trainer, metrics):
+            if trainer.global_step == 4:
+                signal.raise_signal(signal.SIGINT)
+
+    straight = _trainer(tmp_path / "straight", _groups(), checkpoint={"steps": 3})
+    straight.fit(_batches(6))
+    cut = _trainer(tmp_path / "cut", _groups(), checkpoint={"steps": 3}, callbacks=[SignalAt()])
+    with pytest.raises(TrainingInterrupted, match=r"^interrupted at step 4; checkpoint saved"):
+        cut.fit(_batches(6))
+    resumed = _trainer(tmp_path / "cut", _groups(), checkpoint={"steps": 3})
+    resumed.fit(_batches(6))
+    assert resumed.loaded_step == 4
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    for left, right in zip(straight.sparsity.algorithms, resumed.sparsity.algorithms, strict=True):
+        assert left.state_dict() == right.state_dict()
