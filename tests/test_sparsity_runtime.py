@@ -388,3 +388,17 @@ def test_gradients_are_zero_where_masked_even_when_not_finite():
     layer.weight.grad = None
     layer(torch.tensor([[1.0, 3.0, 2.0]])).sum().backward()  # finite: the fast product
     assert torch.equal(layer.weight.grad, torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+
+
+def test_a_filter_matching_nothing_warns_and_the_run_resumes(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="plugtrain"):
+        first = _trainer(tmp_path, sparsity=[SparsityGroup(Shuffle, ["*attention*"])])
+    assert (
+        "sparsity: No parameters were sparsified in the module. This is likely due to the "
+        "parameter filter not matching any parameters in the module"
+    ) in caplog.text
+    first.fit(_batches(6), ckpt_path=None)
+    assert not [k for k in first.model.state_dict() if k.endswith("_mask")]
+    again = _trainer(tmp_path, sparsity=[SparsityGroup(Shuffle, ["*attention*"])])
+    again.fit(_batches(6))  # nothing to find in the checkpoint: no masks is right
+    assert again.loaded_step == 6

@@ -477,7 +477,7 @@ class Sparsity:
         :raises CheckpointMismatchError: naming ``path``; nothing was changed.
         """
         model = parts.get("model")
-        if strict and isinstance(model, Mapping):
+        if strict and isinstance(model, Mapping) and self.parameters:
             keys = set(model)
             if not any(k.endswith("_mask") and k[: -len("_mask")] in keys for k in keys):
                 raise CheckpointMismatchError(f"{path}: {NO_MASKS}")
