@@ -212,3 +212,15 @@ def test_an_interrupted_run_resumes_bit_for_bit(tmp_path):
         assert torch.equal(a[key], b[key]), key
     for left, right in zip(straight.sparsity.algorithms, resumed.sparsity.algorithms, strict=True):
         assert left.state_dict() == right.state_dict()
+
+
+def test_log_sparsity_does_nothing_without_sparsity_or_optimizer(tmp_path):
+    from types import SimpleNamespace
+
+    from plugtrain_sparsity.log import LogSparsity
+
+    metrics = {"loss": 1.0}
+    LogSparsity().on_train_step_end(SimpleNamespace(sparsity=None, optimizer=object()), metrics)
+    trainer = Trainer(model_dir=tmp_path, model=_model, sparsity=0.5)  # no optimizer
+    LogSparsity().on_train_step_end(trainer, metrics)
+    assert metrics == {"loss": 1.0}
