@@ -61,11 +61,13 @@ class HyperParameterError(PlugtrainError, ValueError):
     :param message: what is wrong.
     :param key: the key of the mapping the message is about (``"type"``, ``"freq"`` ...), or
         ``None`` when it is about the value as a whole.
+    :param unknown_key: ``key`` itself is wrong (an unknown argument), not its value.
     """
 
-    def __init__(self, message: str, key: str | None = None) -> None:
+    def __init__(self, message: str, key: str | None = None, *, unknown_key: bool = False) -> None:
         super().__init__(message)
         self.key = key
+        self.unknown_key = unknown_key
 
 
 class HyperParameterTypeError(HyperParameterError, TypeError):
@@ -380,7 +382,7 @@ def _from_mapping(spec: Mapping[str, Any]) -> HyperParameterSchedule:
                 f"{cls.type_name} schedule got an unexpected argument {key!r}; its arguments "
                 f"are: {valid}"
             )
-            raise HyperParameterTypeError(message, str(key))
+            raise HyperParameterTypeError(message, str(key), unknown_key=True)
     for name, default in cls.parameters.items():
         if default is REQUIRED_ARGUMENT and name not in given:
             needed = ", ".join(n for n, d in cls.parameters.items() if d is REQUIRED_ARGUMENT)
@@ -545,7 +547,7 @@ def make_update_schedule(update: Any) -> UpdateSchedule:
                     f"update with `steps` takes no other key, got {others[0]!r} (give either "
                     "`steps` or `freq`/`start`/`stop`)"
                 )
-                raise HyperParameterTypeError(message, others[0])
+                raise HyperParameterTypeError(message, others[0], unknown_key=True)
             return ListUpdateSchedule(update["steps"])
         if "freq" in update:
             for key in update:
@@ -554,7 +556,7 @@ def make_update_schedule(update: Any) -> UpdateSchedule:
                         f"update got an unexpected key {key!r}; with `freq` the keys are: "
                         "freq, start, stop"
                     )
-                    raise HyperParameterTypeError(message, str(key))
+                    raise HyperParameterTypeError(message, str(key), unknown_key=True)
             return FreqUpdateSchedule(**update)
         raise _invalid_update(update)
     if callable(update) and not isinstance(update, type):

@@ -14,7 +14,9 @@ besides ``algorithm`` and ``param_filter``, which the Trainer handles)::
 
         update_argument: ClassVar[str | None] = "update"
 
-The helpers (:func:`sparsity_arg`, :func:`init_method_arg`, :func:`update_arg`,
+Schedule arguments are annotated ``Any``: what they take (a number, a list, a ``{type: ...}``
+mapping, a built schedule, a callable) is checked by ``cross_check``, whose messages list the
+options. The helpers (:func:`sparsity_arg`, :func:`init_method_arg`, :func:`update_arg`,
 :func:`drop_fraction_arg`) declare the arguments Model Zoo's algorithms share, with their
 aliases and help. :meth:`SparsitySchema.cross_check` checks every schedule argument with
 :func:`plugtrain.hyperparams.make_schedule`, the update argument with
@@ -25,24 +27,16 @@ aliases and help. :meth:`SparsitySchema.cross_check` checks every schedule argum
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from plugtrain.curve import Curve
-from plugtrain.hyperparams import (
-    HyperParameterError,
-    HyperParameterSchedule,
-    UpdateSchedule,
-    make_schedule,
-    make_update_schedule,
-)
+from plugtrain.hyperparams import HyperParameterError, make_schedule, make_update_schedule
 from plugtrain.schema import Problem, about, arg
 
 __all__ = [
     "INIT_METHODS",
-    "ScheduleValue",
     "SparsitySchema",
-    "UpdateValue",
     "drop_fraction_arg",
     "init_method_arg",
     "init_method_problem",
@@ -55,14 +49,6 @@ INIT_METHODS = ("random", "topk", "from_zeros", "checkerboard")
 
 INIT_METHOD_SIGNATURE = "(param, sparsity, score_shaper=None, device=None) -> bool tensor"
 """What a callable ``init_method`` is called with (Python only)."""
-
-ScheduleValue = (
-    float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
-)
-"""What a schedule argument accepts: a number, a list, ``{type: ...}``, a schedule, a callable."""
-
-UpdateValue = dict[str, Any] | UpdateSchedule | Callable[[int], bool] | None
-"""What ``update`` accepts: ``{freq, start, stop}``, ``{steps}``, a schedule, a callable, None."""
 
 
 def sparsity_arg(help: str = "") -> Any:  # noqa: A002 - as plugtrain.schema.arg

@@ -16,9 +16,7 @@ import attrs
 from plugtrain.hyperparams import ConstantHyperParameter, HyperParameterError, make_schedule
 from plugtrain.schema import Problem, about, arg
 from plugtrain.sparsity_schema import (
-    ScheduleValue,
     SparsitySchema,
-    UpdateValue,
     drop_fraction_arg,
     init_method_arg,
     sparsity_arg,
@@ -76,12 +74,12 @@ class StaticArgs(SparsitySchema):
 class GMPArgs(SparsitySchema):
     """Gradual magnitude pruning: at each update step, keep the largest weights to the schedule."""
 
-    sparsity: ScheduleValue = sparsity_arg(
+    sparsity: Any = sparsity_arg(
         "the scheduled fraction of zeros (not constant): a list or a schedule "
         "{type: linear|exp|power|cosine|cycling, ...}"
     )
     init_method: str | Callable[..., Any] = init_method_arg()
-    update: UpdateValue = update_arg()
+    update: Any = update_arg()
 
     update_argument: ClassVar[str | None] = "update"
 
@@ -106,10 +104,10 @@ class GMPArgs(SparsitySchema):
 class SETArgs(SparsitySchema):
     """Sparse evolutionary training: drop the smallest weights, regrow at random positions."""
 
-    sparsity: ScheduleValue = sparsity_arg()
+    sparsity: Any = sparsity_arg()
     init_method: str | Callable[..., Any] = init_method_arg()
-    update: UpdateValue = update_arg()
-    drop_fraction: ScheduleValue = drop_fraction_arg()
+    update: Any = update_arg()
+    drop_fraction: Any = drop_fraction_arg()
 
     schedules: ClassVar[tuple[str, ...]] = ("sparsity", "drop_fraction")
     update_argument: ClassVar[str | None] = "update"
@@ -125,10 +123,10 @@ class SETArgs(SparsitySchema):
 class RigLArgs(SparsitySchema):
     """RigL: drop the smallest weights, regrow where the dense gradient is largest."""
 
-    sparsity: ScheduleValue = sparsity_arg()
+    sparsity: Any = sparsity_arg()
     init_method: str | Callable[..., Any] = init_method_arg()
-    update: UpdateValue = update_arg()
-    drop_fraction: ScheduleValue = drop_fraction_arg()
+    update: Any = update_arg()
+    drop_fraction: Any = drop_fraction_arg()
     balance_in_groups: int | None = arg(
         None, gt=0, help="balance the mask over this many groups of input columns (2-D weights)"
     )
