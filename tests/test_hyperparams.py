@@ -210,7 +210,8 @@ def test_curve_of_cycling_follows_the_update_steps() -> None:
     assert [curve.at(t) for t in range(1, 8)] == [0.1, 0.1, 0.2, 0.2, 0.3, 0.3, 0.1]
     # Sparsity that starts sparse moves once before step 1.
     started = schedule.curve(updates, advances=1)
-    assert [started.at(t) for t in range(1, 5)] == [0.2, 0.2, 0.3, 0.3]
+    assert [started.at(t) for t in range(5)] == [0.1, 0.2, 0.2, 0.3, 0.3]
+    assert curve.at(0) == 0.1
     # Matches stepping a real schedule the way an algorithm does.
     live = make_schedule([0.1, 0.2, 0.3])
     stepped = []

@@ -278,7 +278,7 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     target = Path(args.output)
     drawn = 0
     for index, trainer in enumerate(plan.trainers):
-        if not trainer.schedulers:
+        if not trainer.schedulers and not trainer.sparsity:
             continue
         path = target if len(plan.trainers) == 1 else target.with_stem(f"{target.stem}-{index}")
         loop = trainer.loop
@@ -286,7 +286,9 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
         specs = [spec.to_mapping() for spec in trainer.schedulers]
         # a stepped scheduler starts from the optimizer's lr
         optimizer = trainer.optimizer.spec.to_mapping() if trainer.optimizer else None
-        plot_schedules(specs, path, steps or None, run_registry, optimizer=optimizer)
+        plot_schedules(
+            specs, path, steps or None, run_registry, optimizer=optimizer, sparsity=trainer.sparsity
+        )
         out.write(f"{trainer.path}: schedules drawn in {path}\n")
         drawn += 1
     if not drawn:

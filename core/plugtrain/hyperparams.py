@@ -290,11 +290,16 @@ class CyclingHyperParameter(HyperParameterSchedule):
         self.index = index
 
     def curve(self, update_schedule: UpdateSchedule | None = None, *, advances: int = 0) -> Curve:
-        """``values[(index + advances + update steps in 1..step-1) % len(values)]``."""
+        """``values[(index + advances + update steps in 1..step-1) % len(values)]``.
+
+        Step 0 (initialisation) has ``values[index]``: the moves come after it.
+        """
         updates = update_schedule if update_schedule is not None else FreqUpdateSchedule()
-        start, values = self.index + advances, list(self.values)
+        first, start, values = self.index, self.index + advances, list(self.values)
 
         def at(step: int) -> float:
+            if step <= 0:
+                return values[first]
             return values[(start + updates.count_before(step)) % len(values)]
 
         return Curve(at)
