@@ -191,7 +191,8 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
         if row["hooks"]:
             out.write(f"    hooks: {', '.join(row['hooks'])}\n")
         for kind, names in row["components"].items():
-            out.write(f"    {kind}s: {', '.join(names)}\n")
+            plural = KINDS[kind].plural if kind in KINDS else f"{kind}s"
+            out.write(f"    {plural}: {', '.join(names)}\n")
     if not rows:
         out.write("no plugins found\n")
     return EXIT_OK
