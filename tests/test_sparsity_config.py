@@ -512,6 +512,36 @@ def test_check_of_a_model_zoo_rigl_file_in_a_real_process_never_imports_torch(
     assert f"{corpus}: OK (1 trainer)" in done.stdout
 
 
+@pytest.mark.parametrize(
+    ("sparsity", "expected"),
+    [
+        (
+            "sparsity: 0\n",
+            "9:15: trainer.init.sparsity: Expected sparsity to be a float, dict, or list of "
+            "dicts. Got: int 0 (an int is not a level: write 0.0",
+        ),
+        (
+            "sparsity: {algorithm: GMP, sparsity: 0.9}\n",
+            "9:32: trainer.init.sparsity.sparsity: Configured with constant sparsity 0.9.",
+        ),
+        (
+            "sparsity: {algorithm: rigl, sparsity: 0.5, update: {steps: [10], freq: 5}}\n",
+            "9:70: trainer.init.sparsity.update.freq: update with `steps` takes no other key",
+        ),
+    ],
+    ids=["int", "gmp-constant", "steps-and-freq"],
+)
+def test_config_errors_in_a_real_process(
+    sparsity: str, expected: str, tmp_path: Path, registry: Registry
+) -> None:
+    path = _write(tmp_path, sparsity)
+    done = _cli("check", str(path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"plugtrain: error: {path}:{expected}"), done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout.splitlines()[-1] == "TORCH-FREE"
+
+
 def test_a_bad_sparsity_section_in_a_real_process(tmp_path: Path, registry: Registry) -> None:
     sparsity = """\
     sparsity:
