@@ -277,6 +277,23 @@ def test_count_before_matches_counting() -> None:
             assert schedule.count_before(step) == expected, (spec, step)
 
 
+def test_last_update_matches_searching() -> None:
+    for spec in (
+        None,
+        {"freq": 3},
+        {"freq": 4, "start": 2, "stop": 15},
+        {"freq": 5, "start": 7},
+        {"freq": 1, "stop": 1},
+        {"steps": [0, 1, 4, 9]},
+        {"steps": [0]},
+    ):
+        schedule = make_update_schedule(spec)
+        for step in range(25):
+            expected = next((s for s in range(step, 0, -1) if schedule(s)), None)
+            assert schedule.last_update(step) == expected, (spec, step)
+    assert make_update_schedule({"freq": 100, "stop": 3584}).last_update(4778) == 3500
+
+
 def test_a_built_update_schedule_is_returned_as_is() -> None:
     built = FreqUpdateSchedule(2)
     assert make_update_schedule(built) is built

@@ -71,11 +71,11 @@ def test_a_gmp_schedule_and_a_cycling_list_follow_their_update_steps(registry: R
     gmp, cycled, drop, late, _ = curves
     # Linear, clamped to [0, 1] as the algorithms use it.
     assert gmp.values == pytest.approx((0.0, 0.3, 0.6, 0.9, 1.0, 1.0), abs=1e-12)
-    # Starts sparse (step 0 is an update step): values[0] at initialisation, then step 1
-    # already uses values[1]; it moves after update steps 2 and 4.
-    assert cycled.values == (0.5, 0.6, 0.6, 0.7, 0.7, 0.5)
-    # Starts dense (start 3): values[0] until after update step 3.
-    assert late.values == (0.5, 0.5, 0.5, 0.5, 0.6, 0.6)
+    # Drawn as the level the masks hold (LogSparsity's target). Starts sparse (step 0 is an
+    # update step) at values[0]; update step 2 applies values[1], step 4 values[2].
+    assert cycled.values == (0.5, 0.5, 0.6, 0.6, 0.7, 0.7)
+    # Starts dense (start 3): update step 3 applies values[0], step 5 values[1].
+    assert late.values == (0.5, 0.5, 0.5, 0.5, 0.5, 0.6)
     assert drop.values == (0.3,) * 6
 
 
@@ -100,7 +100,7 @@ def test_a_third_party_algorithm_plots_through_its_schema() -> None:
     (group,) = plan_sparsity(registry, {"algorithm": "acmeprune", "sparsity": [0.2, 0.4]})
     (curve,) = schedule_curves([], range(4), registry, sparsity=[group])
     assert (curve.name, curve.key) == ("AcmePrune (sparsity)", "sparsity")
-    # Initialisation uses 0.2, then it moves once before step 1 and after every step.
+    # Initialisation applies 0.2; it moves once before step 1, and every step is an update.
     assert curve.values == (0.2, 0.4, 0.2, 0.4)
 
 

@@ -432,6 +432,10 @@ class UpdateSchedule:
         """How many of the steps ``1 .. step - 1`` are update steps (for closed forms)."""
         return sum(1 for s in range(1, step) if self(s))
 
+    def last_update(self, step: int) -> int | None:
+        """The last update step among ``1 .. step`` (``None``: there is none)."""
+        return next((s for s in range(step, 0, -1) if self(s)), None)
+
     def update_steps(self, last: int) -> list[int]:
         """The update steps among ``1 .. last``."""
         return [s for s in range(1, last + 1) if self(s)]
@@ -470,6 +474,14 @@ class FreqUpdateSchedule(UpdateSchedule):
         k_last = (last - self.start) // self.freq
         return max(0, k_last - k_first + 1)
 
+    def last_update(self, step: int) -> int | None:
+        """The last update step among ``1 .. step``, by arithmetic."""
+        last = step if self.stop is None else min(step, self.stop - 1)
+        if last < max(self.start, 1):
+            return None
+        found = self.start + (last - self.start) // self.freq * self.freq
+        return found if found >= 1 else None
+
     def __repr__(self) -> str:
         return f"FreqUpdateSchedule(freq={self.freq}, start={self.start}, stop={self.stop})"
 
@@ -493,6 +505,11 @@ class ListUpdateSchedule(UpdateSchedule):
         if step <= 1:
             return 0
         return bisect.bisect_left(self.steps, step) - bisect.bisect_left(self.steps, 1)
+
+    def last_update(self, step: int) -> int | None:
+        """The last listed step among ``1 .. step``."""
+        index = bisect.bisect_right(self.steps, step) - 1
+        return self.steps[index] if index >= 0 and self.steps[index] >= 1 else None
 
     def __repr__(self) -> str:
         return f"ListUpdateSchedule(steps={self.steps})"

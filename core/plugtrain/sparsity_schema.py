@@ -31,7 +31,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from plugtrain.curve import Curve
-from plugtrain.hyperparams import HyperParameterError, make_schedule, make_update_schedule
+from plugtrain.hyperparams import (
+    HyperParameterError,
+    UpdateSchedule,
+    make_schedule,
+    make_update_schedule,
+)
 from plugtrain.schema import Problem, about, arg
 
 __all__ = [
@@ -146,7 +151,9 @@ class SparsitySchema:
         """The closed form of each schedule argument, by name, for ``plugtrain plot``.
 
         ``sparsity`` is clamped to [0, 1] as the algorithms use it; a cycling ``sparsity``
-        moves once before step 1 when step 0 is an update step (training starts sparse).
+        moves once before step 1 when step 0 is an update step (training starts sparse), and
+        is drawn as the level the masks were last set to (what ``LogSparsity`` logs as the
+        target), since it has moved on already after each update.
 
         :param arguments: validated arguments (aliases renamed, defaults filled in).
         """
@@ -163,9 +170,24 @@ class SparsitySchema:
             advances = 1 if name == "sparsity" and starts_sparse else 0
             curve = schedule.curve(update, advances=advances)
             if name == "sparsity":
+                if schedule.state_dict():
+                    curve = _applied(curve, update or make_update_schedule(None), starts_sparse)
                 curve = _clamped(curve)
             found[name] = curve
         return found
+
+
+def _applied(curve: Curve, update: UpdateSchedule, starts_sparse: bool) -> Curve:
+    """The value at the last update step (at initialisation before the first one)."""
+    at = curve.at
+
+    def level(step: int) -> float:
+        last = update.last_update(step)
+        if last is not None:
+            return at(last)
+        return at(0) if starts_sparse else at(step)
+
+    return Curve(level, curve.length)
 
 
 def _clamped(curve: Curve) -> Curve:
