@@ -115,7 +115,9 @@ def test_a_mapping_is_one_group_and_the_algorithm_matches_any_case(
     assert group.location == f"{path}:10:7"
 
 
-def test_a_list_is_one_group_per_entry_in_order(tmp_path: Path, registry: Registry) -> None:
+def test_a_list_is_one_group_per_entry_in_order(
+    tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write(
         tmp_path,
         """\
@@ -132,6 +134,8 @@ def test_a_list_is_one_group_per_entry_in_order(tmp_path: Path, registry: Regist
     )
     groups = _plan(path, registry).sparsity
     assert [g.algorithm for g in groups] == ["GMP", "Static", "SET"]
+    assert main(["check", str(path)]) == 0
+    assert "trainer: backend CPU; fit; sparsity GMP, Static, SET\n" in capsys.readouterr().out
     assert [g.path for g in groups] == [f"trainer.init.sparsity[{i}]" for i in range(3)]
     assert groups[0].param_filter == ("fc1.*", "fc2.*")
     assert groups[0].arguments["sparsity"] == {"type": "exp", "init": 0.0, "gamma": -0.01}
@@ -510,6 +514,7 @@ def test_check_of_a_model_zoo_rigl_file_in_a_real_process_never_imports_torch(
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "TORCH-FREE"
     assert f"{corpus}: OK (1 trainer)" in done.stdout
+    assert "trainer: backend CSX; fit, validate, validate_all; sparsity RigL\n" in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -208,7 +208,11 @@ def _cmd_check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int
     for warning in plan.warnings:
         sys.stderr.write(f"plugtrain: warning: {warning}\n")
     for trainer in plan.trainers:
-        out.write(f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}\n")
+        sparsity = ", ".join(group.algorithm for group in trainer.sparsity)
+        sparse = f"; sparsity {sparsity}" if sparsity else ""
+        out.write(
+            f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}{sparse}\n"
+        )
     count = len(plan.trainers)
     out.write(f"{args.run_file}: OK ({count} trainer{'s' if count != 1 else ''})\n")
     return EXIT_OK
