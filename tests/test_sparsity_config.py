@@ -339,7 +339,8 @@ ERRORS = [
     ),
     pytest.param(
         "sparsity: {algorithm: set, sparsity: fast}\n",
-        "9:32: trainer.init.sparsity.sparsity: Unhandled 'fast'. Options are:",
+        "9:42: trainer.init.sparsity.sparsity: must be of type float | list[float] | "
+        "dict[str, Any] | HyperParameterSchedule | Callable[[int], float], got str 'fast'",
         id="schedule-of-another-type",
     ),
     pytest.param(
@@ -630,8 +631,10 @@ def test_plan_sparsity_raises_the_same_errors(registry: Registry) -> None:
     )
     with pytest.raises(ConfigError, match=r"sparsity\[1\]\.update: Invalid `update`"):
         plan_sparsity(
-            registry, [{"sparsity": 0.1}, {"algorithm": "set", "sparsity": 0.1, "update": 5}]
+            registry, [{"sparsity": 0.1}, {"algorithm": "set", "sparsity": 0.1, "update": {}}]
         )
+    with pytest.raises(ConfigError, match=r"sparsity\.update: must be of type dict"):
+        plan_sparsity(registry, {"algorithm": "set", "sparsity": 0.1, "update": 5})
 
 
 def test_plan_sparsity_warns_for_the_deprecated_type(registry: Registry) -> None:

@@ -13,7 +13,13 @@ from typing import Any, ClassVar
 
 import attrs
 
-from plugtrain.hyperparams import ConstantHyperParameter, HyperParameterError, make_schedule
+from plugtrain.hyperparams import (
+    ConstantHyperParameter,
+    HyperParameterError,
+    HyperParameterSchedule,
+    UpdateSchedule,
+    make_schedule,
+)
 from plugtrain.schema import Problem, about, arg
 from plugtrain.sparsity_schema import (
     SparsitySchema,
@@ -74,12 +80,14 @@ class StaticArgs(SparsitySchema):
 class GMPArgs(SparsitySchema):
     """Gradual magnitude pruning: at each update step, keep the largest weights to the schedule."""
 
-    sparsity: Any = sparsity_arg(
+    sparsity: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = sparsity_arg(
         "the scheduled fraction of zeros (not constant): a list or a schedule "
         "{type: linear|exp|power|cosine|cycling, ...}"
     )
     init_method: str | Callable[..., Any] = init_method_arg()
-    update: Any = update_arg()
+    update: dict[str, Any] | UpdateSchedule | Callable[[int], bool] | None = update_arg()
 
     update_argument: ClassVar[str | None] = "update"
 
@@ -104,10 +112,14 @@ class GMPArgs(SparsitySchema):
 class SETArgs(SparsitySchema):
     """Sparse evolutionary training: drop the smallest weights, regrow at random positions."""
 
-    sparsity: Any = sparsity_arg()
+    sparsity: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = sparsity_arg()
     init_method: str | Callable[..., Any] = init_method_arg()
-    update: Any = update_arg()
-    drop_fraction: Any = drop_fraction_arg()
+    update: dict[str, Any] | UpdateSchedule | Callable[[int], bool] | None = update_arg()
+    drop_fraction: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = drop_fraction_arg()
 
     schedules: ClassVar[tuple[str, ...]] = ("sparsity", "drop_fraction")
     update_argument: ClassVar[str | None] = "update"
@@ -123,10 +135,14 @@ class SETArgs(SparsitySchema):
 class RigLArgs(SparsitySchema):
     """RigL: drop the smallest weights, regrow where the dense gradient is largest."""
 
-    sparsity: Any = sparsity_arg()
+    sparsity: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = sparsity_arg()
     init_method: str | Callable[..., Any] = init_method_arg()
-    update: Any = update_arg()
-    drop_fraction: Any = drop_fraction_arg()
+    update: dict[str, Any] | UpdateSchedule | Callable[[int], bool] | None = update_arg()
+    drop_fraction: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = drop_fraction_arg()
     balance_in_groups: int | None = arg(
         None, gt=0, help="balance the mask over this many groups of input columns (2-D weights)"
     )
