@@ -18,7 +18,8 @@ A schedule argument's annotation says what it takes (plugtrain-sparsity's: ``flo
 list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]``); the schedule
 itself (its ``type`` and arguments) is checked by ``cross_check``. The helpers
 (:func:`sparsity_arg`, :func:`init_method_arg`, :func:`update_arg`, :func:`drop_fraction_arg`)
-declare the arguments Model Zoo's algorithms share, with their aliases and help. :meth:`SparsitySchema.cross_check` checks every schedule argument with
+declare the arguments Model Zoo's algorithms share, with their aliases and help.
+:meth:`SparsitySchema.cross_check` checks every schedule argument with
 :func:`plugtrain.hyperparams.make_schedule`, the update argument with
 :func:`~plugtrain.hyperparams.make_update_schedule` and ``init_method``, then the schema's own
 :meth:`~SparsitySchema.rules`; :meth:`SparsitySchema.curves` gives the closed forms that
