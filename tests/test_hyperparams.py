@@ -210,7 +210,8 @@ def test_curve_of_cycling_follows_the_update_steps() -> None:
     assert [curve.at(t) for t in range(1, 8)] == [0.1, 0.1, 0.2, 0.2, 0.3, 0.3, 0.1]
     # Sparsity that starts sparse moves once before step 1.
     started = schedule.curve(updates, advances=1)
-    assert [started.at(t) for t in range(1, 5)] == [0.2, 0.2, 0.3, 0.3]
+    assert [started.at(t) for t in range(5)] == [0.1, 0.2, 0.2, 0.3, 0.3]
+    assert curve.at(0) == 0.1
     # Matches stepping a real schedule the way an algorithm does.
     live = make_schedule([0.1, 0.2, 0.3])
     stepped = []
@@ -274,6 +275,23 @@ def test_count_before_matches_counting() -> None:
         for step in range(25):
             expected = sum(1 for s in range(1, step) if schedule(s))
             assert schedule.count_before(step) == expected, (spec, step)
+
+
+def test_last_update_matches_searching() -> None:
+    for spec in (
+        None,
+        {"freq": 3},
+        {"freq": 4, "start": 2, "stop": 15},
+        {"freq": 5, "start": 7},
+        {"freq": 1, "stop": 1},
+        {"steps": [0, 1, 4, 9]},
+        {"steps": [0]},
+    ):
+        schedule = make_update_schedule(spec)
+        for step in range(25):
+            expected = next((s for s in range(step, 0, -1) if schedule(s)), None)
+            assert schedule.last_update(step) == expected, (spec, step)
+    assert make_update_schedule({"freq": 100, "stop": 3584}).last_update(4778) == 3500
 
 
 def test_a_built_update_schedule_is_returned_as_is() -> None:

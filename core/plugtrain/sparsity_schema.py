@@ -14,9 +14,12 @@ besides ``algorithm`` and ``param_filter``, which the Trainer handles)::
 
         update_argument: ClassVar[str | None] = "update"
 
-The helpers (:func:`sparsity_arg`, :func:`init_method_arg`, :func:`update_arg`,
-:func:`drop_fraction_arg`) declare the arguments Model Zoo's algorithms share, with their
-aliases and help. :meth:`SparsitySchema.cross_check` checks every schedule argument with
+A schedule argument's annotation says what it takes (plugtrain-sparsity's: ``float |
+list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]``); the schedule
+itself (its ``type`` and arguments) is checked by ``cross_check``. The helpers
+(:func:`sparsity_arg`, :func:`init_method_arg`, :func:`update_arg`, :func:`drop_fraction_arg`)
+declare the arguments Model Zoo's algorithms share, with their aliases and help.
+:meth:`SparsitySchema.cross_check` checks every schedule argument with
 :func:`plugtrain.hyperparams.make_schedule`, the update argument with
 :func:`~plugtrain.hyperparams.make_update_schedule` and ``init_method``, then the schema's own
 :meth:`~SparsitySchema.rules`; :meth:`SparsitySchema.curves` gives the closed forms that
@@ -25,13 +28,12 @@ aliases and help. :meth:`SparsitySchema.cross_check` checks every schedule argum
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from plugtrain.curve import Curve
 from plugtrain.hyperparams import (
     HyperParameterError,
-    HyperParameterSchedule,
     UpdateSchedule,
     make_schedule,
     make_update_schedule,
@@ -40,9 +42,7 @@ from plugtrain.schema import Problem, about, arg
 
 __all__ = [
     "INIT_METHODS",
-    "ScheduleValue",
     "SparsitySchema",
-    "UpdateValue",
     "drop_fraction_arg",
     "init_method_arg",
     "init_method_problem",
@@ -55,14 +55,6 @@ INIT_METHODS = ("random", "topk", "from_zeros", "checkerboard")
 
 INIT_METHOD_SIGNATURE = "(param, sparsity, score_shaper=None, device=None) -> bool tensor"
 """What a callable ``init_method`` is called with (Python only)."""
-
-ScheduleValue = (
-    float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
-)
-"""What a schedule argument accepts: a number, a list, ``{type: ...}``, a schedule, a callable."""
-
-UpdateValue = dict[str, Any] | UpdateSchedule | Callable[[int], bool] | None
-"""What ``update`` accepts: ``{freq, start, stop}``, ``{steps}``, a schedule, a callable, None."""
 
 
 def sparsity_arg(help: str = "") -> Any:  # noqa: A002 - as plugtrain.schema.arg
@@ -160,7 +152,9 @@ class SparsitySchema:
         """The closed form of each schedule argument, by name, for ``plugtrain plot``.
 
         ``sparsity`` is clamped to [0, 1] as the algorithms use it; a cycling ``sparsity``
-        moves once before step 1 when step 0 is an update step (training starts sparse).
+        moves once before step 1 when step 0 is an update step (training starts sparse), and
+        is drawn as the level the masks were last set to (what ``LogSparsity`` logs as the
+        target), since it has moved on already after each update.
 
         :param arguments: validated arguments (aliases renamed, defaults filled in).
         """
@@ -177,9 +171,24 @@ class SparsitySchema:
             advances = 1 if name == "sparsity" and starts_sparse else 0
             curve = schedule.curve(update, advances=advances)
             if name == "sparsity":
+                if schedule.state_dict():
+                    curve = _applied(curve, update or make_update_schedule(None), starts_sparse)
                 curve = _clamped(curve)
             found[name] = curve
         return found
+
+
+def _applied(curve: Curve, update: UpdateSchedule, starts_sparse: bool) -> Curve:
+    """The value at the last update step (at initialisation before the first one)."""
+    at = curve.at
+
+    def level(step: int) -> float:
+        last = update.last_update(step)
+        if last is not None:
+            return at(last)
+        return at(0) if starts_sparse else at(step)
+
+    return Curve(level, curve.length)
 
 
 def _clamped(curve: Curve) -> Curve:

@@ -145,5 +145,5 @@ def test_core_alone_says_which_distribution_to_install(
     assert result["type"] == "UnknownNameError"
     message = result["message"]
     assert message.startswith(f"Unknown {kind} '{name}'.")
-    assert f"no installed plugin provides {kind}s" in message.lower()
+    assert f"no installed plugin provides {KINDS[kind].plural}" in message.lower()
     assert distribution in message

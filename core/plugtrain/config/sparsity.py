@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from plugtrain._suggest import did_you_mean
 from plugtrain.config.plan import ComponentSpec, SparsityGroupSpec, plain
 from plugtrain.config.yaml_loader import LocatedDict, LocatedList, location_of
 from plugtrain.errors import ConfigIssue, DuplicateNameError, UnknownNameError
-from plugtrain.hyperparams import SCHEDULE_TYPES, HyperParameterError
+from plugtrain.hyperparams import HyperParameterError
 from plugtrain.hyperparams import make_schedule as _make_schedule
 from plugtrain.hyperparams import make_update_schedule as _make_update_schedule
 
@@ -49,12 +50,6 @@ BOTH_NAMES = "Cannot specify both 'sparsity' and 'schedule' in the same config"
 
 SUMMARIES_KEY = "add_summaries"
 """Model Zoo's legacy switch of the ``LogSparsity`` callback."""
-
-_SUBKEYS = frozenset(
-    {"type", "freq", "start", "stop", "steps"}
-    | {name for cls in SCHEDULE_TYPES.values() for name in cls.parameters}
-)
-"""Keys a schedule or update mapping may hold: a problem with another key is about the key."""
 
 Path = tuple[str | int, ...]
 
@@ -313,10 +308,18 @@ def _algorithm(checker: _Checker, entry: Mapping[str, Any], path: Path) -> Any:
     try:
         return checker.registry.lookup("sparsity", name)
     except (UnknownNameError, DuplicateNameError) as exc:
+        message = str(exc)
+        known = checker.registry.names("sparsity")
+        if isinstance(exc, UnknownNameError) and known:
+            hint = did_you_mean(name, known)
+            message = (
+                f"Unsupported sparsity algorithm: {name!r}.{hint} Supported algorithms "
+                f"(any case): {', '.join(sorted(known))}."
+            )
         if key in entry:
-            checker.add((*path, key), str(exc), entry, key)
+            checker.add((*path, key), message, entry, key)
         else:
-            message = f"{exc} (a group without 'algorithm' is {DEFAULT_ALGORITHM})"
+            message = f"{message} (a group without 'algorithm' is {DEFAULT_ALGORITHM})"
             checker.add(path, message, entry)
         return None
 
@@ -370,7 +373,7 @@ def _place_schedule_problems(
             inner = exc.key
             if inner is None or inner not in value:
                 continue
-            location = location_of(value, inner, of_key=inner not in _SUBKEYS)
+            location = location_of(value, inner, of_key=exc.unknown_key)
             for index in range(before, len(checker.issues)):
                 issue = checker.issues[index]
                 if issue.message == str(exc):

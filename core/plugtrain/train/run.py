@@ -319,7 +319,7 @@ def run_file(
 
 def _plot_schedules(plan: TrainerPlan, trainer: Any, registry: Registry) -> None:
     """Draw the run's schedules into ``model_dir/schedule.png`` (a warning without matplotlib)."""
-    if not plan.schedulers or not trainer.is_main_process:
+    if not (plan.schedulers or plan.sparsity) or not trainer.is_main_process:
         return
     from plugtrain.authoring.schedule_plot import MATPLOTLIB_MISSING, plot_schedules
 
@@ -333,5 +333,7 @@ def _plot_schedules(plan: TrainerPlan, trainer: Any, registry: Registry) -> None
     specs = [spec.to_mapping() for spec in plan.schedulers]
     optimizer = plan.optimizer.spec.to_mapping() if plan.optimizer else None
     steps = trainer.global_step or None
-    plot_schedules(specs, target, steps=steps, registry=registry, optimizer=optimizer)
+    plot_schedules(
+        specs, target, steps=steps, registry=registry, optimizer=optimizer, sparsity=plan.sparsity
+    )
     log.info("schedule plot written to %s", target)

@@ -13,12 +13,16 @@ from typing import Any, ClassVar
 
 import attrs
 
-from plugtrain.hyperparams import ConstantHyperParameter, HyperParameterError, make_schedule
+from plugtrain.hyperparams import (
+    ConstantHyperParameter,
+    HyperParameterError,
+    HyperParameterSchedule,
+    UpdateSchedule,
+    make_schedule,
+)
 from plugtrain.schema import Problem, about, arg
 from plugtrain.sparsity_schema import (
-    ScheduleValue,
     SparsitySchema,
-    UpdateValue,
     drop_fraction_arg,
     init_method_arg,
     sparsity_arg,
@@ -76,12 +80,14 @@ class StaticArgs(SparsitySchema):
 class GMPArgs(SparsitySchema):
     """Gradual magnitude pruning: at each update step, keep the largest weights to the schedule."""
 
-    sparsity: ScheduleValue = sparsity_arg(
+    sparsity: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = sparsity_arg(
         "the scheduled fraction of zeros (not constant): a list or a schedule "
         "{type: linear|exp|power|cosine|cycling, ...}"
     )
     init_method: str | Callable[..., Any] = init_method_arg()
-    update: UpdateValue = update_arg()
+    update: dict[str, Any] | UpdateSchedule | Callable[[int], bool] | None = update_arg()
 
     update_argument: ClassVar[str | None] = "update"
 
@@ -106,10 +112,14 @@ class GMPArgs(SparsitySchema):
 class SETArgs(SparsitySchema):
     """Sparse evolutionary training: drop the smallest weights, regrow at random positions."""
 
-    sparsity: ScheduleValue = sparsity_arg()
+    sparsity: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = sparsity_arg()
     init_method: str | Callable[..., Any] = init_method_arg()
-    update: UpdateValue = update_arg()
-    drop_fraction: ScheduleValue = drop_fraction_arg()
+    update: dict[str, Any] | UpdateSchedule | Callable[[int], bool] | None = update_arg()
+    drop_fraction: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = drop_fraction_arg()
 
     schedules: ClassVar[tuple[str, ...]] = ("sparsity", "drop_fraction")
     update_argument: ClassVar[str | None] = "update"
@@ -125,10 +135,14 @@ class SETArgs(SparsitySchema):
 class RigLArgs(SparsitySchema):
     """RigL: drop the smallest weights, regrow where the dense gradient is largest."""
 
-    sparsity: ScheduleValue = sparsity_arg()
+    sparsity: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = sparsity_arg()
     init_method: str | Callable[..., Any] = init_method_arg()
-    update: UpdateValue = update_arg()
-    drop_fraction: ScheduleValue = drop_fraction_arg()
+    update: dict[str, Any] | UpdateSchedule | Callable[[int], bool] | None = update_arg()
+    drop_fraction: (
+        float | list[float] | dict[str, Any] | HyperParameterSchedule | Callable[[int], float]
+    ) = drop_fraction_arg()
     balance_in_groups: int | None = arg(
         None, gt=0, help="balance the mask over this many groups of input columns (2-D weights)"
     )
