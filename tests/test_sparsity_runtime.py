@@ -402,3 +402,14 @@ def test_a_filter_matching_nothing_warns_and_the_run_resumes(tmp_path, caplog):
     again = _trainer(tmp_path, sparsity=[SparsityGroup(Shuffle, ["*attention*"])])
     again.fit(_batches(6))  # nothing to find in the checkpoint: no masks is right
     assert again.loaded_step == 6
+
+
+def test_a_replaced_mask_buffer_is_applied(tmp_path):
+    trainer = _trainer(tmp_path, optimizer=None)
+    trainer.validate(_batches(1), ckpt_path=None)
+    first = trainer.sparsity.parameters[0]
+    replacement = torch.zeros_like(first.mask)
+    replacement[0, 0] = True
+    first.module._buffers[first.local + "_mask"] = replacement  # a new tensor, as assign=True
+    trainer.validate(_batches(1), ckpt_path=None)
+    assert torch.count_nonzero(first.param) <= 1

@@ -244,8 +244,9 @@ class Sparsity:
         self._seed = seed
         self._generator: torch.Generator | None = None
         self._generator_state: torch.Tensor | None = None
-        self._factors: dict[tuple[str, torch.dtype], tuple[int, torch.Tensor]] = {}
-        self._clean: dict[int, tuple[Any, tuple[int, int]]] = {}
+        # caches, each entry checked against the tensors' identity and in-place version
+        self._factors: dict[tuple[str, torch.dtype], tuple[Any, int, torch.Tensor]] = {}
+        self._clean: dict[int, tuple[Any, Any, tuple[int, int]]] = {}
         chosen = select_parameters(model, [_as_filter(g.param_filter) for g in groups])
         for group, found in zip(groups, chosen, strict=True):
             if not found:
@@ -319,10 +320,10 @@ class Sparsity:
         mask = sparse.mask
         key = (sparse.name, dtype)
         cached = self._factors.get(key)
-        if cached is None or cached[0] != mask._version or cached[1].device != mask.device:
-            cached = (mask._version, mask.to(dtype))
+        if cached is None or cached[0]() is not mask or cached[1] != mask._version:
+            cached = (weakref.ref(mask), mask._version, mask.to(dtype))
             self._factors[key] = cached
-        return cached[1]
+        return cached[2]
 
     def _masked_gradient(self, grad: torch.Tensor, sparse: SparseParameter) -> torch.Tensor:
         """``where(mask, grad, 0)``: NaN and infinities at pruned spots become 0.
@@ -337,12 +338,21 @@ class Sparsity:
 
     def _zero_masked(self, tensor: torch.Tensor, sparse: SparseParameter) -> None:
         """Multiply ``tensor`` by the mask, unless it was not modified since that was done."""
-        versions = (tensor._version, sparse.mask._version)
+        mask = sparse.mask
         seen = self._clean.get(id(tensor))
-        if seen is not None and seen[0]() is tensor and seen[1] == versions:
+        if (
+            seen is not None
+            and seen[0]() is tensor
+            and seen[1]() is mask
+            and seen[2] == (tensor._version, mask._version)
+        ):
             return
         tensor.mul_(self._factor(sparse, tensor.dtype))
-        self._clean[id(tensor)] = (weakref.ref(tensor), (tensor._version, sparse.mask._version))
+        self._clean[id(tensor)] = (
+            weakref.ref(tensor),
+            weakref.ref(mask),
+            (tensor._version, mask._version),
+        )
 
     @torch.no_grad()
     def _before_forward(self, *_: Any) -> None:
