@@ -413,3 +413,16 @@ def test_a_replaced_mask_buffer_is_applied(tmp_path):
     first.module._buffers[first.local + "_mask"] = replacement  # a new tensor, as assign=True
     trainer.validate(_batches(1), ckpt_path=None)
     assert torch.count_nonzero(first.param) <= 1
+
+
+def test_a_single_mapping_is_a_one_group_state(caplog):
+    model = _model()
+    made: list[Shuffle] = []
+    sparsity = Sparsity([SparsityGroup(lambda p: made.append(Shuffle(p)) or made[-1])], model)
+    parts = {"model": model.state_dict(), "sparsity": {"step": torch.tensor(5)}}
+    sparsity.check_checkpoint("cs.mdl", parts, strict=True)
+    with caplog.at_level(logging.INFO, logger="plugtrain"):
+        sparsity.load_checkpoint(parts, None)
+    assert made[0].step == 5
+    sparsity.initialize()
+    assert "init" not in made[0].calls  # the masks were in the model state
