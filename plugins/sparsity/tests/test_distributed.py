@@ -1,7 +1,8 @@
 """Two real gloo processes (torchrun) keep identical masks: random init, regrowth, gradients.
 
-Each rank trains on its own shard of the data, so RigL's unmasked gradients differ between the
-ranks until the core sums them; SET's random regrowth draws from the core's seeded generator.
+Each rank trains on its own shard of the data (two micro-batches per step), so RigL's unmasked
+gradients differ between the ranks until the core sums them; SET's random regrowth draws from the
+core's seeded generator.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ trainer = Trainer(
         torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
     ),
     optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=0.05),
-    loop={"max_steps": 6},
+    loop={"max_steps": 6, "grad_accum_steps": 2},
     seed=3,
     sparsity=[
         {"algorithm": "rigl", "sparsity": 0.75, "param_filter": "0.weight", "drop_fraction": 0.5},
