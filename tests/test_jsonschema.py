@@ -432,3 +432,23 @@ def test_validate_all_takes_one_data_loader_or_a_list(many, validator, registry)
     assert check_errors(registry, data) == []
     data["trainer"]["validate_all"]["val_dataloaders"] = {"Digits": {"batch_size": 0}}
     assert schema_errors(validator, data) != []
+
+
+SPARSITY_CORPUS = sorted(
+    p
+    for p in (REPO / "tests" / "data" / "modelzoo").glob("gpt3_*.yaml")
+    if "sparsity:" in p.read_text(encoding="utf-8")
+)
+
+
+def test_the_sparsity_corpus_has_the_six_model_zoo_files():
+    assert len(SPARSITY_CORPUS) == 6
+
+
+@pytest.mark.parametrize("path", SPARSITY_CORPUS, ids=[p.name for p in SPARSITY_CORPUS])
+def test_model_zoo_sparsity_sections_pass_the_schema_and_the_check(path, validator, registry):
+    written = load_yaml(path.read_text(encoding="utf-8"), str(path))
+    data = copy.deepcopy(QUICKSTART)
+    _init(data)["sparsity"] = written["trainer"]["init"]["sparsity"]
+    assert check_errors(registry, data) == []
+    assert schema_errors(validator, data) == []

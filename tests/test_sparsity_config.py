@@ -478,6 +478,21 @@ def test_every_problem_of_several_groups_at_once(
     ]
 
 
+def test_a_bad_filter_and_bad_arguments_of_one_group_are_reported_together(
+    tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sparsity = "sparsity: {algorithm: set, sparsity: 1.5, param_filter: 7, update: {freq: 0}}\n"
+    status, lines, _ = _check(_write(tmp_path, sparsity), capsys)
+    assert status == 2
+    assert lines[0] == "plugtrain: error: 3 problems in the configuration:"
+    paths = sorted(line.split(": ")[1] for line in lines[1:])
+    assert paths == [
+        "trainer.init.sparsity.param_filter",
+        "trainer.init.sparsity.sparsity",
+        "trainer.init.sparsity.update.freq",
+    ]
+
+
 # -- a real process ----------------------------------------------------------------------------
 
 

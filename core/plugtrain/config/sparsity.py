@@ -260,16 +260,18 @@ def _group(
         checker.add((*path, SUMMARIES_KEY), message, entry, SUMMARIES_KEY, of_key=True)
     algorithm = _algorithm(checker, entry, path)
     param_filter = _param_filter(checker, entry, path)
-    if "sparsity" in entry and "schedule" in entry:
+    both = "sparsity" in entry and "schedule" in entry
+    if both:
         checker.add((*path, "schedule"), BOTH_NAMES, entry, "schedule", of_key=True)
-    if len(checker.issues) > before or algorithm is None:
+    if algorithm is None or both:
         return None
     level_key = "sparsity" if "sparsity" in entry else "schedule"
     if level_key in entry and entry[level_key] is None:
         message = f"{level_key} is null: this group sparsifies nothing and is left out"
         checker.warn((*path, level_key), message, entry, level_key)
         return None
-    arguments = _copy_mapping(entry, exclude=("algorithm", "type", "param_filter"))
+    handled = ("algorithm", "type", "param_filter", SUMMARIES_KEY)
+    arguments = _copy_mapping(entry, exclude=handled)
     schema = algorithm.schema_class
     checker.schema(schema, arguments, path, parent, key)
     _place_schedule_problems(checker, schema, arguments, before)
