@@ -25,7 +25,9 @@ def _generator(seed=0):
 
 
 def _param(values=W):
-    return torch.nn.Parameter(torch.tensor(values))
+    param = torch.nn.Parameter(torch.tensor(values))
+    param.grad = torch.zeros_like(param)  # as after a step (a parameter without one is skipped)
+    return param
 
 
 def _ints(mask):
@@ -252,3 +254,13 @@ def test_cosine_drop_fraction_as_in_the_gpt3_configs():
     assert updates[:2] == [100, 200]
     assert updates[-1] == 3500
     assert len(updates) == 35
+
+
+def test_a_parameter_without_a_gradient_keeps_its_mask():
+    used, unused = _param(), _param()
+    unused.grad = None
+    gmp = GMP([("used", used), ("unused", unused)], [0.5], init_method="topk")
+    gmp.advance(True)
+    ones = torch.ones(2, 4, dtype=torch.bool)
+    new = gmp.update_masks({"used": ones, "unused": ones}, None, _generator())
+    assert list(new) == ["used"]

@@ -100,11 +100,17 @@ class DynamicSparsity:
         gradients: Mapping[str, torch.Tensor] | None,
         generator: torch.Generator,
     ) -> dict[str, torch.Tensor]:
-        """Each parameter's :meth:`update_mask` at this step's level; schedules move on."""
+        """Each parameter's :meth:`update_mask` at this step's level; schedules move on.
+
+        As in cstorch, a parameter without a gradient this step (unused by the forward) keeps
+        its mask.
+        """
         level = self._applied = self.level(self.step)
         new = {}
         with torch.no_grad():
             for name, param in self.params:
+                if param.grad is None:
+                    continue
                 gradient = gradients.get(name) if gradients is not None else None
                 new[name] = self.update_mask(name, param, masks[name], level, gradient, generator)
         for schedule in self.schedules().values():
