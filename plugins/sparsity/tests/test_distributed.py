@@ -90,3 +90,79 @@ def test_two_processes_keep_identical_masks(tmp_path):
     for name in zero["final"]:
         assert not torch.equal(zero["initial"][name], zero["final"][name]), name
     assert int(zero["final"]["0.weight"].sum()) == 32
+
+
+PLUGIN = '''\
+"""A local plugin: a callback saving each rank's masks at the end of the fit."""
+
+import os
+
+import attrs
+import torch
+
+from plugtrain import hookimpl
+
+
+@attrs.frozen
+class NoArgs:
+    """No arguments."""
+
+
+class SaveMasks:
+    def on_fit_end(self, trainer):
+        masks = {p.name: p.mask.clone() for p in trainer.sparsity.parameters}
+        path = os.path.join(os.environ["MASK_DIR"], f"rank{os.environ['RANK']}.pt")
+        torch.save(masks, path)
+
+
+@hookimpl
+def plugtrain_register_callbacks(registry):
+    registry.register("SaveMasks", "maskplugin:SaveMasks", schema=NoArgs)
+'''
+
+RUN = """\
+plugins: [maskplugin]
+trainer:
+  init:
+    backend: {{backend_type: CPU, num_processes: 2, dist_timeout: 60}}
+    model_dir: {model_dir}
+    seed: 1
+    model: {{MLP: {{in_features: 8, hidden: 16, out_features: 3}}}}
+    optimizer: {{AdamW: {{lr: 0.05}}}}
+    loop: {{max_steps: 4}}
+    callbacks: [{{SaveMasks: {{}}}}]
+    sparsity:
+      - {{algorithm: rigl, sparsity: 0.75, param_filter: fc1.weight, drop_fraction: 0.5}}
+      - {{algorithm: set, sparsity: 0.5, drop_fraction: 0.5}}
+  fit:
+    train_dataloader:
+      Synthetic: {{batch_size: 4, num_examples: 64, in_features: 8, num_classes: 3}}
+"""
+
+
+def test_a_run_file_on_two_processes_keeps_identical_masks(tmp_path):
+    (tmp_path / "maskplugin.py").write_text(PLUGIN)
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    run = tmp_path / "run.yaml"
+    run.write_text(RUN.format(model_dir=tmp_path / "model"))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(
+        MASK_DIR=str(masks), PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "plugtrain", "fit", str(run)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    zero = torch.load(masks / "rank0.pt", weights_only=True)
+    one = torch.load(masks / "rank1.pt", weights_only=True)
+    assert sorted(zero) == ["fc1.weight", "fc2.weight"]
+    for name in zero:
+        assert torch.equal(zero[name], one[name]), name
+    assert int(zero["fc1.weight"].sum()) == 32  # trunc(0.25 * 128)
