@@ -311,7 +311,7 @@ ERRORS = [
         "sparsity:\n  - {sparsity: 0.5}\n  - {algorithm: gmp, sparsity: 0.7}\n",
         "11:26: trainer.init.sparsity[1].sparsity: Configured with constant sparsity 0.7. This "
         "is not valid, because the sparsity pattern would not change during training. For a "
-        'static sparsity pattern, use `algorithm="static"`.',
+        'static sparsity pattern, use `algorithm="static".`',
         id="gmp-constant",
     ),
     pytest.param(

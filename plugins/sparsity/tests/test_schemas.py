@@ -94,7 +94,7 @@ def test_gpt3_rigl_group_is_valid(installed_registry: Registry) -> None:
             {"sparsity": 0.5},
             "Configured with constant sparsity 0.5. This is not valid, because the sparsity "
             "pattern would not change during training. For a static sparsity pattern, use "
-            '`algorithm="static"`.',
+            '`algorithm="static".`',
         ),
         (
             "GMP",

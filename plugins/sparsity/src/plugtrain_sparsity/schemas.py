@@ -103,7 +103,7 @@ class GMPArgs(SparsitySchema):
             message = (
                 f"Configured with constant sparsity {schedule.value}. This is not valid, "
                 "because the sparsity pattern would not change during training. For a static "
-                'sparsity pattern, use `algorithm="static"`.'
+                'sparsity pattern, use `algorithm="static".`'
             )
             yield about("sparsity", message)
 
