@@ -224,3 +224,18 @@ def test_log_sparsity_does_nothing_without_sparsity_or_optimizer(tmp_path):
     trainer = Trainer(model_dir=tmp_path, model=_model, sparsity=0.5)  # no optimizer
     LogSparsity().on_train_step_end(trainer, metrics)
     assert metrics == {"loss": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("parts", "resumed_step"),
+    [("model,optimizer,global_step,sparsity", 6), ("model,optimizer,global_step", 3)],
+)
+def test_load_checkpoint_states_names_the_sparsity_part(tmp_path, parts, resumed_step):
+    from plugtrain_callbacks.checkpoints import LoadCheckpointStates
+
+    _trainer(tmp_path, _groups(), steps=3).fit(_batches(6))
+    resumed = _trainer(tmp_path, _groups(), callbacks=[LoadCheckpointStates(parts)])
+    resumed.fit(_batches(6))
+    saved = torch.load(tmp_path / "checkpoint_6.mdl", weights_only=True)
+    # The algorithms count from the checkpoint's step when their part is loaded, else from 0.
+    assert [int(group["step"]) for group in saved["sparsity"]] == [resumed_step] * 2
