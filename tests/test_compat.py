@@ -219,7 +219,13 @@ def test_naming_an_incompatible_plugin_explicitly_does_not_bypass_the_check(site
 
 @pytest.mark.parametrize(
     "distribution",
-    ["plugtrain-optimizers", "plugtrain-schedulers", "plugtrain-backends", "plugtrain-callbacks"],
+    [
+        "plugtrain-optimizers",
+        "plugtrain-schedulers",
+        "plugtrain-backends",
+        "plugtrain-callbacks",
+        "plugtrain-sparsity",
+    ],
 )
 def test_built_in_distributions_declare_a_compatible_api(distribution):
     try:

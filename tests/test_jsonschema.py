@@ -147,9 +147,55 @@ BAD: dict[str, Mutation] = {
     ),
     "plugins not a list of strings": lambda d: d.update(plugins=[1]),
     "a run file that is a list": lambda d: [d],
+    "unknown sparsity algorithm": lambda d: _init(d).update(
+        sparsity={"algorithm": "prune", "sparsity": 0.5}
+    ),
+    "sparsity argument of another algorithm": lambda d: _init(d).update(
+        sparsity={"sparsity": 0.5, "update": {"freq": 2}}
+    ),
+    "sparsity level of 1": lambda d: _init(d).update(sparsity=1.0),
+    "sparsity as a string": lambda d: _init(d).update(sparsity="dense"),
+    "sparsity algorithm and type": lambda d: _init(d).update(
+        sparsity={"algorithm": "set", "type": "set", "sparsity": 0.5}
+    ),
+    "sparsity and schedule": lambda d: _init(d).update(
+        sparsity={"algorithm": "set", "sparsity": 0.5, "schedule": 0.5}
+    ),
+    "param_filter not a glob": lambda d: _init(d).update(
+        sparsity={"sparsity": 0.5, "param_filter": 3}
+    ),
+    "add_summaries in trainer.init.sparsity": lambda d: _init(d).update(
+        sparsity={"sparsity": 0.5, "add_summaries": True}
+    ),
+    "empty list of sparsity groups": lambda d: _init(d).update(sparsity=[]),
 }
 
 GOOD: dict[str, Mutation] = {
+    "sparsity level": lambda d: _init(d).update(sparsity=0.75),
+    "sparsity group like Model Zoo's GPT-3 RigL": lambda d: _init(d).update(
+        sparsity={
+            "sparsity": 0.75,
+            "init_method": "random",
+            "algorithm": "rigl",
+            "drop_fraction": {"type": "cosine", "init": 0.3, "half_period": 3584},
+            "update": {"freq": 100, "stop": 3584},
+            "param_filter": ["*proj_[qkv]_dense_layer.weight", "*linear_layer.weight"],
+        }
+    ),
+    "sparsity groups in a list, schedule alias, deprecated type": lambda d: _init(d).update(
+        sparsity=[
+            {"algorithm": "GMP", "schedule": [0.1, 0.2], "param_filter": "fc1.*"},
+            {"type": "static", "sparsity": 0.5},
+            {"sparsity": 0.3},
+        ]
+    ),
+    "cstorch's groups shape": lambda d: _init(d).update(
+        sparsity={"groups": [{"algorithm": "set", "params": {"sparsity": 0.5}}]}
+    ),
+    "legacy top-level sparsity with add_summaries": lambda d: d.update(
+        sparsity={"add_summaries": True, "sparsity": 0.5}
+    ),
+    "null sparsity": lambda d: _init(d).update(sparsity=None),
     "case-insensitive names": lambda d: _init(d).update(
         optimizer={"sgd": {"lr": 0.1}}, device="cpu"
     ),
@@ -386,3 +432,23 @@ def test_validate_all_takes_one_data_loader_or_a_list(many, validator, registry)
     assert check_errors(registry, data) == []
     data["trainer"]["validate_all"]["val_dataloaders"] = {"Digits": {"batch_size": 0}}
     assert schema_errors(validator, data) != []
+
+
+SPARSITY_CORPUS = sorted(
+    p
+    for p in (REPO / "tests" / "data" / "modelzoo").glob("gpt3_*.yaml")
+    if "sparsity:" in p.read_text(encoding="utf-8")
+)
+
+
+def test_the_sparsity_corpus_has_the_six_model_zoo_files():
+    assert len(SPARSITY_CORPUS) == 6
+
+
+@pytest.mark.parametrize("path", SPARSITY_CORPUS, ids=[p.name for p in SPARSITY_CORPUS])
+def test_model_zoo_sparsity_sections_pass_the_schema_and_the_check(path, validator, registry):
+    written = load_yaml(path.read_text(encoding="utf-8"), str(path))
+    data = copy.deepcopy(QUICKSTART)
+    _init(data)["sparsity"] = written["trainer"]["init"]["sparsity"]
+    assert check_errors(registry, data) == []
+    assert schema_errors(validator, data) == []

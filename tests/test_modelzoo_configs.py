@@ -5,8 +5,8 @@ whose ``model`` is plugtrain's ``MLP`` and whose data loaders are ``Digits``; ev
 as Cerebras wrote it. Each must pass ``plugtrain check``; two of them train on CPU (fewer steps,
 the backend set to CPU, through ``--set``) and are then evaluated by ``plugtrain validate_all``.
 
-The one file with a ``sparsity`` section (issue 16) is marked ``xfail(strict=True)``, so the
-mark must go when sparsity lands; without that section it checks today.
+The six GPT-3 files of Model Zoo's ``configs/sparsity/`` that have a ``trainer.init.sparsity``
+section (SPEC-sparsity section 6) are all here, and check like the rest.
 """
 
 from __future__ import annotations
@@ -16,17 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from plugtrain.cli import main
 
 CORPUS = Path(__file__).parent / "data" / "modelzoo"
 FILES = sorted(CORPUS.glob("*.yaml"))
-
-PENDING = {"gpt3_125m_set75.yaml": "sparsity is issue 16"}
-"""Why each file fails ``check`` today; remove an entry when what it needs lands."""
-
-SECTIONS_PENDING = ("sparsity",)
 
 TRAINED = ["falcon_7b.yaml", "llama3p1_8b_msl_8k.yaml"]
 
@@ -41,12 +35,7 @@ ON_CPU = [
 
 
 def _marked(names):
-    params = []
-    for name in names:
-        reason = PENDING.get(name)
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        params.append(pytest.param(CORPUS / name, marks=marks, id=name))
-    return params
+    return [pytest.param(CORPUS / name, id=name) for name in names]
 
 
 def test_the_corpus_is_what_this_file_lists():
@@ -58,7 +47,12 @@ def test_the_corpus_is_what_this_file_lists():
         "falcon_7b.yaml",
         "gemma2_9b_msl8k.yaml",
         "gpt3_111m_mup.yaml",
+        "gpt3_125m_rigl75.yaml",
         "gpt3_125m_set75.yaml",
+        "gpt3_125m_sparsewide-ift_rigl75.yaml",
+        "gpt3_125m_sparsewide-ift_static50.yaml",
+        "gpt3_125m_static75.yaml",
+        "gpt3_6p7b_vspdf_phase1.yaml",
         "gpt3_muP_40M.yaml",
         "gptj_6B_muP.yaml",
         "llama3p1_8b_msl_8k.yaml",
@@ -108,19 +102,41 @@ def test_a_model_zoo_run_file_trains_on_cpu_and_validates_all(path, tmp_path):
     ]
 
 
-def _without_pending(path: Path, target: Path) -> Path:
-    """The run file without the sections other work brings (comments are dropped)."""
-    data = yaml.safe_load(path.read_text())
-    for section in SECTIONS_PENDING:
-        data["trainer"]["init"].pop(section, None)
-    target.write_text(yaml.safe_dump(data, sort_keys=False))
-    return target
+# (file, algorithm, sparsity, drop_fraction half_period, update) as SPEC-sparsity section 6 lists
+SPARSITY = [
+    ("gpt3_125m_static75.yaml", "Static", 0.75, None, None),
+    ("gpt3_125m_set75.yaml", "SET", 0.75, 3584, {"freq": 100, "stop": 3584}),
+    ("gpt3_125m_rigl75.yaml", "RigL", 0.75, 3584, {"freq": 100, "stop": 3584}),
+    ("gpt3_125m_sparsewide-ift_static50.yaml", "Static", 0.5, None, None),
+    ("gpt3_125m_sparsewide-ift_rigl75.yaml", "RigL", 0.75, 17209, {"freq": 500, "stop": 17209}),
+    ("gpt3_6p7b_vspdf_phase1.yaml", "Static", 0.9, None, None),
+]
+GPT3_GLOBS = (
+    "*proj_[qkv]_dense_layer.weight",
+    "*proj_output_dense_layer.weight",
+    "*linear_layer.weight",
+)
 
 
-@pytest.mark.parametrize("name", sorted(PENDING))
-def test_every_other_section_of_a_pending_run_file_checks_today(name, tmp_path, capsys):
-    stripped = _without_pending(CORPUS / name, tmp_path / name)
-    status = main(["check", str(stripped)])
-    captured = capsys.readouterr()
-    assert status == 0, captured.err
-    assert "OK (1 trainer)" in captured.out
+@pytest.mark.parametrize(("name", "algorithm", "level", "half_period", "update"), SPARSITY)
+def test_a_model_zoo_sparsity_section_plans_as_the_spec_lists(
+    name, algorithm, level, half_period, update, installed_registry
+):
+    from plugtrain.config import load_run_file, plan_run
+
+    path = CORPUS / name
+    (trainer,) = plan_run(load_run_file(path), installed_registry, str(path)).trainers
+    (group,) = trainer.sparsity
+    assert group.algorithm == algorithm
+    assert group.param_filter == GPT3_GLOBS
+    assert group.arguments["sparsity"] == level
+    assert group.arguments["init_method"] == "random"
+    assert group.path == "trainer.init.sparsity"
+    assert group.location is not None
+    assert group.location.startswith(f"{path}:")
+    if half_period is None:
+        assert set(group.arguments) == {"sparsity", "init_method"}
+    else:
+        drop = {"type": "cosine", "init": 0.3, "half_period": half_period}
+        assert group.arguments["drop_fraction"] == drop
+        assert group.arguments["update"] == update

@@ -746,9 +746,9 @@ def test_no_suggestion_points_at_a_key_with_another_meaning():
 
 
 def test_model_zoo_keys_plugtrain_lacks_are_said_plainly(tmp_path):
-    text = _run(tmp_path, "    sparsity: {sparsity: 0.75}")
+    text = _run(tmp_path, "    autorestart: {max_num_restarts: 2}")
     (problem,) = _problems(text, tmp_path)
-    assert "'sparsity' is Model Zoo's weight sparsity, which plugtrain does not have yet" in problem
+    assert "'autorestart' is the CSX appliance's automatic restart, which plugtrain does" in problem
     assert "Did you mean" not in problem
     old = "train_input: {batch_size: 8}\n" + _run(tmp_path)
     problems = _problems(old, tmp_path)

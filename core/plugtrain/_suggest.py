@@ -8,10 +8,6 @@ from collections.abc import Iterable
 __all__ = ["MODEL_ZOO_ONLY", "close_matches", "did_you_mean"]
 
 MODEL_ZOO_ONLY: dict[tuple[str, str], str] = {
-    ("InitSection", "sparsity"): (
-        "'sparsity' is Model Zoo's weight sparsity, which plugtrain does not have yet "
-        "(issue 16); remove the section to train dense"
-    ),
     ("InitSection", "autorestart"): (
         "'autorestart' is the CSX appliance's automatic restart, which plugtrain does not "
         "have; a plugtrain fit resumes from its newest checkpoint when run again"

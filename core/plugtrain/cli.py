@@ -191,7 +191,8 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
         if row["hooks"]:
             out.write(f"    hooks: {', '.join(row['hooks'])}\n")
         for kind, names in row["components"].items():
-            out.write(f"    {kind}s: {', '.join(names)}\n")
+            plural = KINDS[kind].plural if kind in KINDS else f"{kind}s"
+            out.write(f"    {plural}: {', '.join(names)}\n")
     if not rows:
         out.write("no plugins found\n")
     return EXIT_OK
@@ -207,7 +208,11 @@ def _cmd_check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int
     for warning in plan.warnings:
         sys.stderr.write(f"plugtrain: warning: {warning}\n")
     for trainer in plan.trainers:
-        out.write(f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}\n")
+        sparsity = ", ".join(group.algorithm for group in trainer.sparsity)
+        sparse = f"; sparsity {sparsity}" if sparsity else ""
+        out.write(
+            f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}{sparse}\n"
+        )
     count = len(plan.trainers)
     out.write(f"{args.run_file}: OK ({count} trainer{'s' if count != 1 else ''})\n")
     return EXIT_OK
@@ -278,7 +283,7 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     target = Path(args.output)
     drawn = 0
     for index, trainer in enumerate(plan.trainers):
-        if not trainer.schedulers:
+        if not trainer.schedulers and not trainer.sparsity:
             continue
         path = target if len(plan.trainers) == 1 else target.with_stem(f"{target.stem}-{index}")
         loop = trainer.loop
@@ -286,7 +291,9 @@ def _cmd_plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
         specs = [spec.to_mapping() for spec in trainer.schedulers]
         # a stepped scheduler starts from the optimizer's lr
         optimizer = trainer.optimizer.spec.to_mapping() if trainer.optimizer else None
-        plot_schedules(specs, path, steps or None, run_registry, optimizer=optimizer)
+        plot_schedules(
+            specs, path, steps or None, run_registry, optimizer=optimizer, sparsity=trainer.sparsity
+        )
         out.write(f"{trainer.path}: schedules drawn in {path}\n")
         drawn += 1
     if not drawn:

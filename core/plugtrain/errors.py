@@ -17,6 +17,8 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "DuplicateNameError",
+    "HyperParameterError",
+    "HyperParameterTypeError",
     "MissingDependencyError",
     "PluginLoadError",
     "PlugtrainError",
@@ -100,3 +102,22 @@ class ConfigError(PlugtrainError, ValueError):
         lines = [f"{len(self.issues)} problems in the configuration:"]
         lines += [f"  {issue}" for issue in self.issues]
         return "\n".join(lines)
+
+
+class HyperParameterError(PlugtrainError, ValueError):
+    """A schedule or an update schedule that cannot be built.
+
+    :param message: what is wrong.
+    :param key: the key of the mapping the message is about (``"type"``, ``"freq"`` ...), or
+        ``None`` when it is about the value as a whole.
+    :param unknown_key: ``key`` itself is wrong (an unknown argument), not its value.
+    """
+
+    def __init__(self, message: str, key: str | None = None, *, unknown_key: bool = False) -> None:
+        super().__init__(message)
+        self.key = key
+        self.unknown_key = unknown_key
+
+
+class HyperParameterTypeError(HyperParameterError, TypeError):
+    """A :class:`HyperParameterError` that cstorch raises as ``TypeError`` (an unknown argument)."""

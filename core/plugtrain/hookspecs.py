@@ -161,9 +161,11 @@ def plugtrain_register_sparsity(registry: ComponentRegistrar) -> None:
     """Declare weight-sparsity algorithms (``trainer.init.sparsity``); called once per registry.
 
     A sparsity algorithm is constructed as ``Algorithm(params, **arguments)``, where ``params`` is
-    the list of ``(name, parameter)`` pairs its group's parameter filter selected, and meets
-    :class:`plugtrain.protocols.SparsityAlgorithm`. Run files name it by ``algorithm:``, matched
-    case-insensitively (``static``, ``gmp``, ``set``, ``rigl`` are plugtrain-sparsity's).
+    the list of ``(name, parameter)`` pairs its group's parameter filter selected (and no earlier
+    group took), and meets :class:`plugtrain.protocols.SparsityAlgorithm`: it only decides masks
+    (initial ones, and new ones at its update steps); the core keeps, applies and saves them. Run
+    files name it by ``algorithm:``, matched case-insensitively (``static``, ``gmp``, ``set``,
+    ``rigl`` are plugtrain-sparsity's).
 
     :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
         algorithm.

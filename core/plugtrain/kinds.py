@@ -18,6 +18,7 @@ class Kind:
         therefore absent from the schema (``params`` for an optimizer).
     :param defaults: components of this kind that every trainer has unless a run file removes
         them with ``Name: null`` (the default loggers).
+    :param plural_name: the plural for messages when it is not the name plus ``s``.
     """
 
     name: str
@@ -25,11 +26,12 @@ class Kind:
     distribution: str
     context_args: tuple[str, ...]
     defaults: tuple[str, ...] = ()
+    plural_name: str = ""
 
     @property
     def plural(self) -> str:
         """The kind's plural, for messages."""
-        return self.name + "s"
+        return self.plural_name or self.name + "s"
 
 
 KINDS: dict[str, Kind] = {
@@ -48,7 +50,13 @@ KINDS: dict[str, Kind] = {
             (),
             ("ProgressLogger", "MetricsFilesLogger"),
         ),
-        Kind("sparsity", "plugtrain_register_sparsity", "plugtrain-sparsity", ("params",)),
+        Kind(
+            "sparsity",
+            "plugtrain_register_sparsity",
+            "plugtrain-sparsity",
+            ("params",),
+            plural_name="sparsity algorithms",
+        ),
     )
 }
 """Every kind, by name, in the order hooks are called."""

@@ -30,6 +30,7 @@ __all__ = [
     "Model",
     "Optimizer",
     "Scheduler",
+    "SparsityAlgorithm",
 ]
 
 
@@ -365,7 +366,9 @@ class Callback(Protocol):
     What a callback may read of the trainer: ``model``, ``optimizer``, ``schedulers``,
     ``backend``, ``model_dir``, ``loop``, ``checkpoint``, ``logging``, ``global_step``,
     ``target_step`` (the step the running fit ends at), ``samples_seen`` (training examples this
-    process drew in the fit), ``is_main_process``, ``callbacks`` and ``loggers``.
+    process drew in the fit), ``is_main_process``, ``callbacks``, ``loggers`` and ``sparsity``
+    (``None``, or the run's :class:`plugtrain.train.sparsity.Sparsity`: its ``groups`` each
+    have ``algorithm`` and ``params``, each parameter ``name`` and ``mask``).
     """
 
     def on_fit_start(self, trainer: Any) -> None:
@@ -396,7 +399,7 @@ class Callback(Protocol):
         """Before a checkpoint's contents are applied; removing a key from ``state`` skips it.
 
         The keys are ``model``, ``optimizer``, ``schedulers``, ``grad_scaler``, ``global_step``,
-        ``dataloader`` and ``callbacks`` (those present in that checkpoint).
+        ``dataloader``, ``callbacks`` and ``sparsity`` (those present in that checkpoint).
         """
 
     def on_load_checkpoint(self, trainer: Any, path: Any) -> None:
@@ -423,3 +426,78 @@ class Logger(Protocol):
 
     def close(self) -> None:
         """Flush and release files; called once at the end of ``fit`` or ``validate``."""
+
+
+# -------------------------------------------------------------------------------------------
+# weight sparsity
+
+
+@runtime_checkable
+class SparsityAlgorithm(Protocol):
+    """A weight-sparsity algorithm (``trainer.init.sparsity``): it decides masks, nothing else.
+
+    Built as ``Algorithm(params, **arguments)``: ``params`` is the list of ``(name, parameter)``
+    pairs of its group (full dotted names; the parameters the group's ``param_filter`` selected
+    and no earlier group took), ``arguments`` are the group's keys other than ``algorithm`` and
+    ``param_filter``, as written (``sparsity`` may be a number, a list or a schedule mapping:
+    :func:`plugtrain.hyperparams.make_schedule` turns it into a schedule). It may keep the
+    parameters to read their values later; it must not change them.
+
+    The core (:mod:`plugtrain.train.sparsity`) does the rest, for every algorithm alike: it
+    keeps each mask as a persistent bool buffer ``<name>_mask`` on the parameter's module,
+    zeroes the weights where masked before every forward, the gradients in backward and the
+    optimizer's state tensors of the parameter's shape around each optimizer step, saves and
+    restores masks (in the model state) and :meth:`state_dict` (checkpoint key ``sparsity``),
+    and makes random choices agree on every process by handing over one seeded
+    ``generator``, and summed gradients.
+
+    The calls, in order:
+
+    - ``initial_masks(generator)`` once, at the start of the first ``fit`` or ``validate``
+      (after a checkpoint was restored), only when the checkpoint brought no masks;
+    - after every training step, ``advance(stepped)``; when it returns true,
+      ``update_masks(masks, gradients, generator)`` right after. ``stepped`` is false when the
+      optimizer did not apply the step (the loss scaler skipped it, ``nan_policy:
+      skip_step``): the step still counts, but an algorithm should not update then.
+
+    Masks are bool tensors of the parameter's shape, true where the weight is kept; one
+    returned for a parameter of another group or of another shape is an error naming the
+    algorithm. Optional: ``needs_gradients = True`` (class attribute) to be given the unmasked
+    gradients (summed over micro-batches and over processes) at an update step, and
+    ``target_sparsity()`` for ``LogSparsity``.
+    """
+
+    def initial_masks(self, generator: torch.Generator) -> Mapping[str, torch.Tensor]:
+        """The first mask of each parameter of the group, by name (``init_method``).
+
+        :param generator: use it (``torch.rand(..., generator=generator)``) for anything random.
+        """
+
+    def advance(self, stepped: bool) -> bool:
+        """Count one finished training step; whether the masks are to be updated now."""
+
+    def update_masks(
+        self,
+        masks: Mapping[str, torch.Tensor],
+        gradients: Mapping[str, torch.Tensor] | None,
+        generator: torch.Generator,
+    ) -> Mapping[str, torch.Tensor]:
+        """New masks (for the parameters whose mask changes) at an update step.
+
+        :param masks: the current masks by name (copies: modifying them changes nothing).
+        :param gradients: with ``needs_gradients``, the unmasked gradients by name; else
+            ``None``.
+        :param generator: for anything random.
+        """
+
+    def target_sparsity(self) -> float:
+        """The fraction of zeros the algorithm aims at now (the clamped schedule value)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What it needs to continue exactly (step, schedule positions); ``{}`` when nothing.
+
+        Saved in checkpoints: it must load with ``torch.load(..., weights_only=True)``.
+        """
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""

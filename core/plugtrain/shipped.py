@@ -46,6 +46,10 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
         ),
         "logger": ("MLflowLogger", "TensorBoardLogger", "WandbLogger"),
     },
+    "plugtrain-sparsity": {
+        "sparsity": ("GMP", "RigL", "SET", "Static"),
+        "callback": ("LogSparsity",),
+    },
 }  # fmt: skip
 """distribution -> kind -> every name and alias it registers."""
 

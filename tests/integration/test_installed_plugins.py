@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import plugtrain
+from plugtrain.kinds import KINDS
 from plugtrain.registry import Registry
 from plugtrain.testing import assert_plugin_contract, assert_plugin_installed
 
@@ -32,6 +33,7 @@ BUILT_IN = [
     pytest.param(
         "plugtrain-callbacks", "plugtrain_callbacks", "callback", "ComputeNorm", id="callbacks"
     ),
+    pytest.param("plugtrain-sparsity", "plugtrain_sparsity", "sparsity", "RigL", id="sparsity"),
 ]
 # A safety net against a hung subprocess, not a performance assertion.
 HANG_LIMIT_S = 600
@@ -94,7 +96,7 @@ def test_plugins_command_lists_the_distribution(
     assert row["version"] == version
     assert row["status"] == "loaded"
     assert row["module"] == f"{package}.plugin"
-    assert f"plugtrain_register_{kind}s" in row["hooks"]
+    assert KINDS[kind].hook in row["hooks"]
     assert name in row["components"][kind]
 
 
@@ -143,5 +145,5 @@ def test_core_alone_says_which_distribution_to_install(
     assert result["type"] == "UnknownNameError"
     message = result["message"]
     assert message.startswith(f"Unknown {kind} '{name}'.")
-    assert f"no installed plugin provides {kind}s" in message.lower()
+    assert f"no installed plugin provides {KINDS[kind].plural}" in message.lower()
     assert distribution in message

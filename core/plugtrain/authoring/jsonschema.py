@@ -36,6 +36,7 @@ from plugtrain.config.sections import (
     RunFile,
     TrainerSection,
 )
+from plugtrain.config.sparsity import DEFAULT_ALGORITHM, SUMMARIES_KEY
 from plugtrain.config.validate import OPTIMIZER_TRAINER_KEYS
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
@@ -461,6 +462,77 @@ class _Builder:
         self.defs[key] = built
         return _ref(key)
 
+    # -- sparsity ---------------------------------------------------------------------------
+
+    def sparsity_section(self, *, legacy: bool = False) -> Schema:
+        """``sparsity:``: a level, a group, a list of groups or ``{groups: ...}``; or null."""
+        group = self.sparsity_group(legacy=legacy)
+        groups = {"type": "array", "minItems": 1, "items": group}
+        # An entry of cstorch's shape holds its settings under params:, merged up by check,
+        # which alone checks what the merged group may hold.
+        entry = {"type": "object", "properties": {"params": {"type": "object"}}}
+        shape = {
+            "description": "cstorch's shape: each entry's params: are merged up into it",
+            "type": "object",
+            "properties": {
+                "groups": {"anyOf": [entry, {"type": "array", "minItems": 1, "items": entry}]}
+            },
+            "required": ["groups"],
+            "additionalProperties": False,
+        }
+        level = {
+            "description": "one Static group at this level, default parameter filter",
+            "type": "number",
+            "minimum": 0,
+            "exclusiveMaximum": 1,
+        }
+        return {"anyOf": [level, group, groups, shape, {"type": "null"}]}
+
+    def sparsity_group(self, *, legacy: bool = False) -> Schema:
+        """One sparsity group: ``algorithm`` picks the arguments (any case; default static)."""
+        key = "sparsity.group.legacy" if legacy else "sparsity.group"
+        if key in self.defs:
+            return _ref(key)
+        self.defs[key] = {}
+        try:
+            default = self.registry.lookup("sparsity", DEFAULT_ALGORITHM)
+        except LookupError:
+            default = None
+        glob = {"type": "string", "minLength": 1}
+        branches = []
+        for component in self.components["sparsity"]:
+            if self.component_ref(component) is None:
+                continue
+            arguments = self.defs[self.component_key(component)]
+            pattern = self.name_pattern(component, "sparsity")
+            name = {"anyOf": [{"const": component.name}, {"type": "string", "pattern": pattern}]}
+            properties = {
+                "algorithm": {"description": "the sparsity algorithm (any case)", **name},
+                "type": {"description": "deprecated spelling of algorithm", **name},
+                "param_filter": {
+                    "description": "glob(s) on full parameter names (default: weights with more "
+                    "than one dimension, no embedding, norm or lm_head)",
+                    "anyOf": [glob, {"type": "array", "minItems": 1, "items": glob}],
+                },
+                **arguments["properties"],
+            }
+            if legacy:
+                properties[SUMMARIES_KEY] = {
+                    "description": "true: switch on the LogSparsity callback",
+                    "type": "boolean",
+                }
+            rules = [*arguments.get("allOf", []), {"not": {"required": ["algorithm", "type"]}}]
+            if component != default:  # a group naming no algorithm is the default's
+                rules.append({"anyOf": [{"required": ["algorithm"]}, {"required": ["type"]}]})
+            branch = {**arguments, "type": "object", "properties": properties, "allOf": rules}
+            branches.append(branch)
+        self.defs[key] = {
+            "title": "sparsity group",
+            "description": "{algorithm: NAME, param_filter: GLOBS, ...arguments of that algorithm}",
+            "anyOf": branches or [_NOT_WRITABLE],
+        }
+        return _ref(key)
+
     # -- the backend ------------------------------------------------------------------------
 
     def backend_name(self) -> Schema:
@@ -596,11 +668,21 @@ def _optimizer_value(builder: _Builder) -> Schema:
     return _nullable(builder.kind_ref("optimizer"))
 
 
+def _sparsity_value(builder: _Builder) -> Schema:
+    return builder.sparsity_section()
+
+
+def _legacy_sparsity_value(builder: _Builder) -> Schema:
+    return builder.sparsity_section(legacy=True)
+
+
 _SPECIAL_ARGUMENTS: dict[tuple[type, str], Callable[[_Builder], Schema]] = {
     (RunFile, "trainer"): _trainer_value,
     (InitSection, "device"): _device_value,
     (InitSection, "backend"): _backend_value,
     (InitSection, "optimizer"): _optimizer_value,
+    (InitSection, "sparsity"): _sparsity_value,
+    (RunFile, "sparsity"): _legacy_sparsity_value,
 }
 """Arguments whose run-file form their annotation does not say."""
 

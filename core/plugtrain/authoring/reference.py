@@ -47,6 +47,7 @@ BUILTIN_DISTRIBUTIONS = (
     "plugtrain-schedulers",
     "plugtrain-backends",
     "plugtrain-callbacks",
+    "plugtrain-sparsity",
 )
 """The plugin distributions shipped with plugtrain (the core's own plugin is always loaded)."""
 

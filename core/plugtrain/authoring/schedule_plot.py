@@ -6,6 +6,11 @@ without torch, through :func:`plugtrain.curve.closed_form`. Any other scheduler 
 ``LRScheduler``, a stepped third-party one, a wrapper holding one) is built on a throw-away
 optimizer and stepped (:mod:`plugtrain.train.schedule_steps`, which imports torch); its legend
 says so. matplotlib is needed only by :func:`plot_schedules` and imported there.
+
+Sparsity groups (``trainer.init.sparsity``) are drawn beside them: each group's target
+``sparsity`` and, for SET and RigL, its ``drop_fraction``, from the closed forms its algorithm's
+schema gives (``curves(arguments)``, see :class:`plugtrain.sparsity_schema.SparsitySchema`), so a
+third party's algorithm is drawn the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from plugtrain.errors import ConfigError, ConfigIssue, MissingDependencyError, U
 from plugtrain.schema import arg_infos, validated_arguments
 
 if TYPE_CHECKING:
+    from plugtrain.config.plan import SparsityGroupSpec
     from plugtrain.registry import Registry
 
 __all__ = [
@@ -44,16 +50,22 @@ DEFAULT_STEPS = 1000
 STEPPED_NOTE = "stepped: no closed form"
 """What the legend adds to a schedule found by stepping the scheduler."""
 
-_AXIS_TITLES = {"lr": "learning rate", "weight_decay": "weight decay"}
+_AXIS_TITLES = {
+    "lr": "learning rate",
+    "weight_decay": "weight decay",
+    "sparsity": "target sparsity",
+    "drop_fraction": "drop fraction",
+}
 
 
 @attrs.frozen
 class ScheduleCurve:
     """The values one scheduler writes into the groups carrying one tag.
 
-    :param index: position of the scheduler in the list given.
-    :param name: the scheduler's name as written.
-    :param key: the param-group key it schedules, ``"lr"`` or ``"weight_decay"``.
+    :param index: position of the scheduler in the list given (of the group, for sparsity).
+    :param name: the scheduler's name as written (for sparsity: ``"RigL (sparsity[0])"``).
+    :param key: the param-group key it schedules, ``"lr"`` or ``"weight_decay"``; for a
+        sparsity group the schedule argument (``"sparsity"``, ``"drop_fraction"``).
     :param tag: the targeted tag (``None``: untagged groups), or ``"*"`` for every group.
     :param steps: the steps evaluated.
     :param values: the value at each of ``steps``.
@@ -137,11 +149,35 @@ class _Stepped:
         self.length = _natural_length(self.schedule.length)
 
 
+def sparsity_curves(
+    groups: Sequence[SparsityGroupSpec], registry: Registry
+) -> list[tuple[int, str, str, Any]]:
+    """``(index, name, argument, curve)`` of each schedule argument of each sparsity group.
+
+    Each group's algorithm schema gives its closed forms through ``curves(arguments)``; a
+    schema without one is skipped (nothing to draw without building the algorithm).
+
+    :raises ConfigError: for bad arguments.
+    """
+    found: list[tuple[int, str, str, Any]] = []
+    for index, group in enumerate(groups):
+        schema = registry.lookup("sparsity", group.algorithm).schema_class
+        curves_of = getattr(schema, "curves", None)
+        if not callable(curves_of):
+            continue
+        arguments = validated_arguments(schema, dict(group.arguments), owner=group.path)
+        where = group.path.rsplit(".", 1)[-1] or "sparsity"
+        name = f"{group.algorithm} ({where})"
+        found.extend((index, name, key, curve) for key, curve in curves_of(arguments).items())
+    return found
+
+
 def schedule_curves(
     specs: Sequence[Mapping[str, Any]],
     steps: int | Iterable[int] | None = None,
     registry: Registry | None = None,
     optimizer: Mapping[str, Any] | None = None,
+    sparsity: Sequence[SparsityGroupSpec] = (),
 ) -> list[ScheduleCurve]:
     """Evaluate schedulers written as ``{Name: {arguments}}``.
 
@@ -154,7 +190,10 @@ def schedule_curves(
     :param registry: where names resolve (default: the process-wide registry).
     :param optimizer: the run's ``{Name: {arguments}}`` optimizer, whose ``lr`` and
         ``weight_decay`` a stepped scheduler starts from (default 1.0 and 0).
-    :returns: one :class:`ScheduleCurve` per scheduler and targeted tag, in order.
+    :param sparsity: the trainer's sparsity groups (``TrainerPlan.sparsity``): their target
+        sparsity and drop fraction are evaluated too, after the schedulers.
+    :returns: one :class:`ScheduleCurve` per scheduler and targeted tag, in order, then one
+        per sparsity group and schedule argument.
     :raises ConfigError: for bad arguments.
     """
     if registry is None:
@@ -174,6 +213,7 @@ def schedule_curves(
             if isinstance(exc, ConfigError):
                 raise
             raise ConfigError([ConfigIssue(where, str(exc))]) from exc
+    sparse = sparsity_curves(sparsity, registry)
     if steps is None:
         lengths = [_length_of(item) for *_, item in built]
         steps = max((n for n in lengths if n is not None), default=DEFAULT_STEPS)
@@ -190,6 +230,9 @@ def schedule_curves(
         values = tuple(float(item.curve.at(e)) for e in points)
         tags = _tags_of(item.arguments.get("param_group_tags"))
         found.extend(ScheduleCurve(index, name, item.key, tag, points, values) for tag in tags)
+    for index, name, key, curve in sparse:
+        values = tuple(float(curve.at(e)) for e in points)
+        found.append(ScheduleCurve(index, name, key, "*", points, values))
     return found
 
 
@@ -205,8 +248,11 @@ def plot_schedules(
     steps: int | Iterable[int] | None = None,
     registry: Registry | None = None,
     optimizer: Mapping[str, Any] | None = None,
+    sparsity: Sequence[SparsityGroupSpec] = (),
 ) -> Path:
     """Draw the schedules into an image: learning rate and weight decay on separate axes.
+
+    Sparsity groups add a target-sparsity axis (and a drop-fraction axis for SET and RigL).
 
     One line per scheduler and targeted tag, step on x; a schedule found by stepping (no closed
     form) says so in the legend. The format follows ``path``'s suffix (``.png``, ``.svg``,
@@ -221,7 +267,7 @@ def plot_schedules(
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise MissingDependencyError(MATPLOTLIB_MISSING) from exc
-    curves = schedule_curves(specs, steps, registry, optimizer)
+    curves = schedule_curves(specs, steps, registry, optimizer, sparsity)
     keys = [k for k in _AXIS_TITLES if any(c.key == k for c in curves)]
     keys += sorted({c.key for c in curves} - set(keys))
     keys = keys or ["lr"]

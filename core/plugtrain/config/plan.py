@@ -11,7 +11,7 @@ reaches a component, a param group or a checkpoint. Where a value was written is
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -29,6 +29,7 @@ __all__ = [
     "ParamFilter",
     "RemovedDefault",
     "RunPlan",
+    "SparsityGroupSpec",
     "TrainerPlan",
     "ValidateAllPlan",
     "ValidatePlan",
@@ -173,6 +174,48 @@ class OptimizerPlan:
 
 
 @attrs.frozen
+class SparsityGroupSpec:
+    """One validated group of ``trainer.init.sparsity`` (SPEC-sparsity section 1).
+
+    :param algorithm: the registered name of its sparsity algorithm (``"RigL"``), whatever case
+        was written.
+    :param arguments: the algorithm's constructor arguments as written, plain values (the
+        ``schedule`` alias renamed to ``sparsity``; schedules as written: a number, a list or a
+        mapping; from Python also callables and built schedules).
+    :param param_filter: the globs choosing its parameters (matched against full names with
+        ``fnmatch``), a callable ``(name, param) -> bool`` from Python, or ``None`` for the
+        default filter.
+    :param path: the dotted path in the run file (``trainer.init.sparsity[1]``).
+    :param location: ``file:line:column`` of the group, when read from a file.
+    """
+
+    algorithm: str
+    arguments: Mapping[str, Any] = attrs.field(converter=_frozen_mapping, hash=False)
+    param_filter: tuple[str, ...] | Callable[[str, Any], bool] | None = None
+    path: str = ""
+    location: str | None = attrs.field(default=None, eq=False)
+
+    def call_arguments(self) -> dict[str, Any]:
+        """A fresh, mutable copy of the arguments for the algorithm's constructor."""
+        return {key: _copy_keeping_callables(value) for key, value in self.arguments.items()}
+
+    @property
+    def where(self) -> str:
+        """The path and, when known, the position: ``trainer.init.sparsity (run.yaml:9:7)``."""
+        return f"{self.path} ({self.location})" if self.location else self.path
+
+
+def _copy_keeping_callables(value: Any) -> Any:
+    if callable(value):
+        return value
+    if isinstance(value, Mapping):
+        return {k: _copy_keeping_callables(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_keeping_callables(v) for v in value]
+    return copy.deepcopy(value)
+
+
+@attrs.frozen
 class FitPlan:
     """``trainer.fit``.
 
@@ -236,6 +279,7 @@ class TrainerPlan:
     :param precision: mixed precision and gradient clipping settings, if given.
     :param callbacks: the callbacks in order, and the removed defaults (``Name: null``).
     :param loggers: the loggers written besides the defaults, and the removed defaults.
+    :param sparsity: the weight-sparsity groups in order (empty: no sparsity).
     :param fit: the fit section, if any.
     :param validate: the validate section, if any.
     :param validate_all: the validate_all section, if any.
@@ -255,6 +299,7 @@ class TrainerPlan:
     precision: PrecisionSettings | None = None
     callbacks: tuple[ComponentSpec | RemovedDefault, ...] = ()
     loggers: tuple[ComponentSpec | RemovedDefault, ...] = ()
+    sparsity: tuple[SparsityGroupSpec, ...] = ()
     fit: FitPlan | None = None
     validate: ValidatePlan | None = None
     validate_all: ValidateAllPlan | None = None

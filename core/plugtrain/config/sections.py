@@ -204,6 +204,11 @@ class InitSection:
         help="metric loggers besides the default ProgressLogger and MetricsFilesLogger, each "
         "{Name: {arguments}}; Name: null removes a default one",
     )
+    sparsity: Any = arg(
+        None,
+        help="weight sparsity: a level (one Static group), a group {algorithm, sparsity, "
+        "param_filter, ...} or a list of groups; null: dense",
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
@@ -275,3 +280,8 @@ class RunFile:
 
     trainer: Any = arg(help="a trainer mapping, or a list of {trainer: ...}")
     plugins: list[str] = arg([], help="local plugin modules to load (like -p MODULE)")
+    sparsity: Any = arg(
+        None,
+        help="Model Zoo's legacy place of trainer.init.sparsity (for every trainer); "
+        "add_summaries: true in it switches on LogSparsity",
+    )

@@ -20,6 +20,7 @@ from plugtrain.config.plan import (
     ParamFilter,
     RemovedDefault,
     RunPlan,
+    SparsityGroupSpec,
     TrainerPlan,
     ValidateAllPlan,
     ValidatePlan,
@@ -36,6 +37,7 @@ from plugtrain.config.sections import (
     TrainerSection,
     ValidateSection,
 )
+from plugtrain.config.sparsity import SparsitySection, sparsity_section
 from plugtrain.config.yaml_loader import LocatedDict, LocatedList, location_of
 from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
 from plugtrain.kinds import KINDS
@@ -50,7 +52,14 @@ from plugtrain.schema import (
 
 _S = TypeVar("_S")
 
-__all__ = ["TrainerPlan", "check_run", "plan_component", "plan_run", "render_path"]
+__all__ = [
+    "TrainerPlan",
+    "check_run",
+    "plan_component",
+    "plan_run",
+    "plan_sparsity",
+    "render_path",
+]
 
 Path = tuple[str | int, ...]
 
@@ -510,11 +519,13 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
         )
     plans = []
     backend_types: list[tuple[Path, str, Any]] = []
+    legacy = _legacy_sparsity(checker, data)
     for path, entry, parent in _trainer_entries(data, checker):
         checked = checker.schema(TrainerSection, entry, path, parent, "trainer")
         if not isinstance(entry, Mapping) or not isinstance(entry.get("init"), Mapping):
             continue
         init = entry["init"]
+        sparsity = _trainer_sparsity(checker, init, (*path, "init"), legacy, data)
         backend = checker.backend(init, (*path, "init"))
         if backend is None:
             continue
@@ -522,7 +533,7 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
         if entry.get("fit") is not None:
             _check_fit_needs(checker, init, (*path, "init"))
         if not checker.issues and checked is not None:
-            plans.append(_trainer_plan(render_path(path), checked, backend, entry))
+            plans.append(_trainer_plan(render_path(path), checked, backend, entry, sparsity))
     _check_one_backend_type(checker, backend_types)
     if checker.issues:
         raise ConfigError(checker.issues)
@@ -542,6 +553,57 @@ def plan_component(registry: Registry, kind: str, spec: Any, path: str = "") -> 
     if checker.issues:
         raise ConfigError(checker.issues)
     return found.spec if isinstance(found, OptimizerPlan) else found
+
+
+def plan_sparsity(
+    registry: Registry, value: Any, path: str = "sparsity"
+) -> tuple[SparsityGroupSpec, ...]:
+    """Validate a ``sparsity`` value given from Python (``Trainer(sparsity=...)``) into groups.
+
+    It takes every form a run file takes (a float, a group mapping, a list of them, cstorch's
+    ``{groups: ...}``), plus what only Python can give: a callable ``init_method``,
+    ``param_filter`` or schedule, and built schedules. Warnings (the deprecated ``type`` key,
+    a ``null`` level) are issued with :func:`warnings.warn`.
+
+    :raises ConfigError: listing every problem, as for a run file.
+    """
+    import warnings
+
+    checker = _Checker(registry)
+    found = sparsity_section(checker, {path: value}, path, (path,))
+    if checker.issues:
+        raise ConfigError(checker.issues)
+    for warning in checker.warnings:
+        warnings.warn(str(warning), UserWarning, stacklevel=2)
+    return found.groups
+
+
+def _legacy_sparsity(checker: _Checker, data: Mapping[str, Any]) -> SparsitySection | None:
+    """A run file's top-level ``sparsity:`` (Model Zoo's legacy place), checked once."""
+    if data.get("sparsity") is None:
+        return None
+    message = "a top-level sparsity is Model Zoo's legacy place; it applies to every trainer"
+    checker.warn(("sparsity",), message, data, "sparsity")
+    return sparsity_section(checker, data, "sparsity", ("sparsity",), legacy=True)
+
+
+def _trainer_sparsity(
+    checker: _Checker,
+    init: Mapping[str, Any],
+    path: Path,
+    legacy: SparsitySection | None,
+    data: Mapping[str, Any],
+) -> SparsitySection:
+    """The trainer's ``init.sparsity``, or the legacy top-level one."""
+    if legacy is None:
+        return sparsity_section(checker, init, "sparsity", (*path, "sparsity"))
+    if init.get("sparsity") is not None:
+        message = (
+            f"sparsity is written both at the top level (legacy) and in {render_path(path)}; "
+            "keep only trainer.init.sparsity"
+        )
+        checker.add(("sparsity",), message, data, "sparsity", of_key=True)
+    return legacy
 
 
 def check_run(data: Any, registry: Registry, source: str = "<run>") -> list[TrainerPlan]:
@@ -592,10 +654,18 @@ def _validate_all_plan(section: Mapping[str, Any], written: Mapping[str, Any]) -
 
 
 def _trainer_plan(
-    path: str, checked: Mapping[str, Any], backend: BackendPlan, entry: Mapping[str, Any]
+    path: str,
+    checked: Mapping[str, Any],
+    backend: BackendPlan,
+    entry: Mapping[str, Any],
+    sparsity: SparsitySection,
 ) -> TrainerPlan:
     """The typed plan of one trainer that passed validation (``checked`` is its plain form)."""
     init = checked["init"]
+    callbacks = _schedulers(init.get("callbacks"))
+    log = sparsity.log_sparsity
+    if log is not None and not any(getattr(c, "name", None) == log.name for c in callbacks):
+        callbacks = (*callbacks, log)
     fit, validate = checked.get("fit"), checked.get("validate")
     validate_all = checked.get("validate_all")
     return TrainerPlan(
@@ -610,8 +680,9 @@ def _trainer_plan(
         checkpoint=_settings(CheckpointSettings, init.get("checkpoint"), f"{path}.init.checkpoint"),
         logging=_settings(LoggingSettings, init.get("logging"), f"{path}.init.logging"),
         precision=_settings(PrecisionSettings, init.get("precision"), f"{path}.init.precision"),
-        callbacks=_schedulers(init.get("callbacks")),
+        callbacks=callbacks,
         loggers=_schedulers(init.get("loggers")),
+        sparsity=sparsity.groups,
         fit=_fit_plan(fit, entry["fit"]) if fit is not None else None,
         validate=_validate_plan(validate, entry["validate"]) if validate is not None else None,
         validate_all=(

@@ -18,8 +18,8 @@ signature; the plugin module and schemas import no torch; states survive a check
 the plugins given.
 
 The behavioural conformance kit: :func:`check_optimizer`, :func:`check_scheduler`,
-:func:`check_callback`, :func:`check_logger`, :func:`check_backend`, :func:`check_model` and
-:func:`check_dataloader`
+:func:`check_callback`, :func:`check_logger`, :func:`check_backend`, :func:`check_model`,
+:func:`check_dataloader` and :func:`check_sparsity`
 take a component's class (or factory) and its arguments, try each property of that kind
 (``OPTIMIZER_PROPERTIES`` ...) and raise :class:`ConformanceError` naming every property that
 failed and the values involved; ``skip={"property": "reason"}`` opts out of one, with the
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         check_model,
     )
     from plugtrain.testing.scheduler_kit import SCHEDULER_PROPERTIES, check_scheduler
+    from plugtrain.testing.sparsity_kit import SPARSITY_PROPERTIES, check_sparsity
 
 __all__ = [
     "BACKEND_PROPERTIES",
@@ -71,6 +72,7 @@ __all__ = [
     "MODEL_PROPERTIES",
     "OPTIMIZER_PROPERTIES",
     "SCHEDULER_PROPERTIES",
+    "SPARSITY_PROPERTIES",
     "ConformanceError",
     "ConformanceReport",
     "PropertyResult",
@@ -85,6 +87,7 @@ __all__ = [
     "check_optimizer",
     "check_plugin_contract",
     "check_scheduler",
+    "check_sparsity",
     "fresh_backend",
     "installed_registry",
     "isolated_registry",
@@ -105,6 +108,8 @@ _KIT = {
     "OPTIMIZER_PROPERTIES": "optimizer_kit",
     "check_scheduler": "scheduler_kit",
     "SCHEDULER_PROPERTIES": "scheduler_kit",
+    "check_sparsity": "sparsity_kit",
+    "SPARSITY_PROPERTIES": "sparsity_kit",
     **dict.fromkeys(
         (
             "check_backend",

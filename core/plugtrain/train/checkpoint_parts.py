@@ -19,6 +19,7 @@ PARTS: dict[str, str] = {
     "global_step": "global_step",
     "dataloader": "data",
     "callbacks": "callbacks",
+    "sparsity": "sparsity",
 }
 """Each part's name, and the key that holds it in a checkpoint file."""
 

@@ -190,6 +190,15 @@ def _listed(registry: Registry, kind: str, entries: Sequence[Any]) -> list[Any]:
     ]
 
 
+def _sparsity_groups(registry: Registry, plan: TrainerPlan) -> list[Any] | None:
+    """The plan's sparsity groups, built through ``registry`` once the model exists."""
+    if not plan.sparsity:
+        return None
+    from plugtrain.train.sparsity import group_from_spec
+
+    return [group_from_spec(registry, spec) for spec in plan.sparsity]
+
+
 def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any]) -> Any:
     """A :class:`~plugtrain.train.trainer.Trainer` for one validated trainer of a run file.
 
@@ -217,6 +226,7 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
         checkpoint=plan.checkpoint,
         logging=plan.logging,
         precision=plan.precision,
+        sparsity=_sparsity_groups(registry, plan),
         callbacks=_listed(registry, "callback", plan.callbacks),
         loggers=_listed(registry, "logger", plan.loggers),
         seed=plan.seed,
@@ -309,7 +319,7 @@ def run_file(
 
 def _plot_schedules(plan: TrainerPlan, trainer: Any, registry: Registry) -> None:
     """Draw the run's schedules into ``model_dir/schedule.png`` (a warning without matplotlib)."""
-    if not plan.schedulers or not trainer.is_main_process:
+    if not (plan.schedulers or plan.sparsity) or not trainer.is_main_process:
         return
     from plugtrain.authoring.schedule_plot import MATPLOTLIB_MISSING, plot_schedules
 
@@ -323,5 +333,7 @@ def _plot_schedules(plan: TrainerPlan, trainer: Any, registry: Registry) -> None
     specs = [spec.to_mapping() for spec in plan.schedulers]
     optimizer = plan.optimizer.spec.to_mapping() if plan.optimizer else None
     steps = trainer.global_step or None
-    plot_schedules(specs, target, steps=steps, registry=registry, optimizer=optimizer)
+    plot_schedules(
+        specs, target, steps=steps, registry=registry, optimizer=optimizer, sparsity=plan.sparsity
+    )
     log.info("schedule plot written to %s", target)

@@ -1,10 +1,10 @@
 """The Trainer: the Model Zoo ``Trainer`` surface, running for real on the registered backends.
 
 ``Trainer(device=... | backend=..., model_dir, model, optimizer, schedulers, loop, checkpoint,
-logging, callbacks, loggers, seed)``, then ``.fit(train_dataloader, val_dataloader, ckpt_path)`` or
-``.validate(val_dataloader, ckpt_path)``. ``model`` may be a module or a callable building one;
-``optimizer`` an optimizer or a callable taking the model; each scheduler an instance or a
-callable taking the optimizer.
+logging, precision, sparsity, callbacks, loggers, seed)``, then ``.fit(train_dataloader,
+val_dataloader, ckpt_path)`` or ``.validate(val_dataloader, ckpt_path)``. ``model`` may be a
+module or a callable building one; ``optimizer`` an optimizer or a callable taking the model;
+each scheduler an instance or a callable taking the optimizer.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from plugtrain.train.lock import ModelDirLock
 from plugtrain.train.loggers import DEFAULT_LOGGERS, Loggers, assemble
 from plugtrain.train.precision import Precision
 from plugtrain.train.resume import DataStream, rng_state, seed_everything, set_rng_state
+from plugtrain.train.sparsity import Sparsity, sparsity_groups
 from plugtrain.train.state_check import verify_first_checkpoint
 
 __all__ = ["Trainer", "TrainingError", "TrainingInterrupted"]
@@ -116,6 +117,10 @@ class Trainer:
     :param logging: :class:`LoggingSettings` or its mapping.
     :param precision: :class:`PrecisionSettings` or its mapping (Model Zoo's ``precision``:
         autocast, loss scaling, gradient clipping; see :mod:`plugtrain.train.precision`).
+    :param sparsity: weight sparsity (Model Zoo's ``sparsity``): a level (one ``static``
+        group), a group mapping ``{algorithm: ..., sparsity: ..., ...}``, a list of them, or
+        :class:`plugtrain.train.sparsity.SparsityGroup` objects; see
+        :mod:`plugtrain.train.sparsity`.
     :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`,
         or ``{Name: {arguments}}`` of registered callbacks; called in list order.
     :param loggers: :class:`plugtrain.protocols.Logger` objects or ``{Name: {arguments}}``, in
@@ -140,6 +145,7 @@ class Trainer:
         checkpoint: CheckpointSettings | Mapping[str, Any] | None = None,
         logging: LoggingSettings | Mapping[str, Any] | None = None,
         precision: PrecisionSettings | Mapping[str, Any] | None = None,
+        sparsity: Any = None,
         callbacks: Sequence[Any] | None = None,
         loggers: Sequence[Any] | None = None,
         seed: int | None = None,
@@ -180,8 +186,13 @@ class Trainer:
         self.precision = Precision(settings, self.device, on_csx=self.backend.backend_type == "CSX")
         self._move_batches = self.device.type != "cpu"
         built = model if isinstance(model, nn.Module) else model()
+        groups = sparsity_groups(sparsity)
+        self.sparsity: Sparsity | None = Sparsity(groups, built, seed=seed or 0) if groups else None
+        """The model's weight sparsity (masks and algorithms); ``None`` without."""
         self.model: nn.Module = self.backend.prepare_model(built)
         self.optimizer = self._make_optimizer(optimizer)
+        if self.sparsity is not None and self.optimizer is not None:
+            self.sparsity.attach_optimizer(self.optimizer)
         self.schedulers = [
             s if hasattr(s, "step") else s(self.optimizer) for s in _as_list(schedulers)
         ]
@@ -258,6 +269,8 @@ class Trainer:
         self._callbacks.on_train_step_start(self, self.global_step + 1)
         accum = self.loop.grad_accum_steps if self.loop else 1
         self.optimizer.zero_grad(set_to_none=True)
+        if self.sparsity is not None:
+            self.sparsity.step_start()
         total_loss = 0.0
         correct = count = 0
         extra = MetricSums()
@@ -286,6 +299,8 @@ class Trainer:
             self._check_skipping("gradients were" if math.isfinite(total_loss) else "loss was")
         else:
             self._stop_non_finite(problem)
+        if self.sparsity is not None:
+            self.sparsity.step_end()  # masks change only if the optimizer applied the step
         for scheduler in self.schedulers:
             scheduler.step()
         self.global_step += 1
@@ -406,7 +421,12 @@ class Trainer:
         """All it takes to continue exactly: weights, optimizer, schedulers, scaler, RNG, data."""
         from plugtrain import __version__
 
+        sparsity: dict[str, Any] = {}
+        if self.sparsity is not None:
+            sparsity["sparsity"] = self.sparsity.state_dict()
+            sparsity["sparsity_rng"] = self.sparsity.generator_state()
         return {
+            **sparsity,
             "model": self._unwrapped_model.state_dict(),
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
             "schedulers": [s.state_dict() for s in self.schedulers],
@@ -441,6 +461,8 @@ class Trainer:
             if not self._state_verified:  # every state must load with weights_only=True
                 owners = {"model": self._unwrapped_model, "optimizer": self.optimizer}
                 owners["callbacks"] = self._callbacks.callbacks
+                if self.sparsity is not None:
+                    owners["sparsity"] = self.sparsity.algorithms
                 verify_first_checkpoint(path, state, {**owners, "schedulers": self.schedulers})
                 self._state_verified = True
         self._saved_step = self.global_step
@@ -466,6 +488,8 @@ class Trainer:
         self._callbacks.on_before_load_checkpoint(self, parts)
         kept = {**parts, "metadata": state.get("metadata")}
         strict = not self.checkpoint.disable_strict_checkpoint_loading
+        if self.sparsity is not None:
+            self.sparsity.check_checkpoint(path, parts, strict)
         model = self._unwrapped_model
         same_keys = "model" not in parts or set(parts["model"]) == set(model.state_dict())
         optimizer = self.optimizer if strict or same_keys else None
@@ -476,6 +500,8 @@ class Trainer:
                 _report_non_strict(
                     path, loaded.missing_keys, loaded.unexpected_keys, self.optimizer
                 )
+        if self.sparsity is not None:
+            self.sparsity.load_checkpoint(parts, state.get("sparsity_rng"))
         if optimizer is not None and parts.get("optimizer") is not None:
             try:
                 optimizer.load_state_dict(parts["optimizer"])
@@ -631,6 +657,8 @@ class Trainer:
             ):
                 log.info("removed %s, left by an interrupted save", stale)
         self._restore(ckpt_path)
+        if self.sparsity is not None:
+            self.sparsity.initialize()
         train_dataloader = self.backend.prepare_dataloader(train_dataloader)
         target = self._target_step(train_dataloader)
         assert self.loop is not None
@@ -761,6 +789,8 @@ class Trainer:
                 "untrained model"
             )
             raise ckpt.CheckpointError(message)
+        if self.sparsity is not None:
+            self.sparsity.initialize()
         try:
             eval_steps = self.loop.eval_steps if self.loop else None
             metrics = self._run_eval(val_dataloader, eval_steps)
@@ -792,6 +822,8 @@ class Trainer:
             for path in paths:
                 if path is not None:
                     self._load_for_validation(path)
+                if self.sparsity is not None:
+                    self.sparsity.initialize()
                 for name, loader in loaders:
                     # the metrics files tell checkpoints apart by step, loaders by split
                     metrics = self._run_eval(loader, eval_steps, f"validate_all/{name}")

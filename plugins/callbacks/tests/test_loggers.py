@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import socket
@@ -164,18 +163,20 @@ def test_wandb_offline_run_holds_the_metrics_and_a_resume_continues_it(
     make_trainer(loggers=[WandbLogger(**arguments, job_type="train")], loop={"max_steps": 4}).fit(
         train_data()
     )
-    (first,) = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*"))
-    run_id = first.rsplit("-", 1)[-1]
+    (first,) = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
+    run_id = first.name.removeprefix("run-").removesuffix(".wandb")
     make_trainer(loggers=[WandbLogger(**arguments)], loop={"max_steps": 6}).fit(train_data())
     import wandb
 
     wandb.teardown()  # waits until wandb's service process has written every run file
-    runs = sorted(glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*")))
-    assert len(runs) == 2
-    assert {r.rsplit("-", 1)[-1] for r in runs} == {run_id}  # the same run, continued
+    # Sorted by folder name, which starts with the start time; a resume within the same second
+    # gets the suffix -1, which sorts after the first folder too.
+    logs = sorted((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(logs) == 2
+    assert {log.name for log in logs} == {f"run-{run_id}.wandb"}  # the same run, continued
     history = []
-    for run in runs:
-        history += _wandb_history(next(Path(run).glob("run-*.wandb")))
+    for log in logs:
+        history += _wandb_history(log)
     logged = [(h["global_step"], h["train/loss"]) for h in history]
     assert logged == [(r["step"], pytest.approx(r["loss"])) for r in rows(tmp_path / "run")]
     with pytest.raises(ConfigError, match="resume is 'never'"):
@@ -223,6 +224,20 @@ def test_wandb_run_id_entity_and_the_rest_reach_the_run(make_trainer, train_data
         "named",
     )
     assert (run.run_group, run.job_type, list(run.tags)) == ("grp", "jt", ["t1", "t2"])
+
+
+def test_a_resume_within_the_same_second_continues_the_run_id_not_the_folder_suffix(tmp_path):
+    from plugtrain_callbacks.wandb_logger import _previous_run_id
+
+    first = tmp_path / "wandb" / "offline-run-20261201_171500-abc12345"
+    again = tmp_path / "wandb" / "offline-run-20261201_171500-abc12345-1"  # as wandb names it
+    for folder, when in ((first, 1_000_000), (again, 1_000_005)):
+        folder.mkdir(parents=True)
+        log = folder / "run-abc12345.wandb"
+        log.write_bytes(b"")
+        os.utime(log, (when, when))
+    assert _previous_run_id(tmp_path) == "abc12345"
+    assert _previous_run_id(tmp_path / "elsewhere") is None
 
 
 def test_wandb_arguments_are_checked():

@@ -65,7 +65,8 @@ class LoadCheckpointStates:
 
     :param load_checkpoint_states: ``"all"``, or a list (or comma-separated string) of
         ``model``, ``optimizer``, ``schedulers`` (``lr_scheduler``), ``grad_scaler``,
-        ``global_step``, ``dataloader``. Callback states are restored only with ``all``.
+        ``global_step``, ``dataloader``, ``sparsity`` (the algorithms' state; the masks are in
+        ``model``). Callback states are restored only with ``all``.
     """
 
     def __init__(self, load_checkpoint_states: str | list[str] = "all") -> None:

@@ -10,8 +10,19 @@ import attrs
 from plugtrain.schema import Problem, about, arg, arg_infos
 from plugtrain_callbacks._extras import missing_extra
 
-CHECKPOINT_STATES = ("model", "optimizer", "schedulers", "grad_scaler", "global_step", "dataloader")
-"""The parts of a checkpoint that ``LoadCheckpointStates`` chooses from (Model Zoo's names)."""
+CHECKPOINT_STATES = (
+    "model",
+    "optimizer",
+    "schedulers",
+    "grad_scaler",
+    "global_step",
+    "dataloader",
+    "sparsity",
+)
+"""The parts of a checkpoint that ``LoadCheckpointStates`` chooses from (Model Zoo's names).
+
+``sparsity`` is the sparsity algorithms' state (their step and schedule positions); the masks
+themselves are in ``model``."""
 
 STATE_SPELLINGS = {"lr_scheduler": "schedulers", "lr_schedulers": "schedulers"}
 """Other spellings Model Zoo users write for a part."""
@@ -75,7 +86,7 @@ class LoadCheckpointStatesArgs:
     load_checkpoint_states: str | list[str] = arg(
         "all",
         help="all, or the parts to load: a list or comma-separated string of model, optimizer, "
-        "schedulers, grad_scaler, global_step, dataloader",
+        "schedulers, grad_scaler, global_step, dataloader, sparsity",
     )
 
     @staticmethod

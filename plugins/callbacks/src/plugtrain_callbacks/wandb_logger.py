@@ -15,10 +15,17 @@ __all__ = ["WandbLogger"]
 
 
 def _previous_run_id(model_dir: Path) -> str | None:
-    """The id of the newest run wandb left in ``model_dir/wandb`` (online or offline)."""
-    runs = sorted((model_dir / "wandb").glob("*run-*"), key=lambda p: p.stat().st_mtime)
-    runs = [p for p in runs if p.is_dir()]
-    return runs[-1].name.rsplit("-", 1)[-1] if runs else None
+    """The id of the newest run wandb left in ``model_dir/wandb`` (online or offline).
+
+    The id is read from the run's log file ``run-<id>.wandb``, not from its folder's name: when a
+    run with the same id starts again within the same second, wandb names the new folder
+    ``offline-run-<time>-<id>-1``.
+    """
+    logs = list((model_dir / "wandb").glob("*run-*/run-*.wandb"))
+    if not logs:
+        return None
+    newest = max(logs, key=lambda log: log.stat().st_mtime)
+    return newest.name.removeprefix("run-").removesuffix(".wandb")
 
 
 class WandbLogger:

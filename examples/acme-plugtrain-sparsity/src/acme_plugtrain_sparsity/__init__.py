@@ -1,0 +1,1 @@
+"""acme-plugtrain-sparsity: a third-party plugtrain sparsity algorithm (RandomPrune)."""

@@ -1,0 +1,180 @@
+"""A third-party sparsity algorithm installed for real: examples/acme-plugtrain-sparsity.
+
+The example (``RandomPrune``) is written only against the documented protocol. It is installed
+once per module with pip (``--target`` a temporary directory, from a copy, offline with this
+environment's setuptools) and used from subprocesses with that directory on ``PYTHONPATH``,
+exactly as after ``pip install acme-plugtrain-sparsity``: a YAML run file lists it beside the
+built-in ``rigl`` in one ``sparsity:`` list, is checked, trained, resumed, and its bad arguments
+are reported with their positions.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "acme-plugtrain-sparsity"
+# A safety net against a hung subprocess, not a performance assertion.
+HANG_LIMIT_S = 600
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("PLUGTRAIN_") and key != "PYTHONPATH"
+    }
+    env.update(extra)
+    return env
+
+
+def _setuptools_version() -> tuple[int, ...] | None:
+    try:
+        text = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory into which pip installed acme-plugtrain-sparsity."""
+    version = _setuptools_version()
+    if importlib.util.find_spec("pip") is None or version is None or version < (77,):
+        pytest.skip("pip and setuptools >= 77 are needed to build the example offline")
+    work = tmp_path_factory.mktemp("acme-sparsity")
+    source = work / "acme-plugtrain-sparsity"
+    shutil.copytree(
+        EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+    )
+    target = work / "site"
+    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install"]
+    command += ["--no-deps", "--no-build-isolation", "--no-index", "--no-cache-dir", "--quiet"]
+    command += ["--target", str(target), str(source)]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_environment(),
+        timeout=HANG_LIMIT_S,
+    )
+    assert done.returncode == 0, f"pip install failed:\n{done.stdout}\n{done.stderr}"
+    return target
+
+
+def _plugtrain(site: Path, *arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "plugtrain", *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_environment(PYTHONPATH=str(site)),
+        cwd=cwd,
+        timeout=HANG_LIMIT_S,
+    )
+
+
+RUN = """\
+trainer:
+  init:
+    device: CPU
+    model_dir: {model_dir}
+    seed: 3
+    model: {{MLP: {{in_features: 6, hidden: 8, out_features: 3}}}}
+    optimizer: {{AdamW: {{lr: 0.05}}}}
+    loop: {{max_steps: {max_steps}}}
+    checkpoint: {{steps: 2}}
+    logging: {{log_steps: 1}}
+    callbacks: [{{LogSparsity: {{}}}}]
+    sparsity:
+      - algorithm: RandomPrune
+        sparsity: 0.5
+        every: {every}
+        param_filter: fc1.weight
+      - algorithm: rigl
+        sparsity: 0.75
+        drop_fraction: 0.5
+  fit:
+    train_dataloader:
+      Synthetic: {{batch_size: 8, num_examples: 64, in_features: 6, num_classes: 3}}
+"""
+
+
+def _write(folder: Path, model_dir: Path, max_steps: int, every: object = 2) -> Path:
+    path = folder / f"run_{max_steps}.yaml"
+    path.write_text(RUN.format(model_dir=model_dir, max_steps=max_steps, every=every))
+    return path
+
+
+def test_the_installed_example_is_listed(site, tmp_path):
+    done = _plugtrain(site, "list", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = {(c["kind"], c["name"]): c["provider"] for c in json.loads(done.stdout)}
+    assert found[("sparsity", "RandomPrune")] == "acme-plugtrain-sparsity"
+    assert found[("sparsity", "RigL")] == "plugtrain-sparsity"
+
+
+def test_beside_a_built_in_it_trains_and_resumes_exactly(site, tmp_path):
+    import torch
+
+    straight, cut = tmp_path / "straight", tmp_path / "cut"
+    done = _plugtrain(site, "fit", str(_write(tmp_path, straight, 6)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    saved = torch.load(straight / "checkpoint_6.mdl", weights_only=True)
+    assert saved["sparsity"] == [
+        {"step": 6, "level": 0.5},
+        {"step": torch.tensor(6), "sparsity": {}},
+    ]
+    model = saved["model"]
+    assert int(model["fc1.weight_mask"].sum()) == 24  # 48 weights, halved at step 2, then floor
+    assert int(model["fc2.weight_mask"].sum()) == 6  # rigl: trunc(0.25 * 24)
+    for name in ("fc1.weight", "fc2.weight"):
+        assert torch.count_nonzero(model[name][~model[name + "_mask"]]) == 0
+    records = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if r["split"] == "train"][-1]
+    assert last["sparsity/fc1.weight/actual"] == 0.5
+    assert last["sparsity/fc2.weight*/target"] == 0.75
+    for steps in (3, 6):  # the same run in two commands: resumed from checkpoint_3
+        done = _plugtrain(site, "fit", str(_write(tmp_path, cut, steps)), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    resumed = torch.load(cut / "checkpoint_6.mdl", weights_only=True)
+    for key, value in model.items():
+        assert torch.equal(value, resumed["model"][key]), key
+    assert resumed["sparsity"] == saved["sparsity"]
+
+
+def test_check_reports_a_bad_argument_of_the_example_with_its_position(site, tmp_path):
+    run = _write(tmp_path, tmp_path / "never", 4, every=0)
+    done = _plugtrain(site, "check", str(run), cwd=tmp_path)
+    assert done.returncode == 2
+    line = RUN.splitlines().index("        every: {every}") + 1
+    assert f"{run}:{line}:16: trainer.init.sparsity[0].every: must be >= 1, got 0" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_example_s_own_tests_pass_where_it_is_installed(site, tmp_path):
+    tests = EXAMPLE / "tests"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_environment(PYTHONPATH=str(site)),
+        cwd=tmp_path,
+        timeout=HANG_LIMIT_S,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 passed" in done.stdout

@@ -1,0 +1,59 @@
+"""Model Zoo's six GPT-3 sparsity sections train on CPU (model and data replaced, as the corpus).
+
+The corpus files (tests/data/modelzoo) keep Cerebras' keys; their model is plugtrain's ``MLP``,
+whose weights are ``fc1.weight`` and ``fc2.weight``, so the GPT-3 globs
+(``*proj_[qkv]_dense_layer.weight`` ...) are replaced by ``fc*.weight`` on the command line, as
+the step counts are. Dynamic algorithms update every 2 steps instead of every 100 or 500.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from plugtrain.cli import main
+
+CORPUS = Path(__file__).parent / "data" / "modelzoo"
+
+# (file, level, dynamic)
+SIX = [
+    ("gpt3_125m_static75.yaml", 0.75, False),
+    ("gpt3_125m_set75.yaml", 0.75, True),
+    ("gpt3_125m_rigl75.yaml", 0.75, True),
+    ("gpt3_125m_sparsewide-ift_static50.yaml", 0.5, False),
+    ("gpt3_125m_sparsewide-ift_rigl75.yaml", 0.75, True),
+    ("gpt3_6p7b_vspdf_phase1.yaml", 0.9, False),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "level", "dynamic"), SIX)
+def test_a_model_zoo_sparsity_config_trains_on_cpu(
+    name, level, dynamic, tmp_path, monkeypatch, fresh_backend, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    overrides = [
+        "trainer.init.backend.backend_type=CPU",
+        "trainer.init.loop.max_steps=4",
+        "trainer.init.loop.eval_steps=1",
+        "trainer.init.checkpoint.steps=2",
+        "trainer.init.sparsity.param_filter=[fc*.weight]",
+    ]
+    if dynamic:
+        overrides.append("trainer.init.sparsity.update.freq=2")
+    arguments = ["fit", str(CORPUS / name)]
+    for override in overrides:
+        arguments += ["--set", override]
+    status = main(arguments)
+    assert status == 0, capsys.readouterr().err
+    saved = torch.load(tmp_path / "model_dir" / "checkpoint_4.mdl", weights_only=True)
+    masks = {k: v for k, v in saved["model"].items() if k.endswith("_mask")}
+    assert sorted(masks) == ["fc1.weight_mask", "fc2.weight_mask"]
+    for key, mask in masks.items():
+        weight = saved["model"][key[: -len("_mask")]]
+        assert int(mask.sum()) == int((1 - level) * mask.numel()), key
+        assert torch.count_nonzero(weight[~mask]) == 0, key
+    expected = [{"step": torch.tensor(4), "sparsity": {}}] if dynamic else [{}]
+    assert saved["sparsity"] == expected
