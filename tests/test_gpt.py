@@ -241,3 +241,29 @@ def test_the_example_on_two_processes_matches_one_process(tmp_path):
         assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-6)
     val_two, val_one = _metrics(two, "val")[-1], _metrics(one, "val")[-1]
     assert val_two["loss"] == pytest.approx(val_one["loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_model_zoo_s_rigl_globs_sparsify_the_gpt_s_projections_only(tmp_path):
+    """Model Zoo GPT-3 RigL's param_filter globs select exactly the 12 projection matrices."""
+    model_dir = tmp_path / "run"
+    globs = ", ".join(f"'{glob}'" for glob in MODEL_ZOO_GLOBS)
+    sparsity = (
+        "trainer.init.sparsity={sparsity: 0.75, init_method: random, algorithm: rigl, "
+        "drop_fraction: {type: cosine, init: 0.3, half_period: 6}, update: {freq: 2, stop: 6}, "
+        "param_filter: [" + globs + "]}"
+    )
+    _fit(
+        tmp_path,
+        model_dir,
+        "trainer.init.loop={max_steps: 8, eval_frequency: 8, eval_steps: 1}",
+        "trainer.init.precision.enabled=false",
+        sparsity,
+    )
+    weights = _weights(model_dir / "checkpoint_8.mdl")
+    sparse = {n for n, w in weights.items() if n.endswith("weight") and bool((w == 0).any())}
+    expected = {n for g in MODEL_ZOO_GLOBS for n in _names(GPT(n_layer=2, n_embd=64), g)}
+    assert sparse == expected
+    assert len(expected) == 12
+    for name in expected:
+        assert float((weights[name] == 0).float().mean()) == pytest.approx(0.75, abs=0.01)
