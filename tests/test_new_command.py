@@ -80,6 +80,7 @@ def test_the_generated_code_is_lint_clean(tmp_path):
 
     folder = tmp_path / "all"
     kinds = ["optimizer", "scheduler", "callback", "logger", "backend", "model", "dataloader"]
+    kinds.append("sparsity")
     words = [word for kind in kinds for word in (kind, f"My{kind.capitalize()}")]
     assert main(["new", *words, "--package", "acme-plugtrain-all", "--dir", str(folder)]) == 0
     for command in (["check", "--select", "E,F,W,B,UP,I", "."], ["format", "--check", "."]):

@@ -32,6 +32,7 @@ NAMES = {
     "backend": "Threads",
     "model": "TinyNet",
     "dataloader": "Blobs",
+    "sparsity": "MagnitudePrune",
 }
 
 

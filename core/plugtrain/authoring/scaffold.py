@@ -4,9 +4,10 @@ The package (src layout) has a ``pyproject.toml`` with the ``plugtrain`` entry p
 ``plugtrain.api`` declaration, a torch-free ``schemas.py``, one implementation module per
 component that already works (an SGD with momentum and a foreach path, a linear scheduler on
 the core's base, a step-counting callback, a JSON-lines logger, a CPU backend, a two-layer
-model, a synthetic data loader), its own ``conftest.py``, tests that use the conformance kit
-of :mod:`plugtrain.testing`, a README, an example run file and a CI workflow running the tests
-against the oldest and the newest plugtrain the package allows.
+model, a synthetic data loader, a magnitude-pruning sparsity algorithm), its own
+``conftest.py``, tests that use the conformance kit of :mod:`plugtrain.testing`, a README, an
+example run file and a CI workflow running the tests against the oldest and the newest
+plugtrain the package allows.
 
 The files come from ``scaffold_templates/`` (``string.Template``). Imports no torch.
 """
@@ -29,7 +30,16 @@ from plugtrain.kinds import KINDS
 
 __all__ = ["SCAFFOLD_KINDS", "ScaffoldError", "Spec", "parse_specs", "write_package"]
 
-SCAFFOLD_KINDS = ("optimizer", "scheduler", "callback", "logger", "backend", "model", "dataloader")
+SCAFFOLD_KINDS = (
+    "optimizer",
+    "scheduler",
+    "callback",
+    "logger",
+    "backend",
+    "model",
+    "dataloader",
+    "sparsity",
+)
 """The kinds ``plugtrain new`` writes."""
 
 
@@ -144,6 +154,7 @@ _CONTRACT_ARGUMENTS = {
     "scheduler": {"initial_learning_rate": 0.1, "total_iters": 5},
     "model": {"in_features": 4, "out_features": 3},
     "dataloader": {"batch_size": 8},
+    "sparsity": {"sparsity": 0.5},
 }
 
 
@@ -206,6 +217,7 @@ def _run_file(specs: Sequence[Spec], package: str) -> str:
     scheduler, data = first("scheduler"), first("dataloader")
     callbacks = [s for s in specs if s.kind == "callback"]
     loggers = [s for s in specs if s.kind == "logger"]
+    sparsity = [s for s in specs if s.kind == "sparsity"]
     model_name = model.name if model else "MLP"
     data_name = data.name if data else "Digits"
     lines = [
@@ -227,6 +239,11 @@ def _run_file(specs: Sequence[Spec], package: str) -> str:
     ]
     if scheduler:
         lines += ["    schedulers:", f"      - {scheduler.name}: {_RUN_ARGUMENTS['scheduler']}"]
+    if sparsity:
+        lines += [
+            "    sparsity:",
+            *(f"      - {{algorithm: {s.name}, sparsity: 0.5, every: 10}}" for s in sparsity),
+        ]
     if callbacks:
         lines += ["    callbacks:", *(f"      - {s.name}: {{}}" for s in callbacks)]
     if loggers:
