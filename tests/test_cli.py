@@ -157,3 +157,24 @@ def test_strict_mode_makes_the_cli_fail(tmp_path):
     assert done.returncode == 1
     assert "plugtrain: error: plugin 'broken_plugin_mod'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_program_calling_main_keeps_its_own_logging_set_up(tmp_path, fresh_backend, capsys):
+    import logging
+    from pathlib import Path
+
+    quickstart = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+    logger = logging.getLogger("plugtrain")
+    mine = logging.NullHandler()
+    logger.addHandler(mine)
+    before = (list(logger.handlers), logger.level, logger.propagate)
+    try:
+        overrides = [f"trainer.init.model_dir={tmp_path}", "trainer.init.loop.max_steps=2"]
+        arguments = ["fit", str(quickstart)]
+        for override in overrides:
+            arguments += ["--set", override]
+        assert main(arguments) == 0, capsys.readouterr().err
+        assert "step 2/2" in capsys.readouterr().err  # fit logged through its own handler
+        assert (list(logger.handlers), logger.level, logger.propagate) == before
+    finally:
+        logger.removeHandler(mine)

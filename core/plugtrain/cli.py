@@ -14,7 +14,7 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from plugtrain import plugins
@@ -450,7 +450,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     try:
         # Machine-read output gets the real stdout; whatever plugin code prints goes to stderr.
-        with plugins.restored_afterwards(), _stray_prints_to_stderr(args):
+        with (
+            _logger_restored_afterwards(),
+            plugins.restored_afterwards(),
+            _stray_prints_to_stderr(args),
+        ):
             registry = _registry(args)
             handler: Command = args.handler
             return handler(args, registry, out)
@@ -472,6 +476,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(run again with --traceback for details)\n"
         )
         return EXIT_ERROR
+
+
+@contextlib.contextmanager
+def _logger_restored_afterwards() -> Iterator[None]:
+    """Give the ``plugtrain`` logger back as it was once a command is done.
+
+    ``fit`` and ``validate`` give it a stderr handler at level INFO that does not propagate; a
+    program (or a test) calling :func:`main` keeps its own logging set-up afterwards.
+    """
+    import logging
+
+    logger = logging.getLogger("plugtrain")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    try:
+        yield
+    finally:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def _stray_prints_to_stderr(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
