@@ -12,8 +12,8 @@ __all__ = ["SHIPPED", "shipped_by"]
 
 SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
     "plugtrain": {
-        "model": ("MLP",),
-        "dataloader": ("Digits", "Synthetic"),
+        "model": ("GPT", "MLP"),
+        "dataloader": ("Digits", "StdlibText", "Synthetic"),
         "logger": ("MetricsFilesLogger", "ProgressLogger"),
     },
     "plugtrain-optimizers": {
