@@ -203,3 +203,13 @@ def test_a_cross_check_about_the_whole_section_stays_at_the_section(registry):
     issues = _issues(text, registry)
     assert issues["trainer.init.loop"].message.startswith("give at least one of max_steps")
     assert issues["trainer.init.loop"].location == "run.yaml:15:11"
+
+
+def test_an_issue_about_a_blank_key_quotes_its_path_and_no_other():
+    from plugtrain.errors import ConfigIssue
+
+    assert str(ConfigIssue("  ", "unknown key")) == "'  ': unknown key"
+    assert str(ConfigIssue("trainer. x", "bad")) == "'trainer. x': bad"
+    assert str(ConfigIssue("AdamW param group 0.lr", "must be >= 0")) == (
+        "AdamW param group 0.lr: must be >= 0"
+    )

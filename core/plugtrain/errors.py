@@ -78,8 +78,10 @@ class ConfigIssue:
 
     def __str__(self) -> str:
         where = f"{self.location}: " if self.location else ""
-        # A key of blanks would print as nothing: quoted, it stays visible.
-        path = repr(self.path) if any(c.isspace() for c in self.path) else self.path
+        # A key of blanks (or with blanks around it) would print as nothing: quoted, it stays
+        # visible. Names with inner blanks ("AdamW param group 0.lr") read fine as they are.
+        blank = any(part != part.strip() or not part for part in self.path.split("."))
+        path = repr(self.path) if self.path and blank else self.path
         what = f"{path}: " if self.path else ""
         return f"{where}{what}{self.message}"
 

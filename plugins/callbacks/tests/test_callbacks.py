@@ -238,7 +238,7 @@ def test_run_file_arguments_are_checked_with_positions(installed_registry):
         ),
         (f"{prefix}[1].LoadCheckpointStates.load_checkpoint_states", "run.yaml:10:32"): (
             "unknown checkpoint state 'weights'; accepted: all, or any of model, optimizer, "
-            "schedulers, grad_scaler, global_step, dataloader"
+            "schedulers, grad_scaler, global_step, dataloader, sparsity"
         ),
         (f"{prefix}[2].KeepNCheckpoints.n", "run.yaml:11:31"): "must be > 0, got -1",
         (f"{prefix}[3].LogOptimizerParamGroup.keys", "run.yaml:12:33"): (
