@@ -160,7 +160,7 @@ class Trainer:
         self.logging: LoggingSettings = _settings(
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
-        _say_inert_off_csx(self.backend.backend_type, self.logging)
+        _say_inert_off_csx(self.backend, self.logging)
         self.callbacks: list[Any] = assemble("callback", callbacks, {})
         self.loggers: list[Any] = assemble(
             "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
@@ -237,7 +237,8 @@ class Trainer:
         settings = _settings(PrecisionSettings, precision, "precision")
         if settings is not None and hasattr(self.backend, "configure_precision"):
             self.backend.configure_precision(settings)
-        return Precision(settings, self.device, on_csx=self.backend.backend_type == "CSX")
+        compiled = bool(getattr(self.backend, "compiles_precision", False))
+        return Precision(settings, self.device, on_csx=compiled)
 
     def _make_optimizer(self, optimizer: Any) -> Any:
         if optimizer is None or isinstance(optimizer, torch.optim.Optimizer):
@@ -426,10 +427,11 @@ def _say_once(key: str, message: str) -> None:
         log.info(message)
 
 
-def _say_inert_off_csx(backend_type: str, settings: LoggingSettings) -> None:
-    """Say once which logging settings only the CSX backend acts on."""
-    if backend_type == "CSX":
+def _say_inert_off_csx(backend: Any, settings: LoggingSettings) -> None:
+    """Say once which logging settings only a cluster backend (CSX) acts on."""
+    if getattr(backend, "cluster_logging", False):
         return
+    backend_type = backend.backend_type
     if settings.wsc_log_level:
         _say_once(
             "wsc_log_level",
