@@ -35,7 +35,8 @@ import attrs
 import torch
 
 import plugtrain
-from plugtrain import checkpoint, hookimpl
+from plugtrain import hookimpl
+from plugtrain.train import checkpoint
 from plugtrain.schema import arg
 
 RECORD_DIR = os.environ["RECORD_DIR"]

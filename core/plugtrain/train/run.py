@@ -15,7 +15,6 @@ from plugtrain.config import load_plan
 from plugtrain.config.plan import RunPlan, TrainerPlan, ValidateAllPlan, ValidatePlan
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.registry import Registry
-from plugtrain.train.assembly import build_trainer
 from plugtrain.train.components import build_component
 
 __all__ = ["AfterFit", "check_run_file", "run_file", "run_plan"]
@@ -60,6 +59,8 @@ def run_plan(
     if mode == "validate_all" and all(t.validate_all is None for t in plan.trainers):
         message = "nothing to do: no trainer has a validate_all section"
         raise ConfigError([ConfigIssue("", message, plan.source)])
+    from plugtrain.train.assembly import build_trainer  # imports torch: not for check_run_file
+
     backends: dict[str, Any] = {}
     results: list[Any] = []
     for trainer_plan in plan.trainers:
