@@ -20,7 +20,10 @@ from plugtrain_models.init import initialise
 from plugtrain_models.loss import lm_loss, masked_accuracy
 from plugtrain_models.settings import DecoderSettings
 
-__all__ = ["LR_GROUPS", "DecoderLM"]
+__all__ = ["IGNORE_INDEX", "LR_GROUPS", "DecoderLM"]
+
+IGNORE_INDEX = -100
+"""A label never scored, whatever the mask says (plugtrain's built-in loaders use it)."""
 
 LR_GROUPS: dict[str, tuple[str, ...]] = {
     "embedding": ("*embedding*weight",),
@@ -92,6 +95,10 @@ class DecoderLM(nn.Module):
         mask = batch.get("attention_mask")
         if mask is None:
             mask = torch.ones_like(labels)
+        # plugtrain's own loaders mark unscored labels -100 (cross_entropy's ignore_index);
+        # Model Zoo's data never holds it, so for its files this changes nothing.
+        scored = labels != IGNORE_INDEX
+        mask, labels = mask * scored, labels.masked_fill(~scored, 0)
         s = self.settings
         loss = lm_loss(logits, labels, mask, scaling=s.loss_scaling, weight=s.loss_weight)
         if self.training and stats and s.moe is not None and s.moe.load_balancing_loss_coef:
