@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from plugtrain_models.layers import apply_rotary
+from plugtrain_models.layers import apply_rotary, causal_bias
 from plugtrain_models.settings import DecoderSettings
 
 __all__ = ["Attention"]
@@ -44,10 +44,12 @@ class Attention(nn.Module):
     def forward(
         self,
         hidden: torch.Tensor,
-        bias: torch.Tensor,
+        bias: torch.Tensor | None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> torch.Tensor:
-        """Attend; ``bias`` is the additive ``[1 or B, 1 or nh, S, S]`` mask (ALiBi included).
+        """Attend with the additive mask ``bias`` (``None``: plain causal).
+
+        ``bias`` is ``[1 or B, 1 or nh, S, S]``, ALiBi included.
 
         The output is not yet dropped out: the block applies ``output_dropout`` (D).
         """
@@ -58,15 +60,19 @@ class Attention(nn.Module):
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if self.groups != self.heads:  # query head h reads group h // (heads / groups)
-            repeat = self.heads // self.groups
-            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         dropout = self.dropout if self.training else 0.0
-        if self.cap is None:
+        if self.cap is None:  # query head h reads k/v group h // (heads / groups)
             attended = functional.scaled_dot_product_attention(
-                q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout, scale=self.scale
-            )
+                q, k, v, attn_mask=None if bias is None else bias.to(q.dtype),
+                dropout_p=dropout, is_causal=bias is None, scale=self.scale,
+                enable_gqa=self.groups != self.heads,
+            )  # fmt: skip
         else:
+            if bias is None:
+                bias = causal_bias(length, hidden.device)
+            if self.groups != self.heads:
+                repeat = self.heads // self.groups
+                k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
             scores = (q @ k.transpose(-1, -2)).float() * self.scale
             scores = self.cap * torch.tanh(scores / self.cap) + bias
             probabilities = torch.softmax(scores, dim=-1).to(v.dtype)

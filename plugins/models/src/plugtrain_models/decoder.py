@@ -88,7 +88,7 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         hidden: torch.Tensor,
-        bias: torch.Tensor,
+        bias: torch.Tensor | None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, RouterStats | None]:
         """The layer's output and its router statistics (MoE only)."""
@@ -137,9 +137,15 @@ class LanguageModel(nn.Module):
     def _bias(
         self, length: int, device: torch.device, window: int | None,
         attention_span: torch.Tensor | None,
-    ) -> torch.Tensor:  # fmt: skip
-        """The additive ``[1 or B, 1 or nh, S, S]`` mask: ALiBi, then -inf where not allowed."""
+    ) -> torch.Tensor | None:  # fmt: skip
+        """The additive ``[1 or B, 1 or nh, S, S]`` mask: ALiBi, then -inf where not allowed.
+
+        ``None`` when it is plain causal: attention then takes the faster causal path.
+        """
         s = self.settings
+        plain = s.positions != "alibi" and attention_span is None
+        if plain and (window is None or window >= length):
+            return None
         allowed = allowed_keys(length, window, s.sinks, device).unsqueeze(0)
         if attention_span is not None:  # VSL: q sees k iff k <= q <= k + span[k]
             query = torch.arange(length, device=device).view(1, -1, 1)
@@ -187,7 +193,7 @@ class LanguageModel(nn.Module):
                 positions, s.rotary_dim, s.rope_theta, s.pos_scaling_type,
                 s.pos_scaling_factor, s.pos_scaling_extra,
             )  # fmt: skip
-        biases: dict[int | None, torch.Tensor] = {}
+        biases: dict[int | None, torch.Tensor | None] = {}
         stats: list[RouterStats] = []
         for layer, window in zip(
             self.transformer_decoder.layers, self._layer_windows(), strict=True

@@ -20,6 +20,7 @@ __all__ = [
     "alibi_slopes",
     "allowed_keys",
     "apply_rotary",
+    "causal_bias",
     "make_norm",
     "rotary_angles",
     "sinusoidal_table",
@@ -153,6 +154,14 @@ def allowed_keys(length: int, window: int | None, sinks: int, device: torch.devi
     if window is not None:
         allowed &= (query - key <= window - 1) | (key < sinks)
     return allowed
+
+
+def causal_bias(length: int, device: torch.device) -> torch.Tensor:
+    """The additive causal mask ``[1, 1, S, S]``: 0 where allowed, -inf elsewhere."""
+    allowed = allowed_keys(length, None, 0, device)
+    return torch.zeros(allowed.shape, device=device).masked_fill(~allowed, float("-inf"))[
+        None, None
+    ]
 
 
 def sinusoidal_table(positions: int, width: int) -> torch.Tensor:
