@@ -250,3 +250,21 @@ def test_moe_training_loss_adds_the_weighted_load_balancing_term() -> None:
     extra = 0.5 * load_balancing_loss(stats, batch["attention_mask"])
     assert float(extra) > 0.0
     torch.testing.assert_close(trained, evaluated + extra)
+
+
+def test_vsl_packing_equals_the_sequences_run_apart() -> None:
+    """Two documents packed in one row, with ``attention_span`` and ``position_ids``."""
+    keys = {"position_embedding_type": "rotary", "rotary_dim": 8, "nonlinearity": "gelu"}
+    model = _randomised("llama", **keys)
+    generator = torch.Generator().manual_seed(4)
+    first, second = (
+        torch.randint(0, V, (1, 5), generator=generator),
+        torch.randint(0, V, (1, 7), generator=generator),
+    )
+    packed = torch.cat([first, second], dim=1)
+    span = torch.tensor([[4, 3, 2, 1, 0, 6, 5, 4, 3, 2, 1, 0]])  # tokens left in the document
+    positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        together, _ = model.model(packed, positions, span)
+        torch.testing.assert_close(together[:, :5], model.logits(first), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(together[:, 5:], model.logits(second), atol=1e-5, rtol=1e-5)
