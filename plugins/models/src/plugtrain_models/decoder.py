@@ -65,7 +65,8 @@ class EmbeddingLayer(nn.Module):
         if self.positions == "learned":
             out = out + self.position_embeddings.embed(positions)
         elif self.positions == "fixed":
-            out = out + self.fixed_positions[positions].to(out.dtype)
+            table = self.get_buffer("fixed_positions")
+            out = out + table[positions].to(out.dtype)
         return out
 
 
@@ -132,7 +133,7 @@ class LanguageModel(nn.Module):
         if s.tied:
             self.lm_head.weight = self.embedding_layer.word_embeddings.weight
         self.embedding_dropout = nn.Dropout(s.embedding_dropout)
-        self.register_load_state_dict_pre_hook(_either_final_norm)
+        self.register_load_state_dict_pre_hook(_either_final_norm)  # type: ignore[no-untyped-call]
 
     def _bias(
         self, length: int, device: torch.device, window: int | None,

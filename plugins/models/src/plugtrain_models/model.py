@@ -78,7 +78,7 @@ class DecoderLM(nn.Module):
 
     def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Next-token logits ``[B, S, vocab_size]`` for ``input_ids``."""
-        logits, _stats = self.model(input_ids)
+        logits: torch.Tensor = self.model(input_ids)[0]
         return logits
 
     def forward(self, batch: Mapping[str, torch.Tensor] | torch.Tensor) -> Any:

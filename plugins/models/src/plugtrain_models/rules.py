@@ -60,12 +60,12 @@ _NUMBERS = (
     "embedding_dropout_rate", "attention_logit_softcapping", "final_logit_softcapping",
     "output_logits_scale", "attention_qk_norm_eps", "temperature", "top_p",
 )  # fmt: skip
-_UNSUPPORTED_SHARED = {
+_UNSUPPORTED_SHARED: dict[str, Any] = {
     "num_relative_attention_buckets": 32,
     "lr_adjustment_groups": None,
     "dtype": None,
 }
-_UNSUPPORTED_GPT2 = {
+_UNSUPPORTED_GPT2: dict[str, Any] = {
     "num_extra_input_vocab_tokens": 0,
     "constant_pos_embedding": None,
     "position_embedding_offset": 0,
