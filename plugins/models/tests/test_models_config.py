@@ -10,6 +10,7 @@ import pytest
 
 from plugtrain.authoring.jsonschema import run_file_schema
 from plugtrain.cli import main
+from plugtrain.config import check_run
 from plugtrain.config.yaml_loader import load_yaml
 from plugtrain.errors import ConfigError
 from plugtrain.registry import Registry
@@ -189,3 +190,20 @@ def test_loss_weight_is_reset_under_num_tokens_with_a_warning() -> None:
     with pytest.warns(UserWarning, match="loss_weight 0.5 has no effect"):
         model = build_decoder("gpt3", {**TINY, "loss_weight": 0.5})
     assert model.settings.loss_weight == 1.0
+
+
+@pytest.mark.parametrize("example", ["modelzoo_gpt3.yaml", "modelzoo_llama.yaml"])
+def test_the_examples_model_sections_check_and_build(
+    example: str, installed_registry: Registry
+) -> None:
+    """The examples' model sections as written (their HDF5 data is the data half's to test)."""
+    path = Path(__file__).parents[3] / "examples" / example
+    run = load_yaml(path.read_text(encoding="utf-8"), str(path))
+    model = run["trainer"]["init"]["model"]
+    lines = [f"{key}: {json.dumps(value)}" for key, value in model.items()]
+    text = RUN.format(model="\n".join(f"      {line}" for line in lines))
+    plans = check_run(load_yaml(text, str(path)), installed_registry, str(path))
+    arguments = {k: v for k, v in model.items() if k != "name"}
+    built = build_decoder(model["name"], arguments)
+    assert plans[0].model.name == model["name"]
+    assert built.settings.max_positions == 128
