@@ -268,3 +268,19 @@ def test_vsl_packing_equals_the_sequences_run_apart() -> None:
         together, _ = model.model(packed, positions, span)
         torch.testing.assert_close(together[:, :5], model.logits(first), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(together[:, 5:], model.logits(second), atol=1e-5, rtol=1e-5)
+
+
+def test_batch_size_scaling_reports_the_per_token_loss_beside_its_loss() -> None:
+    model = _randomised("gpt3", loss_scaling="batch_size", loss_weight=1 / 12)
+    ids = torch.randint(0, V, (2, 13), generator=torch.Generator().manual_seed(6))
+    mask = torch.tensor([[1] * 12, [1] * 6 + [0] * 6])
+    batch = {"input_ids": ids[:, :-1], "labels": ids[:, 1:], "attention_mask": mask}
+    with torch.no_grad():
+        out = model(batch)
+        logits = model.logits(batch["input_ids"])
+    per_token = lm_loss(logits, batch["labels"], mask, scaling="num_tokens", weight=1.0)
+    torch.testing.assert_close(out["token_loss"], per_token)
+    torch.testing.assert_close(out["loss"], per_token * 18 / 2 / 12)
+    assert out["num_examples"] == 18
+    assert not model.report_perplexity
+    assert _randomised("gpt3").report_perplexity

@@ -9,7 +9,7 @@ are attended causally like any others (SPEC-models section 0).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,12 +42,15 @@ LR_GROUPS: dict[str, tuple[str, ...]] = {
 class DecoderLM(nn.Module):
     """A Model Zoo decoder language model computing Model Zoo's loss (SPEC-models)."""
 
-    report_perplexity: ClassVar[bool] = True
-    """Its loss is a mean negative log-likelihood per token: evaluation reports exp(loss)."""
+    report_perplexity: bool
+    """Evaluation reports exp(loss): on when the loss is a per-token mean (num_tokens)."""
 
     def __init__(self, settings: DecoderSettings, family: str) -> None:
         super().__init__()
         self.family = family
+        # exp(loss) is the perplexity only when the loss is a per-token mean; under
+        # batch_size scaling, token_loss carries that mean instead (see forward).
+        self.report_perplexity = settings.loss_scaling == "num_tokens"
         self.model = LanguageModel(settings)
         initialise(self.model)
 
@@ -103,8 +106,13 @@ class DecoderLM(nn.Module):
         loss = lm_loss(logits, labels, mask, scaling=s.loss_scaling, weight=s.loss_weight)
         if self.training and stats and s.moe is not None and s.moe.load_balancing_loss_coef:
             loss = loss + s.moe.load_balancing_loss_coef * load_balancing_loss(stats, mask)
-        return {
+        result = {
             "loss": loss,
             "accuracy": masked_accuracy(logits, labels, mask),
             "num_examples": int(mask.sum()),
         }
+        if s.loss_scaling == "batch_size":  # its count-weighted mean is Model Zoo's U / sum(m)
+            with torch.no_grad():
+                token_loss = lm_loss(logits, labels, mask, scaling="num_tokens", weight=1.0)
+            result["token_loss"] = token_loss
+        return result
