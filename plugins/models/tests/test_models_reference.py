@@ -284,3 +284,10 @@ def test_batch_size_scaling_reports_the_per_token_loss_beside_its_loss() -> None
     assert out["num_examples"] == 18
     assert not model.report_perplexity
     assert _randomised("gpt3").report_perplexity
+
+
+def test_a_window_with_vsl_is_an_error() -> None:
+    model = _randomised("mistral", attention_sliding_window_length=4)
+    ids = torch.zeros(1, 6, dtype=torch.long)
+    with pytest.raises(ValueError, match="sliding window cannot be combined with VSL"):
+        model.model(ids, None, torch.zeros(1, 6, dtype=torch.long))

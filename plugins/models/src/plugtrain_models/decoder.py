@@ -181,6 +181,9 @@ class LanguageModel(nn.Module):
             message = f"a sequence of {length} tokens is longer than max_position_embeddings"
             raise ValueError(f"{message} ({s.max_positions})")
         device = input_ids.device
+        if attention_span is not None and s.window is not None:
+            message = "a sliding window cannot be combined with VSL (attention_span)"
+            raise ValueError(message)
         positions = (
             position_ids if position_ids is not None else torch.arange(length, device=device)
         )

@@ -197,7 +197,7 @@ def resolve_settings(arguments: Mapping[str, Any], *, parallel: bool) -> Decoder
         qk_by_d=bool(mup and not parallel) if qk_by_d is None else bool(qk_by_d),
         qk_by_layer=bool(arguments.get("scale_qk_dot_by_layer_idx", False)),
         attention_alpha=number(arguments["attention_logits_alpha"]) or 1.0,
-        rotary_dim=int(rotary) if rotary is not None else int(head_dim * 0.25),
+        rotary_dim=int(rotary) if rotary is not None else int(hidden // heads * 0.25),
         rope_theta=float(arguments["rope_theta"]),
         pos_scaling_type=str(arguments["pos_scaling_type"]).lower(),
         pos_scaling_factor=float(arguments["pos_scaling_factor"]),
