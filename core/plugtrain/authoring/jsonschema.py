@@ -376,20 +376,17 @@ class _Builder:
         if kind not in self.defs:
             self.defs[kind] = {}  # reserve the key: components may nest their own kind
             mapping = self.kind_mapping(kind)
-            if kind in NAME_KEYS:  # Model Zoo's {name: X, ...} spelling too
+            if kind == "model":  # Model Zoo's {name: X, ...} spelling too
                 mapping = {
-                    "title": mapping.pop("title"),
-                    "description": mapping.pop("description"),
+                    "title": mapping.pop("title", kind),
+                    "description": mapping.pop("description", ""),
                     "anyOf": [mapping, self.named_spelling(kind)],
                 }
             self.defs[kind] = mapping
         return _ref(kind)
 
     def named_spelling(self, kind: str) -> Schema:
-        """``{name: X, arguments...}`` (``{data_processor: X, ...}`` for data) of ``kind``.
-
-        A model may say ``model_name:`` instead (Model Zoo's deprecated spelling).
-        """
+        """``{name: X, arguments...}`` of ``kind`` (``model_name:``, deprecated, for a model)."""
         key = NAME_KEYS[kind]
         keys = (key, DEPRECATED_NAME_KEY) if kind == "model" else (key,)
         branches: list[Schema] = []
