@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+
+STDLIB_GPT = "runs/data/stdlib_gpt"
+"""Where the Model Zoo-shaped examples read the HDF5 files ``plugtrain preprocess`` writes."""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -23,3 +27,30 @@ def _sigint_delivered() -> Iterator[None]:
     yield
     if previous is signal.SIG_IGN:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(scope="session")
+def stdlib_gpt_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding ``runs/data/stdlib_gpt``: a small stdlib corpus, preprocessed once."""
+    from plugtrain.cli import main
+
+    root = tmp_path_factory.mktemp("examples_cwd")
+    arguments = ["preprocess", "stdlib", "-o", str(root / STDLIB_GPT), "--max-seq-length", "128"]
+    assert main([*arguments, "--stdlib-corpus", "300000", "--no-progress"]) == 0
+    return root
+
+
+@pytest.fixture
+def example_cwd(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[Path], None]:
+    """``example_cwd(path)`` moves into a folder holding the data that example reads, if any.
+
+    A data_dir must exist when a run file is checked, relative to the working directory.
+    """
+
+    def enter(example: Path) -> None:
+        if STDLIB_GPT in example.read_text(encoding="utf-8"):
+            monkeypatch.chdir(request.getfixturevalue("stdlib_gpt_root"))
+
+    return enter

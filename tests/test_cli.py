@@ -132,7 +132,10 @@ def test_plugins_lists_distributions_status_and_hooks(capsys):
 
 def test_p_no_blocks_a_plugin(capsys):
     assert main(["-p", "no:builtin", "list", "model", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == []
+    listed = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in listed if row["plugin"] == "builtin"] == []
+    assert main(["-p", "no:builtin", "-p", "no:models", "list", "model", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []  # plugtrain-models' plugin blocked too
 
 
 def test_a_failed_plugin_shows_in_plugins_and_others_keep_working(tmp_path):

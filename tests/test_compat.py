@@ -225,6 +225,7 @@ def test_naming_an_incompatible_plugin_explicitly_does_not_bypass_the_check(site
         "plugtrain-backends",
         "plugtrain-callbacks",
         "plugtrain-sparsity",
+        "plugtrain-models",
     ],
 )
 def test_built_in_distributions_declare_a_compatible_api(distribution):

@@ -77,7 +77,8 @@ def test_the_schema_is_draft_2020_12_and_closed(registry):
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_every_example_run_file_validates(path, validator, registry):
+def test_every_example_run_file_validates(path, validator, registry, example_cwd):
+    example_cwd(path)  # the data the Model Zoo-shaped examples read must exist
     # read as plugtrain and YAML 1.2 editors read it: 6e-04 is a float (YAML 1.1 says a string)
     data = load_yaml(path.read_text(encoding="utf-8"), str(path))
     assert check_errors(registry, data) == []

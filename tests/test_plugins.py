@@ -163,7 +163,7 @@ def test_a_blocked_entry_point_is_listed_as_blocked():
     registry = build_registry(PluginSettings(blocked=frozenset({"builtin"})))
     (builtin,) = [p for p in registry.plugins() if p.name == "builtin"]
     assert builtin.status == "blocked"
-    assert registry.names("model") == []
+    assert [c.name for c in registry.components("model") if c.plugin.name == "builtin"] == []
 
 
 def test_default_arguments_of_a_schema_field_are_copied_per_instance():

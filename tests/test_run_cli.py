@@ -58,7 +58,8 @@ def write_run(tmp_path: Path, name: str = "run.yaml", steps: int = 40, every: in
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
-def test_every_example_passes_check_without_importing_torch(example):
+def test_every_example_passes_check_without_importing_torch(example, example_cwd):
+    example_cwd(example)  # the data the Model Zoo-shaped examples read must exist
     code = (
         "import sys, runpy\n"
         f"sys.argv = ['plugtrain', 'check', {str(example)!r}]\n"

@@ -50,6 +50,12 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
         "sparsity": ("GMP", "RigL", "SET", "Static"),
         "callback": ("LogSparsity",),
     },
+    "plugtrain-models": {
+        "model": (
+            "bloom", "btlm", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3", "gptj", "jais",
+            "llama", "mistral", "mixtral", "santacoder", "starcoder",
+        ),
+    },
 }  # fmt: skip
 """distribution -> kind -> every name and alias it registers."""
 

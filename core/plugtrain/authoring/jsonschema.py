@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from plugtrain.config.modelzoo_models import DEPRECATED_NAME_KEY
 from plugtrain.config.sections import (
     CheckpointSettings,
     InitSection,
@@ -37,7 +38,7 @@ from plugtrain.config.sections import (
     TrainerSection,
 )
 from plugtrain.config.sparsity import DEFAULT_ALGORITHM, SUMMARIES_KEY
-from plugtrain.config.validate import OPTIMIZER_TRAINER_KEYS
+from plugtrain.config.validate import NAME_KEYS, OPTIMIZER_TRAINER_KEYS
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
 
@@ -374,8 +375,47 @@ class _Builder:
         """A ``$ref`` to the one-key mapping ``{Name: {arguments}}`` of ``kind``."""
         if kind not in self.defs:
             self.defs[kind] = {}  # reserve the key: components may nest their own kind
-            self.defs[kind] = self.kind_mapping(kind)
+            mapping = self.kind_mapping(kind)
+            if kind == "model":  # Model Zoo's {name: X, ...} spelling too
+                mapping = {
+                    "title": mapping.pop("title", kind),
+                    "description": mapping.pop("description", ""),
+                    "anyOf": [mapping, self.named_spelling(kind)],
+                }
+            self.defs[kind] = mapping
         return _ref(kind)
+
+    def named_spelling(self, kind: str) -> Schema:
+        """``{name: X, arguments...}`` of ``kind`` (``model_name:``, deprecated, for a model)."""
+        key = NAME_KEYS[kind]
+        keys = (key, DEPRECATED_NAME_KEY) if kind == "model" else (key,)
+        branches: list[Schema] = []
+        names: list[str] = []
+        for component, plain_names in self.names_of(kind):
+            ref = self.component_ref(component)
+            if ref is None:
+                continue
+            arguments = self.defs[self.component_key(component)]
+            for name in plain_names:
+                names.append(name)
+                named = {k: v for k, v in arguments.items() if k not in ("title", "description")}
+                named["type"] = "object"
+                named["properties"] = {
+                    **{k: {"const": name} for k in keys},
+                    **arguments.get("properties", {}),
+                }
+                chosen = [{"properties": {k: {"const": name}}, "required": [k]} for k in keys]
+                branches.append({"if": {"anyOf": chosen}, "then": named})
+        named_spelling: Schema = {
+            "description": f"Model Zoo's spelling: {key} names the {kind}, the other keys are "
+            "its arguments",
+            "type": "object",
+            "properties": {k: {"enum": names} for k in keys},
+            "anyOf": [{"required": [k]} for k in keys],
+        }
+        if branches:
+            named_spelling["allOf"] = branches
+        return named_spelling
 
     def kind_mapping(self, kind: str) -> Schema:
         properties: Schema = {}

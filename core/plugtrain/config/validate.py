@@ -11,6 +11,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from plugtrain.config.modelzoo_models import (
+    DEPRECATED_NAME_KEY,
+    no_port_message,
+    without_model_name,
+)
 from plugtrain.config.nesting import nested_scheduler_problems
 from plugtrain.config.plan import (
     BackendPlan,
@@ -71,6 +76,9 @@ MODEL_ZOO_DEFAULT_LR = 0.1
 
 NAME_KEYS = {"model": "name", "dataloader": "data_processor"}
 """Model Zoo's other spelling of a component: ``{name: X, ...}`` for ``{X: {...}}``."""
+
+DEPRECATED_MARK = "deprecated_name_mark"
+"""Attribute of a model respelt from ``model_name:``: where that key was written."""
 
 REMOVABLE_KINDS = ("callback", "logger")
 """Kinds whose lists take ``Name: null`` to remove a default one (as in Model Zoo)."""
@@ -182,6 +190,8 @@ class _Checker:
                 self.add(path, "must be a one-key mapping {Name: {arguments}}", parent, index)
             return None
         spec = _named_spelling(kind, spec)
+        if getattr(spec, DEPRECATED_MARK, None) is not None:
+            self.warn_model_name(spec, path)
         if len(spec) != 1:
             names = ", ".join(map(str, spec)) or "nothing"
             message = f"a {kind} is a one-key mapping {{Name: {{arguments}}}}, got keys: {names}"
@@ -193,7 +203,10 @@ class _Checker:
         try:
             component = self.registry.lookup(kind, name)
         except (UnknownNameError, DuplicateNameError) as exc:
-            self.add((*path, str(name)), str(exc), spec, name, of_key=True)
+            message = str(exc)
+            if kind == "model" and isinstance(exc, UnknownNameError):
+                message = no_port_message(str(name), self.registry.names(kind)) or message
+            self.add((*path, str(name)), message, spec, name, of_key=True)
             return None
         if arguments is None:
             arguments = _no_arguments(spec, name)
@@ -226,6 +239,14 @@ class _Checker:
         if kind == "optimizer":
             return OptimizerPlan(built, *tagging, adjust_learning_rate=factors)
         return built
+
+    def warn_model_name(self, spec: Mapping[str, Any], path: Path) -> None:
+        """Say once that Model Zoo's ``model_name:`` (respelt ``{X: {...}}``) is deprecated."""
+        ((name, _arguments),) = spec.items()
+        mark = getattr(spec, DEPRECATED_MARK)
+        where = str(mark) if mark is not True else location_of(spec, name, of_key=True)
+        message = f"is deprecated (as in Model Zoo): write name: {name}"
+        self.warnings.append(ConfigIssue(render_path((*path, DEPRECATED_NAME_KEY)), message, where))
 
     def lr_factors(self, arguments: Mapping[str, Any], path: Path) -> tuple[tuple[str, float], ...]:
         """Check ``adjust_learning_rate: {name pattern: factor}``; the pairs, in order."""
@@ -426,6 +447,8 @@ def _named_spelling(kind: str, spec: Mapping[str, Any]) -> Mapping[str, Any]:
     Model Zoo writes components both ways; positions are kept (``X`` is placed where its name
     is written).
     """
+    deprecated = without_model_name(spec) if kind == "model" else None
+    spec = spec if deprecated is None else deprecated
     key = NAME_KEYS.get(kind)
     if key is None or not isinstance(spec.get(key), str):
         return spec
@@ -437,6 +460,8 @@ def _named_spelling(kind: str, spec: Mapping[str, Any]) -> Mapping[str, Any]:
     if key in marks:
         respelt.key_marks[name] = marks[key]
         respelt.value_marks[name] = respelt.mark or marks[key]
+    if deprecated is not None:  # component() warns about it, where the path is known
+        setattr(respelt, DEPRECATED_MARK, getattr(deprecated, "key_marks", {}).get(key, True))
     return respelt
 
 

@@ -1,0 +1,227 @@
+"""Model Zoo's decoder language model: one module, the GPT-2 path and the parallel GPT-J path.
+
+The module tree and registration order are Model Zoo's (SPEC-models 2.1), so its run files'
+globs and checkpoints' names apply: ``model.embedding_layer.word_embeddings``,
+``model.transformer_decoder.layers.N.self_attn.proj_q_dense_layer``, ``model.ln_f`` (also
+reachable as ``model.transformer_decoder.norm``), ``model.lm_head``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from plugtrain_models.attention import Attention
+from plugtrain_models.ffn import RouterStats, make_ffn
+from plugtrain_models.layers import (
+    alibi_slopes,
+    allowed_keys,
+    make_norm,
+    rotary_angles,
+    sinusoidal_table,
+)
+from plugtrain_models.settings import DecoderSettings
+
+__all__ = ["DecoderLayer", "EmbeddingLayer", "LanguageModel", "TransformerDecoder"]
+
+
+class LearnedPositions(nn.Module):
+    """A learned position table (``position_embeddings.embed``)."""
+
+    def __init__(self, positions: int, width: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(positions, width)
+
+
+class AlibiSlopes(nn.Module):
+    """ALiBi's per-head slopes ``[nh, 1]``; trained only with ``alibi_trainable_slopes``."""
+
+    def __init__(self, heads: int, trainable: bool) -> None:
+        super().__init__()
+        slopes = torch.tensor(alibi_slopes(heads)).unsqueeze(1)
+        self.slopes = nn.Parameter(slopes, requires_grad=trainable)
+
+
+class EmbeddingLayer(nn.Module):
+    """Token embeddings plus learned or fixed positions; holds the ALiBi slopes."""
+
+    def __init__(self, s: DecoderSettings) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(s.vocab_size, s.hidden_size)
+        if s.positions == "learned":
+            self.position_embeddings = LearnedPositions(s.max_positions, s.hidden_size)
+        if s.positions == "alibi":
+            self.position_embed_helper = AlibiSlopes(s.num_heads, s.alibi_trainable)
+        if s.positions == "fixed":
+            table = sinusoidal_table(s.max_positions, s.hidden_size)
+            self.register_buffer("fixed_positions", table, persistent=False)
+        self.positions = s.positions
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``W_tok[ids]`` plus the position table at ``positions`` where there is one."""
+        out: torch.Tensor = self.word_embeddings(input_ids)
+        if self.positions == "learned":
+            out = out + self.position_embeddings.embed(positions)
+        elif self.positions == "fixed":
+            table = self.get_buffer("fixed_positions")
+            out = out + table[positions].to(out.dtype)
+        return out
+
+
+class DecoderLayer(nn.Module):
+    """One block: sequential pre-norm (GPT-2 path) or parallel attention and FFN (GPT-J)."""
+
+    def __init__(self, s: DecoderSettings, index: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(s, index)
+        self.norm1 = make_norm(s.norm_type, s.hidden_size, s.eps)
+        if not s.parallel or s.untied_norm:
+            self.norm3 = make_norm(s.norm_type, s.hidden_size, s.eps)
+        if s.sandwich:
+            self.norm1_post = make_norm(s.norm_type, s.hidden_size, s.eps)
+            self.norm3_post = make_norm(s.norm_type, s.hidden_size, s.eps)
+        self.ffn = make_ffn(s)
+        self.parallel = s.parallel
+        self.sandwich = s.sandwich
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        bias: torch.Tensor | None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, RouterStats | None]:
+        """The layer's output and its router statistics (MoE only)."""
+        dropout = self.self_attn.output_dropout
+        normed = self.norm1(hidden)
+        attended = self.self_attn(normed, bias, rotary)
+        if self.parallel:
+            ffn_in = self.norm3(hidden) if hasattr(self, "norm3") else normed
+            ffn_out, stats = self.ffn(ffn_in)
+            return hidden + dropout(attended) + ffn_out, stats
+        if self.sandwich:
+            attended = self.norm1_post(attended)
+        hidden = hidden + dropout(attended)
+        ffn_out, stats = self.ffn(self.norm3(hidden))
+        if self.sandwich:
+            ffn_out = self.norm3_post(ffn_out)
+        return hidden + ffn_out, stats
+
+
+class TransformerDecoder(nn.Module):
+    """The layers; ``norm`` is the language model's ``ln_f`` (one module, two paths)."""
+
+    def __init__(self, s: DecoderSettings, norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(s, index) for index in range(s.num_layers))
+        self.norm = norm
+
+
+class LanguageModel(nn.Module):
+    """Model Zoo's ``GPT2LMHeadModel`` / ``GPTJModel``: embeddings, layers, ``ln_f``, head."""
+
+    def __init__(self, s: DecoderSettings) -> None:
+        super().__init__()
+        self.settings = s
+        self.embedding_layer = EmbeddingLayer(s)
+        if s.embedding_norm:
+            self.embedding_ln_f = make_norm(s.norm_type, s.hidden_size, s.eps)
+        self.ln_f = make_norm(s.norm_type, s.hidden_size, s.eps)
+        self.transformer_decoder = TransformerDecoder(s, self.ln_f)
+        self.lm_head = nn.Linear(s.hidden_size, s.vocab_size, bias=s.lm_head_bias)
+        if s.tied:
+            self.lm_head.weight = self.embedding_layer.word_embeddings.weight
+        self.embedding_dropout = nn.Dropout(s.embedding_dropout)
+        self.register_load_state_dict_pre_hook(_either_final_norm)  # type: ignore[no-untyped-call]
+
+    def _bias(
+        self, length: int, device: torch.device, window: int | None,
+        attention_span: torch.Tensor | None,
+    ) -> torch.Tensor | None:  # fmt: skip
+        """The additive ``[1 or B, 1 or nh, S, S]`` mask: ALiBi, then -inf where not allowed.
+
+        ``None`` when it is plain causal: attention then takes the faster causal path.
+        """
+        s = self.settings
+        plain = s.positions != "alibi" and attention_span is None
+        if plain and (window is None or window >= length):
+            return None
+        allowed = allowed_keys(length, window, s.sinks, device).unsqueeze(0)
+        if attention_span is not None:  # VSL: q sees k iff k <= q <= k + span[k]
+            query = torch.arange(length, device=device).view(1, -1, 1)
+            key = torch.arange(length, device=device).view(1, 1, -1)
+            allowed = allowed & (query <= key + attention_span.unsqueeze(1))
+        bias = torch.zeros(allowed.shape, device=device).masked_fill(~allowed, float("-inf"))
+        bias = bias.unsqueeze(1)
+        if s.positions == "alibi":
+            distance = torch.arange(length, device=device)
+            distance = (distance.view(-1, 1) - distance.view(1, -1)).abs().float()
+            slopes = self.embedding_layer.position_embed_helper.slopes / s.pos_scaling_factor
+            bias = bias - slopes.view(1, -1, 1, 1) * distance
+        return bias
+
+    def _layer_windows(self) -> list[int | None]:
+        s = self.settings
+        if s.window is None or s.window_layers == "all":
+            return [s.window] * s.num_layers
+        windowed_parity = 1 if s.window_layers == "full_attention_first" else 0
+        return [s.window if i % 2 == windowed_parity else None for i in range(s.num_layers)]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_span: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, list[RouterStats]]:
+        """Logits ``[B, S, V]`` and the MoE layers' router statistics."""
+        s = self.settings
+        length = input_ids.shape[1]
+        if length > s.max_positions:
+            message = f"a sequence of {length} tokens is longer than max_position_embeddings"
+            raise ValueError(f"{message} ({s.max_positions})")
+        device = input_ids.device
+        if attention_span is not None and s.window is not None:
+            message = "a sliding window cannot be combined with VSL (attention_span)"
+            raise ValueError(message)
+        positions = (
+            position_ids if position_ids is not None else torch.arange(length, device=device)
+        )
+        hidden = self.embedding_layer(input_ids, positions)
+        if s.embedding_norm:
+            hidden = self.embedding_ln_f(hidden)
+        hidden = self.embedding_dropout(hidden * s.embeddings_scale)
+        rotary = None
+        if s.positions == "rotary":
+            rotary = rotary_angles(
+                positions, s.rotary_dim, s.rope_theta, s.pos_scaling_type,
+                s.pos_scaling_factor, s.pos_scaling_extra,
+            )  # fmt: skip
+        biases: dict[int | None, torch.Tensor | None] = {}
+        stats: list[RouterStats] = []
+        for layer, window in zip(
+            self.transformer_decoder.layers, self._layer_windows(), strict=True
+        ):
+            if window not in biases:
+                biases[window] = self._bias(length, device, window, attention_span)
+            hidden, layer_stats = layer(hidden, biases[window], rotary)
+            if layer_stats is not None:
+                stats.append(layer_stats)
+        logits: torch.Tensor = self.lm_head(self.ln_f(hidden))
+        if s.logits_scale is not None:
+            logits = logits * s.logits_scale
+        if s.final_cap is not None:
+            logits = s.final_cap * torch.tanh(logits / s.final_cap)
+        return logits, stats
+
+
+def _either_final_norm(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, *_args: Any
+) -> None:
+    """Loading accepts ``ln_f.*`` or ``transformer_decoder.norm.*`` alone (one module)."""
+    for suffix in ("weight", "bias"):
+        first, second = f"{prefix}ln_f.{suffix}", f"{prefix}transformer_decoder.norm.{suffix}"
+        if first in state_dict and second not in state_dict:
+            state_dict[second] = state_dict[first]
+        elif second in state_dict and first not in state_dict:
+            state_dict[first] = state_dict[second]

@@ -1,0 +1,174 @@
+"""The small pieces of a decoder: norms, activations, rotary and ALiBi positions, masks.
+
+The formulas are SPEC-models section 1.3: RMSNorm in float32, exact (erf) GELU, RoPE on
+interleaved pairs of the first ``rotary_dim`` dims of each head, ALiBi's slope list.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+__all__ = [
+    "RMSNorm",
+    "activation",
+    "alibi_slopes",
+    "allowed_keys",
+    "apply_rotary",
+    "causal_bias",
+    "make_norm",
+    "rotary_angles",
+    "sinusoidal_table",
+]
+
+
+class RMSNorm(nn.Module):
+    """``w * x * rsqrt(mean(x^2) + eps)``, computed in float32, weight only."""
+
+    def __init__(self, width: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Normalise the last dimension."""
+        wide = hidden.float()
+        wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * wide).to(hidden.dtype)
+
+
+def make_norm(norm_type: str, width: int, eps: float) -> nn.Module:
+    """The norm ``norm_type`` names: layernorm, rmsnorm or biasless-layernorm."""
+    if norm_type == "rmsnorm":
+        return RMSNorm(width, eps)
+    return nn.LayerNorm(width, eps=eps, bias=norm_type == "layernorm")
+
+
+def _squared_relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.square(functional.relu(x))
+
+
+def _quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(1.702 * x)
+
+
+def _tanh_gelu(x: torch.Tensor) -> torch.Tensor:
+    return functional.gelu(x, approximate="tanh")
+
+
+_ACTIVATIONS: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": functional.gelu,
+    "relu": functional.relu,
+    "silu": functional.silu,
+    "swish": functional.silu,
+    "gelu_new": _tanh_gelu,
+    "gelu_fast": _tanh_gelu,
+    "quick_gelu": _quick_gelu,
+    "squared_relu": _squared_relu,
+    "linear": lambda x: x,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "leaky_relu": functional.leaky_relu,
+    "relu6": functional.relu6,
+    "elu": functional.elu,
+    "selu": functional.selu,
+    "mish": functional.mish,
+}
+
+
+def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The activation function ``name`` stands for (``gelu`` is the exact erf form)."""
+    return _ACTIVATIONS[name]
+
+
+def rotary_angles(
+    positions: torch.Tensor, rotary_dim: int, theta: float, scaling: str, factor: float,
+    extra: Mapping[str, Any],
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``cos`` and ``sin`` of ``t * inv_freq_i`` for ``positions`` (any shape), float32.
+
+    ``linear`` scaling divides t by ``factor``; ``llama3`` remaps the frequencies instead.
+    """
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim
+    inv_freq = 1.0 / (theta**exponents)
+    t = positions.float()
+    if scaling == "llama3":
+        inv_freq = _llama3_frequencies(inv_freq, factor, extra)
+    elif factor != 1.0:
+        t = t / factor
+    angles = t.unsqueeze(-1) * inv_freq.to(t.device)
+    return angles.cos(), angles.sin()
+
+
+def _llama3_frequencies(
+    inv_freq: torch.Tensor, factor: float, extra: Mapping[str, Any]
+) -> torch.Tensor:
+    low = float(extra["low_freq_factor"])
+    high = float(extra["high_freq_factor"])
+    original = float(extra["original_max_position_embeddings"])
+    wavelength = 2 * math.pi / inv_freq
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    result = torch.where(wavelength > original / low, inv_freq / factor, blended)
+    return torch.where(wavelength < original / high, inv_freq, result)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved pairs ``(2i, 2i+1)`` of the first ``rotary_dim`` dims of each head.
+
+    :param x: ``[B, S, heads, d]``.
+    :param cos: ``[S, r/2]`` or ``[B, S, r/2]`` (from :func:`rotary_angles`).
+    """
+    half = cos.shape[-1]
+    rotated, rest = x[..., : 2 * half], x[..., 2 * half :]
+    pairs = rotated.float().unflatten(-1, (half, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
+    out = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1)
+    return torch.cat((out.flatten(-2).to(x.dtype), rest), dim=-1)
+
+
+def alibi_slopes(heads: int) -> list[float]:
+    """ALiBi's slopes for ``heads`` heads (SPEC-models 1.3 item 6)."""
+
+    def powers(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start * start**j for j in range(n)]
+
+    if math.log2(heads).is_integer():
+        return powers(heads)
+    closest = 2 ** math.floor(math.log2(heads))
+    return powers(closest) + powers(2 * closest)[0::2][: heads - closest]
+
+
+def allowed_keys(length: int, window: int | None, sinks: int, device: torch.device) -> torch.Tensor:
+    """``[S, S]`` bool: key k is visible to query q (causal, window, sink exemption)."""
+    query = torch.arange(length, device=device).unsqueeze(1)
+    key = torch.arange(length, device=device).unsqueeze(0)
+    allowed = key <= query
+    if window is not None:
+        allowed &= (query - key <= window - 1) | (key < sinks)
+    return allowed
+
+
+def causal_bias(length: int, device: torch.device) -> torch.Tensor:
+    """The additive causal mask ``[1, 1, S, S]``: 0 where allowed, -inf elsewhere."""
+    allowed = allowed_keys(length, None, 0, device)
+    return torch.zeros(allowed.shape, device=device).masked_fill(~allowed, float("-inf"))[
+        None, None
+    ]
+
+
+def sinusoidal_table(positions: int, width: int) -> torch.Tensor:
+    """The fixed position table of Vaswani et al.: sin on even dims, cos on odd ones."""
+    position = torch.arange(positions, dtype=torch.float32).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, width, 2).float() * (-math.log(10000.0) / width))
+    table = torch.zeros(positions, width)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)[:, : width // 2]
+    return table

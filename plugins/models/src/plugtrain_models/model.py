@@ -1,0 +1,118 @@
+"""The trained module: Model Zoo's decoder under ``model`` and its loss (plugtrain's protocol).
+
+``forward(batch)`` takes ``{input_ids, attention_mask, labels}`` (plus ``position_ids`` and
+``attention_span`` under VSL) and returns ``{"loss", "accuracy", "num_examples"}``;
+``logits(input_ids)`` returns ``[B, S, V]``. ``attention_mask`` is a loss mask only: pad tokens
+are attended causally like any others (SPEC-models section 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from plugtrain_models.decoder import LanguageModel
+from plugtrain_models.ffn import load_balancing_loss
+from plugtrain_models.init import initialise
+from plugtrain_models.loss import lm_loss, masked_accuracy
+from plugtrain_models.settings import DecoderSettings
+
+__all__ = ["IGNORE_INDEX", "LR_GROUPS", "DecoderLM"]
+
+IGNORE_INDEX = -100
+"""A label never scored, whatever the mask says (plugtrain's built-in loaders use it)."""
+
+LR_GROUPS: dict[str, tuple[str, ...]] = {
+    "embedding": ("*embedding*weight",),
+    "decoder_kernel": (
+        "*decoder*dense*weight",
+        "*decoder*linear*weight",
+        "*decoder*linear*expert_weights",
+    ),
+    "decoder_attention": ("*decoder*attn*dense*weight",),
+    "decoder_input_ffn": ("*decoder*ffn.ffn.[!1]*weight",),
+    "decoder_output_ffn": ("*decoder*ffn.ffn.[1]*weight",),
+}
+"""Model Zoo's learning-rate groups (full-match globs, SPEC-models 2.2)."""
+
+
+class DecoderLM(nn.Module):
+    """A Model Zoo decoder language model computing Model Zoo's loss (SPEC-models)."""
+
+    report_perplexity: bool
+    """Evaluation reports exp(loss): on when the loss is a per-token mean (num_tokens)."""
+
+    def __init__(self, settings: DecoderSettings, family: str) -> None:
+        super().__init__()
+        self.family = family
+        # exp(loss) is the perplexity only when the loss is a per-token mean; under
+        # batch_size scaling, token_loss carries that mean instead (see forward).
+        self.report_perplexity = settings.loss_scaling == "num_tokens"
+        self.model = LanguageModel(settings)
+        initialise(self.model)
+
+    @property
+    def settings(self) -> DecoderSettings:
+        """The resolved settings of the decoder."""
+        return self.model.settings
+
+    @property
+    def lr_adjustment_groups(self) -> dict[str, tuple[str, ...]]:
+        """The named parameter groups ``adjust_learning_rate`` keys may name."""
+        groups = dict(LR_GROUPS)
+        if self.settings.parallel:
+            del groups["decoder_kernel"]
+        return groups
+
+    @property
+    def mup_lr_factors(self) -> dict[str, float]:
+        """The learning-rate factor of each group under muP (SPEC-models 1.8; empty without muP)."""
+        s = self.settings
+        if s.mup_width is None or s.mup_filter is None:
+            return {}
+        return {
+            "decoder_attention": 1 / s.mup_width,
+            "decoder_input_ffn": 1 / s.mup_width,
+            "decoder_output_ffn": 1 / s.mup_filter,
+        }
+
+    def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Next-token logits ``[B, S, vocab_size]`` for ``input_ids``."""
+        logits: torch.Tensor = self.model(input_ids)[0]
+        return logits
+
+    def forward(self, batch: Mapping[str, torch.Tensor] | torch.Tensor) -> Any:
+        """The loss mapping for a batch with labels, else the logits (see the module)."""
+        if not isinstance(batch, Mapping):
+            return self.logits(batch)
+        input_ids = batch["input_ids"]
+        logits, stats = self.model(
+            input_ids, batch.get("position_ids"), batch.get("attention_span")
+        )
+        labels = batch.get("labels")
+        if labels is None:
+            return logits
+        mask = batch.get("attention_mask")
+        if mask is None:
+            mask = torch.ones_like(labels)
+        # plugtrain's own loaders mark unscored labels -100 (cross_entropy's ignore_index);
+        # Model Zoo's data never holds it, so for its files this changes nothing.
+        scored = labels != IGNORE_INDEX
+        mask, labels = mask * scored, labels.masked_fill(~scored, 0)
+        s = self.settings
+        loss = lm_loss(logits, labels, mask, scaling=s.loss_scaling, weight=s.loss_weight)
+        if self.training and stats and s.moe is not None and s.moe.load_balancing_loss_coef:
+            loss = loss + s.moe.load_balancing_loss_coef * load_balancing_loss(stats, mask)
+        result = {
+            "loss": loss,
+            "accuracy": masked_accuracy(logits, labels, mask),
+            "num_examples": int(mask.sum()),
+        }
+        if s.loss_scaling == "batch_size":  # its count-weighted mean is Model Zoo's U / sum(m)
+            with torch.no_grad():
+                token_loss = lm_loss(logits, labels, mask, scaling="num_tokens", weight=1.0)
+            result["token_loss"] = token_loss
+        return result
