@@ -50,6 +50,9 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
         "sparsity": ("GMP", "RigL", "SET", "Static"),
         "callback": ("LogSparsity",),
     },
+    "plugtrain-models": {
+        "dataloader": ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor"),
+    },
 }  # fmt: skip
 """distribution -> kind -> every name and alias it registers."""
 
