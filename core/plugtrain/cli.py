@@ -151,6 +151,11 @@ def _write_info(info: ComponentInfo, out: TextIO) -> None:
     if info.aliases:
         out.write(f"aliases: {', '.join(info.aliases)}\n")
     out.write(f"implementation: {info.target}\n")
+    from plugtrain.config.validate import NAME_KEYS
+
+    if info.kind == "dataloader":  # the model's spelling is written with its own arguments
+        key = NAME_KEYS[info.kind]
+        out.write(f"written: {{{info.name}: {{...}}}} or {{{key}: {info.name}, ...}}\n")
     if info.doc:
         out.write("\n" + info.doc + "\n")
     out.write("\narguments:\n")
