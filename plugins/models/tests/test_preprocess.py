@@ -232,3 +232,13 @@ def test_preprocess_without_input_is_a_clear_error(
 ) -> None:
     assert main(["preprocess", "-o", str(tmp_path / "out")]) == 1
     assert "give an INPUT" in capsys.readouterr().err
+
+
+def test_preprocess_without_plugtrain_models_says_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import plugtrain.cli
+
+    monkeypatch.setattr(plugtrain.cli, "PREPROCESS", "plugtrain_not_installed.preprocess")
+    assert main(["preprocess", "stdlib", "-o", "out"]) == 1
+    assert "pip install plugtrain-models" in capsys.readouterr().err

@@ -8,9 +8,8 @@ batch of indices at a time and returns it collated (int32 tensors ``[b, msl]``).
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,8 +21,6 @@ from plugtrain_models.data.h5files import H5Files
 from plugtrain_models.data.order import PAD
 
 __all__ = ["BatchOrder", "BatchSampler", "H5Batches", "make_loader", "process_rank"]
-
-log = logging.getLogger("plugtrain")
 
 Batch = dict[str, torch.Tensor]
 
@@ -69,7 +66,7 @@ class BatchSampler(DistributedSampler[list[int]]):
             self._order = self._make_order(rank, world)
         return self._order
 
-    def __iter__(self) -> Iterator[list[int]]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[list[int]]:
         return self.order.batches(self.epoch)
 
     def __len__(self) -> int:
@@ -103,7 +100,7 @@ class H5Batches(Dataset[Batch]):
     def __len__(self) -> int:
         return len(self.files)
 
-    def __getitem__(self, indices: list[int]) -> Batch:  # type: ignore[override]
+    def __getitem__(self, indices: list[int]) -> Batch:
         rows = [
             self.files.sample(i) if i != PAD else np.zeros(self._shape, dtype=np.int32)
             for i in indices
@@ -135,5 +132,6 @@ def make_loader(
     )
 
 
-def _as_is(batch: Mapping[str, torch.Tensor]) -> Batch:
+def _as_is(batch: Any) -> Batch:
+    """The dataset's batch as it is (it is collated already)."""
     return dict(batch)

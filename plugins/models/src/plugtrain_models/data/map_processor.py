@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any
 
@@ -16,8 +15,6 @@ from plugtrain_models.data.schemas import FEATURES, VSL_FEATURES, data_dirs, par
 from plugtrain_models.data.transforms import compose
 
 __all__ = ["ShardedMapOrder", "gpt_hdf5_map_loader", "subset_indices"]
-
-log = logging.getLogger("plugtrain")
 
 
 def subset_indices(count: int, subset: str | None) -> list[int]:
