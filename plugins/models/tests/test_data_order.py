@@ -205,6 +205,12 @@ def test_iterable_readers_split_each_file_and_take_turns() -> None:
     )  # fmt: skip
     # file 0 (5 samples): reader 0 takes 0-2, reader 1 takes 3-4; file 1 (3): 5-6 and 7
     assert list(order.batches(0)) == [[0, 1], [3, 4], [2, 5], [7], [6]]
+    assert order.num_batches(0) == 5
+    dropping = IterableOrder(
+        [0, 5, 8], 2, rank=0, world_size=1, shuffle=True, seed=0, buffer_size=20,
+        readers=2, workers=True, drop_last=True,
+    )  # fmt: skip
+    assert dropping.num_batches(0) == len(list(dropping.batches(0))) == 3
 
 
 def test_iterable_with_workers_yields_every_sample_once(tmp_path: Path) -> None:

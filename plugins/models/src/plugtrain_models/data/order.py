@@ -47,9 +47,17 @@ class MapOrder:
         self.per_epoch = num_samples if num_samples is not None else len(self.indices)
         self.drop_last = drop_last
         self.pad_last = pad_last
+        self._recent: dict[int, torch.Tensor] = {}  # a batch spans at most two epochs
 
     def epoch_positions(self, epoch: int) -> torch.Tensor:
         """Epoch ``epoch``'s order as positions into ``indices`` (``per_epoch`` of them)."""
+        if epoch not in self._recent:
+            if len(self._recent) >= 2:
+                del self._recent[min(self._recent)]
+            self._recent[epoch] = self._positions(epoch)
+        return self._recent[epoch]
+
+    def _positions(self, epoch: int) -> torch.Tensor:
         n, m = len(self.indices), self.per_epoch
         if not self.shuffle:
             return torch.arange(m) % n
@@ -195,5 +203,13 @@ class IterableOrder:
                     yield batches[turn]
 
     def num_batches(self, epoch: int) -> int:
-        """How many batches this rank yields in ``epoch``."""
-        return sum(len(self._reader_batches(r, epoch)) for r in range(self.readers))
+        """How many batches this rank yields in ``epoch`` (the same in every epoch)."""
+        counts = [0] * self.readers
+        for file in self.files(epoch):
+            size = self.file_starts[file + 1] - self.file_starts[file]
+            for reader, (start, stop) in enumerate(split_evenly(size, self.readers)):
+                counts[reader] += stop - start
+        whole = [
+            c // self.batch_size if self.drop_last else -(-c // self.batch_size) for c in counts
+        ]
+        return sum(whole)
