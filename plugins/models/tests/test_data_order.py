@@ -195,6 +195,7 @@ def test_iterable_shuffle_is_seeded_files_then_a_buffer(tmp_path: Path) -> None:
     # The buffer (10 x batch_size = 20) holds all 10 samples; at the end they are shuffled out.
     expected = list(stream)
     random.Random(4).shuffle(expected)
+    expected.reverse()  # popped from the end
     assert [i for b in first for i in b] == expected
 
 
@@ -217,3 +218,23 @@ def test_iterable_with_workers_yields_every_sample_once(tmp_path: Path) -> None:
     folder = _write_samples(tmp_path, [5, 3])
     loader = _iterable(folder, batch_size=2, shuffle=False, drop_last=False, num_workers=2)
     assert _epoch(loader, 0) == [[0, 1], [3, 4], [2, 5], [7], [6]]
+
+
+def test_iterable_buffer_replaces_random_slots_once_full(tmp_path: Path) -> None:
+    folder = _write_samples(tmp_path, [6, 5])
+    loader = _iterable(folder, batch_size=1, shuffle=True, shuffle_seed=2, shuffle_buffer=3)
+    files = [0, 1]
+    random.Random(2).shuffle(files)
+    starts = [0, 6, 11]
+    generator, buffer, expected = random.Random(2), [], []
+    for sample in (i for f in files for i in range(starts[f], starts[f + 1])):
+        if len(buffer) == 3:
+            slot = generator.randint(0, 2)
+            expected.append(buffer[slot])
+            buffer[slot] = sample
+        else:
+            buffer.append(sample)
+    generator.shuffle(buffer)
+    expected.extend(reversed(buffer))
+    assert [i for b in _epoch(loader, 0) for i in b] == expected
+    assert sorted(expected) == list(range(11))

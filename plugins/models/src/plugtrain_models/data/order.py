@@ -127,7 +127,7 @@ class IterableOrder:
     ``shuffle``. Each of K readers (DataLoader workers; one when there are none) reads its
     contiguous part of every file. With ``shuffle`` a reader's samples pass through a buffer of
     ``buffer_size``: once full, each new sample replaces (and yields) a random one of it, and
-    the rest is shuffled out at the end (Python ``random`` seeded with ``seed``, plus the
+    the rest is shuffled and yielded last to first (Python ``random`` seeded with ``seed``, plus the
     reader's number when there are workers). Each reader's samples are cut into batches of
     ``batch_size`` (the last one dropped when short, with ``drop_last``), and the readers'
     batches take turns, as a torch DataLoader takes its workers' batches.
@@ -182,7 +182,7 @@ class IterableOrder:
             yield buffer[slot]
             buffer[slot] = sample
         generator.shuffle(buffer)
-        yield from buffer
+        yield from reversed(buffer)  # Model Zoo pops the shuffled rest from its end
 
     def _reader_batches(self, reader: int, epoch: int) -> list[list[int]]:
         samples = self._reader_samples(reader, epoch)

@@ -158,7 +158,9 @@ class MapProcessorArgs:
         True, help="carry an incomplete last batch into the next epoch instead of yielding it"
     )
     pad_last: bool = arg(
-        False, help="with drop_last false: pad a short last batch to batch_size (loss mask 0)"
+        False,
+        help="pad a short last batch to batch_size with zero rows (loss mask 0); only with "
+        "drop_last false",
     )
     sort_files: bool = arg(True, help="order the files by path (false: as the folder lists them)")
     use_vsl: bool = arg(False, help="also read attention_span and position_ids (files of 5 rows)")
@@ -179,8 +181,6 @@ class MapProcessorArgs:
             yield about("mixture", "mixture is not supported yet: give data_dir")
         if arguments["dataset_map_fn"] is not None:
             yield about("dataset_map_fn", "dataset_map_fn is not supported (it takes Python code)")
-        if arguments["pad_last"] and arguments["drop_last"]:
-            yield about(("pad_last", "drop_last"), "pad_last needs drop_last: false")
         problem = _subset_problem(arguments["data_subset"])
         if problem is not None:
             yield about("data_subset", problem)
