@@ -162,8 +162,12 @@ def test_map_processor_cross_checks(tmp_path: Path) -> None:
     assert "mixture is not supported yet: give data_dir" in problems(mixture=[{}], data_dir=None)
     assert problems(pad_last=True) == []  # no effect with drop_last, as in Model Zoo
     assert problems(data_subset="0.5-0.2") == [
-        "data_subset part '0.5-0.2' needs 0 <= START < END <= 1"
+        "data_subset part '0.5-0.2' needs 0 <= START <= END <= 1"
     ]
+    assert problems(data_subset="0.0-0.5,0.4-0.6") == [
+        "data_subset parts must increase without overlap, got '0.0-0.5,0.4-0.6'"
+    ]
+    assert problems(data_subset="0.0-0.0,0.5-1.0") == []
     assert problems(data_transforms=[{"name": "add_pose_shift"}]) == [
         "data_transforms[0]: transform 'add_pose_shift' is not supported "
         "(supported: add_sink_tokens)"

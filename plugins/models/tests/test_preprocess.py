@@ -189,13 +189,31 @@ def test_stdlib_input_is_the_standard_library_source(tmp_path: Path) -> None:
     assert json.loads((out / "data_params.json").read_text())["num_tokens"] >= 3000
 
 
-def test_corpus_format_is_one_token_stream(tmp_path: Path) -> None:
+def test_corpus_format_is_one_token_stream_read_across_files(tmp_path: Path) -> None:
     paths = _write_texts(tmp_path)
     out = tmp_path / "out"
-    _preprocess(*paths, "-o", out, "--max-seq-length", 16, "--format", "corpus")
-    stream = [t for doc in _documents(paths) for t in [*doc.encode("utf-8"), EOS]]
-    with h5py.File(out / "data-00000.h5", "r") as file:
-        np.testing.assert_array_equal(file["data"][:], np.asarray(stream, dtype=np.int32))
+    arguments = ["--format", "corpus", "--samples-per-file", 3]
+    _preprocess(*paths, "-o", out, "--max-seq-length", 16, *arguments)
+    stream = np.asarray(
+        [t for doc in _documents(paths) for t in [*doc.encode("utf-8"), EOS]], dtype=np.int32
+    )
+    files = sorted(out.glob("*.h5"))
+    assert len(files) > 3
+    parts = []
+    for path in files:
+        with h5py.File(path, "r") as file:
+            assert file["data"].ndim == 1
+            parts.append(file["data"][:])
+    np.testing.assert_array_equal(np.concatenate(parts), stream)
+    loader = plugtrain.resolve("dataloader", "GptHDF5MapDataProcessor")(
+        data_dir=str(out), batch_size=1, max_sequence_length=16, drop_last=False
+    )
+    rows = _read_all(loader)
+    assert len(rows) == (len(stream) - 1) // 16
+    for index, (inputs, mask, labels) in enumerate(rows):  # windows overlap by one token
+        np.testing.assert_array_equal(inputs, stream[16 * index : 16 * index + 16])
+        np.testing.assert_array_equal(labels, stream[16 * index + 1 : 16 * index + 17])
+        assert mask.tolist() == [1] * 16
 
 
 def test_a_tokenizer_json_tokenizes_and_gives_eos(tmp_path: Path) -> None:

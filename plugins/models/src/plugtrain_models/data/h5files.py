@@ -2,8 +2,8 @@
 
 Model Zoo's on-disk format (``SPEC-models.md`` 4.1): each ``*.h5`` file holds a dataset ``data``,
 either samples ``[n, rows, msl]`` (rows 0-2: input_ids, attention_mask, labels; 3-4 under VSL:
-attention_span, position_ids) or a corpus ``[num_tokens]`` of concatenated ids. Values of any
-integer dtype are read as int32.
+attention_span, position_ids) or a corpus ``[num_tokens]`` of ids, the files' tokens forming one
+stream in file order. Values of any integer dtype are read as int32.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ DATASET = "data"
 
 
 def list_h5_files(folders: Sequence[str], *, sort: bool = True) -> list[str]:
-    """The ``*.h5`` files of ``folders`` (not recursive), pooled; sorted by path as strings.
+    """The ``*.h5`` files of ``folders`` (not recursive), pooled; sorted by path components.
 
     :raises TrainingError: a folder is missing or no folder holds a ``.h5`` file.
     """
@@ -40,7 +40,9 @@ def list_h5_files(folders: Sequence[str], *, sort: bool = True) -> list[str]:
     if not found:
         message = f"no .h5 files in {', '.join(folders)} (write them with plugtrain preprocess)"
         raise TrainingError(message)
-    return sorted(found) if sort else found
+    # Model Zoo sorts pathlib paths: by component, which differs from sorting the strings only
+    # across folders ("data" before "data-2", whose "/" sorts after "-").
+    return sorted(found, key=lambda path: Path(path).parts) if sort else found
 
 
 def read_features(folder: str) -> list[str] | None:
@@ -59,7 +61,8 @@ class H5Files:
 
     :param paths: the files, in the order that defines the sample order.
     :param max_sequence_length: for corpus files: the length of each sample; sample i is
-        ``tokens[i·msl : i·msl + msl + 1]`` (consecutive samples share one token).
+        ``tokens[i·msl : i·msl + msl + 1]`` of the files' tokens laid end to end (a sample may
+        span two files; consecutive samples share one token).
     :param need_count_attribute: every file must carry the ``n_examples`` attribute (the
         iterable processor's rule).
     :raises TrainingError: a file has no ``data``, files disagree in dtype or shape (naming
@@ -97,7 +100,11 @@ class H5Files:
             )
             raise TrainingError(message)
         self.rows = 3 if self.corpus else int(first_shape[1])
-        self.counts = [self._samples(shape) for shape, _ in shapes]
+        lengths = [shape[0] for shape, _ in shapes]
+        # A corpus is one stream: its tokens' offsets per file; its samples as one "file".
+        self.token_starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        msl = int(max_sequence_length or 1)
+        self.counts = [max(0, (sum(lengths) - 1) // msl)] if self.corpus else lengths
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
 
     def _inspect(self, path: str, need_count: bool) -> tuple[tuple[int, ...], Any]:
@@ -112,12 +119,6 @@ class H5Files:
                 message = f"{path}: the file has no 'n_examples' attribute"
                 raise TrainingError(message)
             return tuple(data.shape), data.dtype
-
-    def _samples(self, shape: tuple[int, ...]) -> int:
-        if not self.corpus:
-            return shape[0]
-        msl = int(self.max_sequence_length or 0)
-        return max(0, (shape[0] - 1) // msl)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -145,13 +146,23 @@ class H5Files:
 
     def sample(self, index: int) -> np.ndarray:
         """Sample ``index`` as int32 ``[rows, msl]`` (a corpus window as its three rows)."""
-        file, local = self.locate(index)
-        data = self._data(self.paths[file])
         if not self.corpus:
-            return np.asarray(data[local], dtype=np.int32)
+            file, local = self.locate(index)
+            return np.asarray(self._data(self.paths[file])[local], dtype=np.int32)
         msl = int(self.max_sequence_length or 0)
-        window = np.asarray(data[local * msl : local * msl + msl + 1], dtype=np.int32)
+        window = self._tokens(index * msl, index * msl + msl + 1)
         return np.stack([window[:-1], np.ones(msl, dtype=np.int32), window[1:]])
+
+    def _tokens(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``start..stop-1`` of a corpus, across file boundaries."""
+        parts = []
+        file = int(np.searchsorted(self.token_starts, start, side="right")) - 1
+        while start < stop:
+            offset = int(self.token_starts[file])
+            end = min(stop, int(self.token_starts[file + 1]))
+            parts.append(self._data(self.paths[file])[start - offset : end - offset])
+            start, file = end, file + 1
+        return np.concatenate(parts).astype(np.int32)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -23,7 +23,7 @@ def subset_indices(count: int, subset: str | None) -> list[int]:
         return list(range(count))
     chosen: list[int] = []
     for start, end in parse_subset(subset):
-        chosen.extend(range(math.floor(start * count), math.floor(end * count)))
+        chosen.extend(range(math.floor(count * start), math.floor(count * end)))
     return chosen
 
 

@@ -90,18 +90,22 @@ def transform_problems(transforms: Any) -> Iterator[Problem]:
 def parse_subset(text: str) -> list[tuple[float, float]]:
     """``"0.0-0.5,0.7-1.0"`` as ``[(0.0, 0.5), (0.7, 1.0)]``: fractions of the sample range.
 
-    :raises ValueError: a part is not ``START-END`` with 0 <= START < END <= 1.
+    :raises ValueError: a part is not ``START-END`` with 0 <= START <= END <= 1, or the parts
+        are not in increasing order without overlap (Model Zoo's rules).
     """
-    parts = []
-    for part in text.split(","):
+    parts: list[tuple[float, float]] = []
+    for part in text.strip().split(","):
         bounds = part.strip().split("-")
         try:
             start, end = (float(b) for b in bounds)
         except ValueError:
             message = f"data_subset part {part.strip()!r} is not START-END (fractions)"
             raise ValueError(message) from None
-        if not 0.0 <= start < end <= 1.0:
-            message = f"data_subset part {part.strip()!r} needs 0 <= START < END <= 1"
+        if not 0.0 <= start <= end <= 1.0:
+            message = f"data_subset part {part.strip()!r} needs 0 <= START <= END <= 1"
+            raise ValueError(message)
+        if parts and start < parts[-1][1]:
+            message = f"data_subset parts must increase without overlap, got {text!r}"
             raise ValueError(message)
         parts.append((start, end))
     return parts

@@ -68,18 +68,18 @@ class SampleWriter:
 def write_corpus(
     output_dir: Path, tokens: np.ndarray, msl: int, samples_per_file: int
 ) -> list[Path]:
-    """``tokens`` as rank-1 corpus files of ``samples_per_file`` windows of ``msl`` each.
+    """``tokens`` as rank-1 corpus files of ``samples_per_file · msl`` tokens (the last: the rest).
 
-    Consecutive files share one token, so that no next-token pair is lost between them.
+    A reader lays the files end to end again, so a sample may span two files.
     """
     span = samples_per_file * msl
     paths = []
-    for number, start in enumerate(range(0, max(1, len(tokens) - 1), span)):
-        part = tokens[start : start + span + 1]
+    for number, start in enumerate(range(0, len(tokens), span)):
+        part = tokens[start : start + span]
         path = output_dir / _file_name(number)
         with h5py.File(path, "w") as file:
             file.create_dataset("data", data=part.astype(np.int32), compression="gzip")
-            file.attrs["n_examples"] = max(0, (len(part) - 1) // msl)
+            file.attrs["n_examples"] = len(part) // msl
         paths.append(path)
     return paths
 
