@@ -154,6 +154,7 @@ def test_map_processor_cross_checks(tmp_path: Path) -> None:
         defaults = {
             "batch_size": 1, "data_dir": str(tmp_path), "mixture": None, "dataset_map_fn": None,
             "pad_last": False, "drop_last": True, "data_subset": None, "data_transforms": None,
+            "use_vsl": False,
         }  # fmt: skip
         found = MapProcessorArgs.cross_check({**defaults, **arguments})
         return [p if isinstance(p, str) else p.message for p in found]
@@ -199,3 +200,20 @@ def test_check_and_listing_import_neither_torch_nor_h5py(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout
+
+
+def test_sinks_beyond_the_sequence_and_sinks_with_vsl_are_errors(tmp_path: Path) -> None:
+    from plugtrain_models.data.schemas import MapProcessorArgs
+
+    _write(tmp_path / "a.h5", np.ones((2, 3, 4), dtype=np.int32))
+    transform = {"name": "add_sink_tokens", "sink_token_start_pos": 5}
+    loader = _loader("GptHDF5MapDataProcessor", tmp_path, batch_size=2, data_transforms=[transform])
+    with pytest.raises(TrainingError, match="sink_token_start_pos 5 is beyond the sequence"):
+        next(iter(loader))  # type: ignore[call-overload]
+    arguments = {
+        "batch_size": 1, "data_dir": str(tmp_path), "mixture": None, "dataset_map_fn": None,
+        "pad_last": False, "drop_last": True, "data_subset": None, "use_vsl": True,
+        "data_transforms": [{"name": "add_sink_tokens"}],
+    }  # fmt: skip
+    found = [p.message for p in MapProcessorArgs.cross_check(arguments)]  # type: ignore[union-attr]
+    assert found == ["data_transforms do not take use_vsl"]

@@ -189,6 +189,8 @@ class MapProcessorArgs:
         if problem is not None:
             yield about("data_subset", problem)
         yield from transform_problems(arguments["data_transforms"])
+        if arguments["data_transforms"] and arguments["use_vsl"]:
+            yield about(("data_transforms", "use_vsl"), "data_transforms do not take use_vsl")
         yield from _path_problems(arguments["data_dir"])
 
 

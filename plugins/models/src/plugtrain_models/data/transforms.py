@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from plugtrain.errors import TrainingError
 from plugtrain_models.data.schemas import TRANSFORMS
 
 __all__ = ["add_sink_tokens", "compose"]
@@ -26,9 +27,14 @@ def add_sink_tokens(
 
     They go into ``input_ids`` and ``labels`` with loss mask 0 (``attention_mask``); other rows
     get zeros there. The sequence grows by that many tokens, unless truncated back.
+
+    :raises TrainingError: ``sink_token_start_pos`` is beyond the sequence.
     """
     length = next(iter(batch.values())).shape[1]
-    at = min(sink_token_start_pos, length)
+    at = sink_token_start_pos
+    if at > length:
+        message = f"add_sink_tokens: sink_token_start_pos {at} is beyond the sequence ({length})"
+        raise TrainingError(message)
     result = {}
     for name, rows in batch.items():
         fill = sink_token_id if name in ("input_ids", "labels") else 0
