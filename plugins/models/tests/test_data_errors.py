@@ -64,6 +64,19 @@ def test_iterable_features_come_from_data_params(tmp_path: Path) -> None:
     batch = next(iter(_loader("GptHDF5DataProcessor", tmp_path, batch_size=2, shuffle=False)))  # type: ignore[call-overload]
     assert list(batch) == features
     assert batch["targets"].tolist() == [[8, 9, 10, 11], [20, 21, 22, 23]]
+    # Model Zoo's precedence: data_params.json wins for one folder written as a string ...
+    written = ["a", "b", "c"]
+    loader = _loader("GptHDF5DataProcessor", tmp_path, batch_size=2, shuffle=False)
+    assert list(next(iter(loader))) == features  # type: ignore[call-overload]
+    named = plugtrain.resolve("dataloader", "GptHDF5DataProcessor")(
+        data_dir=str(tmp_path), batch_size=2, shuffle=False, features_list=written
+    )
+    assert list(next(iter(named))) == features
+    # ... but not for a list of folders.
+    listed = plugtrain.resolve("dataloader", "GptHDF5DataProcessor")(
+        data_dir=[str(tmp_path)], batch_size=2, shuffle=False, features_list=written
+    )
+    assert list(next(iter(listed))) == written
 
 
 RUN = """\

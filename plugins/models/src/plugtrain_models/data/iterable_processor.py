@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -15,14 +16,12 @@ from plugtrain_models.data.schemas import FEATURES, VSL_FEATURES, data_dirs
 __all__ = ["gpt_hdf5_loader"]
 
 
-def _features(folders: list[str], written: list[str] | None, use_vsl: bool) -> list[str]:
-    if written is not None:
-        features = list(written)
-    else:
-        features = (read_features(folders[0]) if len(folders) == 1 else None) or list(FEATURES)
+def _features(data_dir: str | list[str], written: list[str], use_vsl: bool) -> list[str]:
+    """Model Zoo's precedence: VSL's names, else data_params.json's of one folder, else written."""
     if use_vsl:
-        features += [name for name in VSL_FEATURES if name not in features]
-    return features
+        return [*FEATURES, *VSL_FEATURES]
+    from_params = read_features(data_dir) if isinstance(data_dir, str) else None
+    return from_params or list(written)
 
 
 def gpt_hdf5_loader(
@@ -37,7 +36,7 @@ def gpt_hdf5_loader(
     persistent_workers: bool = True,
     drop_last: bool = True,
     use_vsl: bool = False,
-    features_list: list[str] | None = None,
+    features_list: Sequence[str] = FEATURES,
 ) -> DataLoader[Batch]:
     """The batches of the files in ``data_dir``; the schema documents every argument."""
     folders = data_dirs(data_dir)
@@ -45,7 +44,7 @@ def gpt_hdf5_loader(
     if files.corpus:
         message = f"{files.paths[0]}: GptHDF5DataProcessor reads sample files, not a corpus"
         raise TrainingError(message)
-    dataset = H5Batches(files, _features(folders, features_list, use_vsl))
+    dataset = H5Batches(files, _features(data_dir, list(features_list), use_vsl))
     seed = shuffle_seed if shuffle_seed is not None else 0
     starts = [int(s) for s in files.starts]
 

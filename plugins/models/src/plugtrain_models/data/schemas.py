@@ -228,10 +228,10 @@ class IterableProcessorArgs:
     persistent_workers: bool = arg(True, help="keep the workers between epochs")
     drop_last: bool = arg(True, help="drop each reader's incomplete last batch")
     use_vsl: bool = arg(False, help="also read attention_span and position_ids (files of 5 rows)")
-    features_list: list[str] | None = arg(
-        None,
-        help="names of the rows of each sample (null: data_params.json's features when "
-        "data_dir is one folder, else input_ids, attention_mask, labels)",
+    features_list: list[str] = arg(
+        list(FEATURES),
+        help="names of the rows of each sample; data_params.json's features replace them when "
+        "data_dir is one folder (a string), and use_vsl the five VSL names (as in Model Zoo)",
     )
 
     @staticmethod
