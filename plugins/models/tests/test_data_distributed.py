@@ -2,7 +2,9 @@
 
 ``plugtrain preprocess`` writes the stdlib corpus; ``plugtrain fit`` starts two CPU processes
 (torchrun) on a run file in Model Zoo's data spelling. A local plugin model records the batch
-each rank trains on at each step (the data is what is tested, not the model).
+each rank trains on at each step, and each batch it evaluates (the data is what is tested, not
+the model): training takes each rank's rows of every global batch, evaluation deals the
+GptHDF5DataProcessor's batches out whole.
 """
 
 from __future__ import annotations
@@ -45,10 +47,10 @@ class BatchRecorder(torch.nn.Module):
         self.calls = 0
 
     def forward(self, batch):
-        if self.training:
-            self.calls += 1
-            rank = os.environ["RANK"]
-            torch.save(batch, os.path.join(RECORD_DIR, f"rank{rank}_step{self.calls}.pt"))
+        self.calls += 1
+        kind = "step" if self.training else "eval"
+        name = f"rank{os.environ['RANK']}_{kind}{self.calls}.pt"
+        torch.save(batch, os.path.join(RECORD_DIR, name))
         loss = (self.weight * batch["input_ids"].float()).mean() / 256
         return {"loss": loss, "num_examples": int(batch["attention_mask"].sum())}
 
@@ -69,7 +71,7 @@ trainer:
       BatchRecorder: {{}}
     optimizer:
       SGD: {{lr: 0.1}}
-    loop: {{max_steps: {steps}}}
+    loop: {{max_steps: {steps}, eval_frequency: {steps}}}
     logging: {{log_steps: 1}}
   fit:
     train_dataloader:
@@ -79,6 +81,11 @@ trainer:
       shuffle: true
       shuffle_seed: 3
       num_workers: 0
+    val_dataloader:
+      data_processor: GptHDF5DataProcessor
+      data_dir: {data_dir}
+      batch_size: 4
+      shuffle: false
 """
 
 STEPS = 4
@@ -127,3 +134,14 @@ def test_two_gloo_ranks_train_on_disjoint_rows_of_each_global_batch(tmp_path: Pa
             seen[rank].update(rows)
     assert not seen[0] & seen[1]
     assert len(seen[0]) == len(seen[1]) == 2 * STEPS
+
+    records = tmp_path / "records"
+    evaluated = []
+    for rank in range(2):
+        found = sorted(records.glob(f"rank{rank}_eval*.pt"), key=lambda p: int(p.stem[10:]))
+        evaluated.append([torch.load(path)["input_ids"] for path in found])
+    whole = [data[i : i + 4, 0] for i in range(0, len(data) - len(data) % 4, 4)]
+    assert len(evaluated[0]) + len(evaluated[1]) == len(whole)
+    for rank in range(2):  # batches rank, rank + 2, ... of the whole set
+        for mine, expected in zip(evaluated[rank], whole[rank::2], strict=True):
+            assert torch.equal(mine, expected)

@@ -238,3 +238,23 @@ def test_iterable_buffer_replaces_random_slots_once_full(tmp_path: Path) -> None
     expected.extend(reversed(buffer))
     assert [i for b in _epoch(loader, 0) for i in b] == expected
     assert sorted(expected) == list(range(11))
+
+
+@pytest.mark.parametrize("processor", ["GptHDF5MapDataProcessor", "GptHDF5DataProcessor"])
+def test_evaluation_batches_are_dealt_whole_by_the_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, processor: str
+) -> None:
+    """No set_epoch (evaluation): global batches, which the backend deals out whole."""
+    shard_eval_batches = pytest.importorskip("plugtrain_backends._parallel").shard_eval_batches
+    folder = _write_samples(tmp_path, [5, 4, 3])
+    build = plugtrain.resolve("dataloader", processor)
+    arguments = {"data_dir": str(folder), "batch_size": 2, "shuffle": False, "drop_last": False}
+    alone = [b["input_ids"][:, 0].tolist() for b in build(**arguments)]
+    dealt = []
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        shard = shard_eval_batches(build(**arguments), rank, 2, None)
+        dealt.append([b["input_ids"][:, 0].tolist() for b in shard])
+    assert dealt == [alone[0::2], alone[1::2]]
+    assert sorted(i for share in dealt for batch in share for i in batch) == list(range(12))

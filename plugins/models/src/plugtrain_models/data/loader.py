@@ -1,9 +1,15 @@
 """What both processors build: a torch DataLoader whose sampler yields whole batches.
 
-The sampler is a :class:`~torch.utils.data.DistributedSampler` that already holds this
-process's share, so a data-parallel backend keeps it as it is (it re-shards only loaders
-without one), and the Trainer's ``set_epoch`` picks each epoch's order. The dataset reads one
-batch of indices at a time and returns it collated (int32 tensors ``[b, msl]``).
+The sampler is a :class:`~torch.utils.data.DistributedSampler` that takes this process's share
+itself, so a data-parallel backend keeps it as it is (the CPU and GPU backends re-shard only
+training loaders without one). The dataset reads one batch of indices at a time and returns it
+collated (int32 tensors ``[b, msl]``).
+
+Training and evaluation share data differently in plugtrain: the Trainer calls ``set_epoch`` at
+each epoch of training (as for any ``DistributedSampler``), and from then on the sampler yields
+the rank's share of each batch; evaluation never calls it, so an evaluation loader yields the
+global batches whole, and the backend deals them out to the processes whole (plugtrain's rule:
+the summed metrics of all ranks equal those of one process).
 """
 
 from __future__ import annotations
@@ -46,25 +52,33 @@ def process_rank() -> tuple[int, int]:
 
 
 class BatchSampler(DistributedSampler[list[int]]):
-    """Yields this process's batches of the current epoch (set by ``set_epoch``).
+    """Yields the batches of the current epoch, whole or this process's share.
 
-    :param order: builds the batch order once the process's rank is known (at the first epoch,
-        after the Trainer joined the process group): ``order(rank, world_size)``.
+    Whole global batches until ``set_epoch`` is called (evaluation), then the share (training).
+
+    :param order: builds the batch order of a share: ``order(rank, world_size)``; the
+        process's rank is read at the first epoch, once the Trainer joined the process group.
     """
 
     def __init__(self, dataset: Dataset[Any], order: Callable[[int, int], BatchOrder]) -> None:
         super().__init__(dataset, num_replicas=1, rank=0, shuffle=False)
         self._make_order = order
-        self._order: BatchOrder | None = None
+        self._orders: dict[tuple[int, int], BatchOrder] = {}
+        self._training = False
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` of training: from now on, yield this process's share."""
+        super().set_epoch(epoch)
+        self._training = True
 
     @property
     def order(self) -> BatchOrder:
-        """The batch order of this process."""
-        if self._order is None:
-            rank, world = process_rank()
-            self.rank, self.num_replicas = rank, world
-            self._order = self._make_order(rank, world)
-        return self._order
+        """The batch order in use: this process's share when training, else the whole."""
+        share = process_rank() if self._training else (0, 1)
+        if share not in self._orders:
+            self._orders[share] = self._make_order(*share)
+        self.rank, self.num_replicas = share
+        return self._orders[share]
 
     def __iter__(self) -> Iterator[list[int]]:
         return self.order.batches(self.epoch)
