@@ -107,7 +107,10 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _progress(items: Iterator[str], enabled: bool | None) -> Iterator[str]:
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm  # with plugtrain[train]; without it, no bar
+    except ImportError:
+        return items
 
     disable = None if enabled is None else not enabled  # None: only on a terminal
     return iter(tqdm(items, desc="preprocess", unit=" docs", disable=disable, file=sys.stderr))
