@@ -209,7 +209,6 @@ class IterableProcessorArgs:
         "vocab_size": DEPRECATED,
         "repeat": DEPRECATED + " (the Trainer repeats the data)",
         "use_multiple_workers": DEPRECATED,
-        "use_worker_cache": "Cerebras appliance only (caches files on worker nodes)",
     }
 
     data_dir: str | list[str] = arg(help="folder(s) of *.h5 files; several are pooled")
