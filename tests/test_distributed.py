@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import plugtrain
-from plugtrain.train.launch import LaunchedProcess, launched_process, processes_wanted
+from plugtrain.launching import LaunchedProcess, launched_process
+from plugtrain.train.launch import processes_wanted
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,12 @@
-"""The floors of the package: the small core and ``config/`` never reach up, nor into torch.
+"""The floors of the package, as an executable rule.
 
 Read from the source's import statements (every one, including those inside functions, except
-under ``if TYPE_CHECKING:``), so a lazy import cannot slip a floor either.
+under ``if TYPE_CHECKING:``), so a lazy import cannot slip a floor either:
+
+- the floors are ordered, and a module imports only from its own floor or the ones below;
+- the import graph of ``core/plugtrain`` has no cycle at all;
+- the small core, ``config/`` and ``authoring/`` never import torch;
+- the plugin distributions import only documented plugtrain modules.
 """
 
 from __future__ import annotations
@@ -16,19 +21,61 @@ import pytest
 import plugtrain
 
 PACKAGE = Path(plugtrain.__file__).parent
+REPO = PACKAGE.parents[1]
 
-# The top-level modules that sit above the small core: the command line and the pytest plugin.
-ON_TOP = {"cli.py", "testing.py", "__main__.py"}
-# Implementation modules of the core's own plugin: loaded lazily, like any plugin's.
-BUILTIN_IMPLEMENTATIONS = {
-    "builtin/models.py",
-    "builtin/data.py",
-    "builtin/gpt.py",
-    "builtin/text.py",
-}
+FLOORS = (
+    "small core",
+    "config",
+    "builtin implementations",
+    "train",
+    "authoring",
+    "top",
+)
+"""From the ground up. ``top`` is the command line, the test kit and the package facade
+(``plugtrain/__init__.py``, whose lazy attributes reach ``train``)."""
+
+TORCH_FREE = ("small core", "config", "authoring")
+
+DOCUMENTED = (
+    "plugtrain",
+    "plugtrain.backend_base",
+    "plugtrain.curve",
+    "plugtrain.distributed",
+    "plugtrain.errors",
+    "plugtrain.hookspecs",
+    "plugtrain.hyperparams",
+    "plugtrain.launching",
+    "plugtrain.optim",
+    "plugtrain.protocols",
+    "plugtrain.registry",
+    "plugtrain.schema",
+    "plugtrain.scheduler",
+    "plugtrain.sparsity_schema",
+    "plugtrain.strategy",
+    "plugtrain.tags",
+    "plugtrain.testing",
+    "plugtrain.config",
+    "plugtrain.config.plan",
+    "plugtrain.config.precision",
+    "plugtrain.authoring.core_versions",
+    "plugtrain.train.trainer",
+)
+"""The modules README.md lists as public: the only ones a plugin distribution may import."""
+
+
+def module_name(path: Path) -> str:
+    """``plugtrain.train.loop`` for ``core/plugtrain/train/loop.py``."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every absolute import, ``from a import b`` as ``a`` and ``a.b``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skipped: set[int] = set()
     for node in ast.walk(tree):
@@ -46,45 +93,140 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def _modules(floor: str) -> list[Path]:
-    if floor == "small core":
-        paths = [p for p in PACKAGE.glob("*.py") if p.name not in ON_TOP]
-        paths += [
-            p
-            for p in (PACKAGE / "builtin").glob("*.py")
-            if p.relative_to(PACKAGE).as_posix() not in BUILTIN_IMPLEMENTATIONS
-        ]
-        return sorted(paths)
-    return sorted((PACKAGE / floor).rglob("*.py"))
+def _targets(path: Path) -> list[tuple[int, str]]:
+    """The plugtrain modules ``path`` imports: ``from plugtrain import plugins`` is the module
+    ``plugtrain.plugins``; ``from plugtrain import hookimpl`` is the package ``plugtrain``."""
+    found = []
+    for line, name in _imports(path):
+        if name in MODULES:
+            found.append((line, name))
+    # "from a import b" also names "a": keep it only where b is not a submodule.
+    kept = []
+    for line, name in found:
+        children = [n for ln, n in found if ln == line and n.startswith(name + ".")]
+        if children and all(child in MODULES for child in children):
+            continue
+        kept.append((line, name))
+    return kept
 
 
-def _violations(floor: str, forbidden: tuple[str, ...]) -> list[str]:
+def floor_of(module: str) -> str:
+    """The floor of a module of ``core/plugtrain``."""
+    parts = module.split(".")
+    if module == "plugtrain" or (len(parts) > 1 and parts[1] in ("cli", "__main__", "testing")):
+        return "top"
+    if len(parts) > 1 and parts[1] in ("config", "train", "authoring"):
+        return parts[1]
+    if len(parts) > 1 and parts[1] == "builtin":
+        path = MODULES[module]
+        if any(name == "torch" or name.startswith("torch.") for _, name in _imports(path)):
+            return "builtin implementations"
+    return "small core"
+
+
+def test_every_module_has_a_floor() -> None:
+    floors = {floor_of(module) for module in MODULES}
+    assert floors == set(FLOORS)
+
+
+def test_no_module_imports_from_a_higher_floor() -> None:
     problems = []
-    for path in _modules(floor):
+    for module, path in MODULES.items():
+        own = FLOORS.index(floor_of(module))
+        for line, target in _targets(path):
+            if FLOORS.index(floor_of(target)) > own:
+                problems.append(
+                    f"{path.relative_to(PACKAGE)}:{line} ({floor_of(module)}) imports "
+                    f"{target} ({floor_of(target)})"
+                )
+    assert problems == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the plugtrain modules it imports (self-imports left out)."""
+    return {
+        module: {target for _, target in _targets(path) if target != module}
+        for module, path in MODULES.items()
+    }
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    assert _cycles(import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("floor", TORCH_FREE)
+def test_torch_free_floors_import_no_torch(floor: str) -> None:
+    problems = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {name}"
+        for module, path in MODULES.items()
+        if floor_of(module) == floor
+        for line, name in _imports(path)
+        if name == "torch" or name.startswith("torch.")
+    ]
+    assert problems == []
+
+
+def test_plugins_import_only_documented_modules() -> None:
+    sources = sorted((REPO / "plugins").glob("*/src/**/*.py"))
+    assert sources, "no plugin sources found"
+    problems = []
+    for path in sources:
         for line, name in _imports(path):
-            if any(name == f or name.startswith(f + ".") for f in forbidden):
-                problems.append(f"{path.relative_to(PACKAGE)}:{line} imports {name}")
-    return problems
+            if not (name == "plugtrain" or name.startswith("plugtrain.")):
+                continue
+            owner = name if name in MODULES else name.rpartition(".")[0]
+            if not any(owner == d or owner.startswith(d + ".") for d in DOCUMENTED):
+                problems.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    assert problems == []
 
 
-UPPER = ("plugtrain.train", "plugtrain.authoring", "plugtrain.cli", "plugtrain.testing")
+def test_the_documented_modules_are_in_the_readme() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    missing = [name for name in DOCUMENTED if f"`{name}`" not in readme]
+    assert missing == []
 
 
-@pytest.mark.parametrize(
-    ("floor", "forbidden"),
-    [
-        ("small core", ("torch", *UPPER)),
-        ("config", ("torch", *UPPER)),
-        ("authoring", ("torch", "plugtrain.cli", "plugtrain.testing")),
-        ("train", ("plugtrain.cli", "plugtrain.testing")),
-    ],
-)
-def test_floor_imports_nothing_above_it(floor: str, forbidden: tuple[str, ...]) -> None:
-    assert _modules(floor), f"no modules found for {floor}"
-    assert _violations(floor, forbidden) == []
-
-
-def test_the_check_finds_a_violation(tmp_path: Path) -> None:
+def test_the_check_reads_imports_inside_functions(tmp_path: Path) -> None:
     module = tmp_path / "bad.py"
     module.write_text("def f():\n    import torch\n    from plugtrain.train import trainer\n")
     assert _imports(module) == [
@@ -92,11 +234,13 @@ def test_the_check_finds_a_violation(tmp_path: Path) -> None:
         (3, "plugtrain.train"),
         (3, "plugtrain.train.trainer"),
     ]
+    assert _targets(module) == [(3, "plugtrain.train.trainer")]
 
 
 def test_importing_the_lower_floors_loads_no_torch() -> None:
     code = (
         "import sys, plugtrain, plugtrain.config, plugtrain.registry, plugtrain.protocols; "
+        "import plugtrain.optim, plugtrain.distributed, plugtrain.launching, plugtrain.strategy; "
         "plugtrain.names('optimizer'); "
         "print('torch' in sys.modules)"
     )
@@ -106,13 +250,10 @@ def test_importing_the_lower_floors_loads_no_torch() -> None:
     assert result.stdout.strip() == "False"
 
 
-def test_old_import_paths_are_the_moved_modules() -> None:
-    import plugtrain.optim.lr_scheduler as old_scheduler_module
-    import plugtrain.train.optim.lr_scheduler as scheduler_module
+def test_the_public_paths_import() -> None:
+    import plugtrain.optim.lr_scheduler as scheduler_module
     import plugtrain.train.trainer as trainer_module
-    import plugtrain.trainer as old_trainer_module
 
-    assert old_trainer_module is trainer_module
-    assert old_scheduler_module is scheduler_module
-    assert trainer_module.__spec__.name == "plugtrain.train.trainer"
     assert plugtrain.Trainer is trainer_module.Trainer
+    assert plugtrain.optim.lr_scheduler is scheduler_module
+    assert plugtrain.distributed.__name__ == "plugtrain.distributed"

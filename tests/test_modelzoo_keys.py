@@ -21,13 +21,13 @@ from plugtrain.builtin.models import MLP
 from plugtrain.config import CheckpointSettings, load_yaml, plan_run
 from plugtrain.errors import ConfigError
 from plugtrain.train import trainer as trainer_module
+from plugtrain.train.assembly import build_trainer
 from plugtrain.train.checkpoint import (
     CheckpointError,
     CheckpointMismatchError,
     load_checkpoint,
     save_checkpoint,
 )
-from plugtrain.train.run import build_trainer
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

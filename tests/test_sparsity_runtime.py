@@ -207,7 +207,7 @@ def test_gradient_accumulation_sums_the_unmasked_gradients(tmp_path):
                 seen.update({p.name + "_mask": p.mask.clone() for p in t.sparsity.parameters})
 
     trainer.callbacks.append(Grab())
-    trainer._callbacks = type(trainer._callbacks)(trainer.callbacks)
+    trainer.callbacks_dispatch = type(trainer.callbacks_dispatch)(trainer.callbacks)
     batches = _batches(4)
     trainer.fit(batches)
     [algorithm] = made
@@ -262,7 +262,7 @@ def test_a_step_the_grad_scaler_skips_is_no_update_step(tmp_path):
                 before = {p.name: p.mask.clone() for p in t.sparsity.parameters}
 
     trainer.callbacks.append(Masks())
-    trainer._callbacks = type(trainer._callbacks)(trainer.callbacks)
+    trainer.callbacks_dispatch = type(trainer.callbacks_dispatch)(trainer.callbacks)
     trainer.fit(_batches(2))
     [algorithm] = made
     advances = [c for c in algorithm.calls if c[0] == "advance"]

@@ -16,7 +16,7 @@ PROGRAM = textwrap.dedent(
     import atexit
     import logging
 
-    from plugtrain.train import launch
+    from plugtrain import launching as launch
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     atexit.register(print, "atexit handler ran", flush=True)

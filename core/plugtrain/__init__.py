@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from plugtrain import _moved
+from plugtrain._version import PLUGIN_API_VERSION, __version__
 from plugtrain.errors import (
     BackendError,
     ConfigError,
@@ -25,19 +25,13 @@ from plugtrain.registry import Component, ComponentInfo, PluginInfo, Registry
 from plugtrain.schema import arg
 
 if TYPE_CHECKING:
-    from plugtrain.train import distributed, optim
+    from plugtrain import distributed, optim
     from plugtrain.train.backends import backend
     from plugtrain.train.params import configure_param_groups, partition_params_group_with_tags
     from plugtrain.train.trainer import Trainer
 
     ClusterConfig: Any  # the CSX backend plugin's class, found through the registry
 
-_moved.install()  # plugtrain.trainer, plugtrain.optim ... still import
-
-__version__ = "0.1.0"
-
-PLUGIN_API_VERSION = "1.0"
-"""Version of the plugin contract in :mod:`plugtrain.hookspecs` (major changes break plugins)."""
 
 __all__ = [
     "PLUGIN_API_VERSION",
@@ -93,10 +87,10 @@ def describe(kind: str, name: str) -> ComponentInfo:
 
 
 _LAZY = {
-    "optim": ("plugtrain.train.optim", None),
+    "optim": ("plugtrain.optim", None),
     "backend": ("plugtrain.train.backends", "backend"),
-    "distributed": ("plugtrain.train.distributed", None),
-    "ClusterConfig": ("plugtrain.train.distributed", "ClusterConfig"),
+    "distributed": ("plugtrain.distributed", None),
+    "ClusterConfig": ("plugtrain.distributed", "ClusterConfig"),
     "partition_params_group_with_tags": (
         "plugtrain.train.params",
         "partition_params_group_with_tags",

@@ -15,7 +15,8 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from plugtrain import plugins
 from plugtrain._suggest import did_you_mean
@@ -23,6 +24,9 @@ from plugtrain.attribution import attribute_error
 from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, ComponentInfo, Registry
+
+if TYPE_CHECKING:
+    from plugtrain.config.plan import TrainerPlan
 
 __all__ = ["main"]
 
@@ -182,7 +186,7 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
         json.dump(rows, out, indent=2)
         out.write("\n")
         return EXIT_OK
-    from plugtrain import PLUGIN_API_VERSION, __version__
+    from plugtrain._version import PLUGIN_API_VERSION, __version__
 
     out.write(f"plugtrain {__version__} provides plugin API {PLUGIN_API_VERSION}\n")
     for row in rows:
@@ -261,6 +265,7 @@ def _configure_logging() -> None:
 
 
 def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from plugtrain import launching
     from plugtrain.config import load_plan
     from plugtrain.train import launch
     from plugtrain.train.run import run_plan
@@ -277,17 +282,49 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     status = launch.launch_if_needed(plan, run_registry, args.argv)
     if status is not None:
         return status
-    with launch.exit_worker_when_done():
+    with launching.exit_worker_when_done():
         with launch.collective_errors():
-            results = run_plan(plan, run_registry, mode=args.command)
+            results = run_plan(
+                plan, run_registry, mode=args.command, after_fit=_schedule_plot_drawer(run_registry)
+            )
         for index, metrics in enumerate(results):
-            if isinstance(metrics, list) and launch.is_main_rank():  # validate_all's records
+            if isinstance(metrics, list) and launching.is_main_rank():  # validate_all's records
                 for record in metrics:
                     out.write(f"trainer {index}: {_describe_record(record)}\n")
-            elif metrics and launch.is_main_rank():
+            elif metrics and launching.is_main_rank():
                 shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
                 out.write(f"trainer {index}: validation {shown}\n")
     return EXIT_OK
+
+
+def _schedule_plot_drawer(registry: Registry) -> Callable[[TrainerPlan, Any], None]:
+    """What ``fit`` does after each trainer's fit: draw its schedules into ``schedule.png``."""
+
+    def draw(plan: TrainerPlan, trainer: Any) -> None:
+        if not (plan.schedulers or plan.sparsity) or not trainer.is_main_process:
+            return
+        import logging
+
+        from plugtrain.authoring.schedule_plot import MATPLOTLIB_MISSING, plot_schedules
+
+        log = logging.getLogger("plugtrain")
+        try:
+            import matplotlib  # noqa: F401 - optional
+        except ImportError:
+            log.warning("schedule.png not written: %s", MATPLOTLIB_MISSING)
+            return
+        target = Path(trainer.model_dir) / "schedule.png"
+        plot_schedules(
+            [spec.to_mapping() for spec in plan.schedulers],
+            target,
+            steps=trainer.global_step or None,
+            registry=registry,
+            optimizer=plan.optimizer.spec.to_mapping() if plan.optimizer else None,
+            sparsity=plan.sparsity,
+        )
+        log.info("schedule plot written to %s", target)
+
+    return draw
 
 
 def _describe_record(record: Mapping[str, Any]) -> str:
@@ -382,7 +419,7 @@ def _cmd_new(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from plugtrain import __version__
+    from plugtrain._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="plugtrain",

@@ -88,7 +88,7 @@ def incompatibility(
     :param provided: the core's plugin API version; default :data:`plugtrain.PLUGIN_API_VERSION`.
     :returns: a message naming both versions, or ``None`` when compatible or undeclared.
     """
-    from plugtrain import PLUGIN_API_VERSION, __version__
+    from plugtrain._version import PLUGIN_API_VERSION, __version__
 
     provided = provided or PLUGIN_API_VERSION
     declared = declared_api(distribution)

@@ -13,13 +13,17 @@ import attrs
 
 __all__ = [
     "BackendError",
+    "CheckpointError",
+    "CheckpointMismatchError",
     "ComponentError",
     "ConfigError",
     "ConfigIssue",
+    "CorruptCheckpointError",
     "DuplicateNameError",
     "HyperParameterError",
     "HyperParameterTypeError",
     "MissingDependencyError",
+    "ModelDirBusyError",
     "PluginLoadError",
     "PlugtrainError",
     "TrainingError",
@@ -53,6 +57,25 @@ class TrainingError(PlugtrainError, RuntimeError):
 
 class BackendError(PlugtrainError, RuntimeError):
     """A backend cannot be created or cannot run here."""
+
+
+class CheckpointError(PlugtrainError, OSError):
+    """A checkpoint cannot be written, found or read."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint file is damaged (truncated, empty, a bad CRC) or holds non-finite weights.
+
+    Resuming from the newest checkpoint skips such a file, with a warning, for an older one.
+    """
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A sound checkpoint that does not fit this run (another model shape, another optimizer)."""
+
+
+class ModelDirBusyError(TrainingError):
+    """Another process is fitting into the same model directory."""
 
 
 class ComponentError(PlugtrainError, RuntimeError):

@@ -417,15 +417,6 @@ def current_extra() -> tuple[tuple[str, object], ...]:
     return _default_extra
 
 
-def use_plugins(modules: Iterable[str]) -> None:
-    """Also load ``modules`` as plugins (like ``-p MODULE``); rebuilds the registry."""
-    modules = list(modules)
-    current = _default_settings or PluginSettings.from_env()
-    if all(m in current.explicit for m in modules):
-        return
-    reset(current.with_plugins(modules), extra=_default_extra)
-
-
 def installed_plugin_names() -> frozenset[str]:
     """Entry-point names, distribution names and modules of the installed plugins."""
     names: set[str] = set()
@@ -490,7 +481,7 @@ def _declared_api(distribution: str | None) -> list[str] | None:
     if distribution is None:
         return None
     if distribution == "plugtrain":  # the core's own plugin is written for the API it provides
-        from plugtrain import PLUGIN_API_VERSION
+        from plugtrain._version import PLUGIN_API_VERSION
 
         return [PLUGIN_API_VERSION]
     try:

@@ -190,6 +190,17 @@ class Backend(Protocol):
     previous values (``None``: unset), as :meth:`plugtrain.backend_base.BackendBase.apply_flags`
     documents; the ``GlobalFlags`` and scoped flag callbacks call it, and report the flags as
     inactive on a backend without it.
+
+    Optional: ``parallel_strategy() -> plugtrain.strategy.ParallelStrategy``, how the model runs
+    over the processes (wrapping, one gradient synchronisation per optimizer step, metric
+    reduction, which process writes); without it the Trainer uses the default strategy built
+    on the members above. What a backend needs to know about the processes ``plugtrain fit``
+    launches is in :mod:`plugtrain.launching`.
+
+    Optional flags, read as ``False`` when absent: ``compiles_precision`` (the backend's own
+    compiler applies the precision settings, so the Trainer does not autocast; ``CSX``) and
+    ``cluster_logging`` (it acts on ``logging.wsc_log_level`` and
+    ``logging.enable_act_frequency``; ``CSX``).
     """
 
     backend_type: str

@@ -38,7 +38,7 @@ import contextlib
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from plugtrain.curve import Curve
 from plugtrain.schema import (
@@ -51,11 +51,14 @@ from plugtrain.schema import (
 )
 from plugtrain.tags import select_param_groups, tag_problems
 
+T = TypeVar("T")
+
 __all__ = [
     "ChildCurve",
     "ScheduleSchema",
     "Scheduler",
     "Show",
+    "build_nested",
     "is_scheduler",
     "keep_group_values",
     "last_values",
@@ -101,6 +104,15 @@ class ScheduleSchema:
 
     nestable: ClassVar[bool] = True
     """Whether a wrapper (``SequentialLR`` ...) may take it as a child (``ScalePerParamLR``: no)."""
+    applies_group_factors: ClassVar[bool] = False
+    """Whether it is a wrapper that multiplies its child's value by each group's factor.
+
+    Model Zoo's rule for param groups with an ``adjust_learning_rate`` factor (muP): an LR
+    scheduler's value is multiplied by each group's factor. When the optimizer's groups carry
+    factors, the Trainer wraps an LR scheduler that does not apply them in the installed
+    scheduler whose schema declares this (``ScalePerParamLR`` of ``plugtrain-schedulers``),
+    called as ``Wrapper(optimizer, scheduler=child)``.
+    """
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -147,10 +159,14 @@ class Scheduler:
     schema: ClassVar[type[ScheduleSchema]]
     param_key: ClassVar[str] = "lr"
     takes_optimizer: ClassVar[bool] = True
+    takes_context: ClassVar[bool] = True
+    """Whether the constructor takes the optimizer first (the kind's context argument); a
+    subclass says so with ``takes_optimizer`` (cstorch's ``ChainedScheduler`` does not)."""
     __signature__: ClassVar[inspect.Signature]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls.takes_context = cls.takes_optimizer
         if "schema" in cls.__dict__:
             context = ("optimizer",) if cls.takes_optimizer else ()
             cls.__signature__ = constructor_signature(cls.schema, context)
@@ -365,3 +381,17 @@ def keep_group_values(optimizer: Any, keys: Iterable[str] = SCHEDULED_KEYS) -> I
     finally:
         for group, values in zip(optimizer.param_groups, saved, strict=False):
             group.update(values)
+
+
+def build_nested(optimizer: Any, build: Callable[[], T]) -> T:
+    """Build a scheduler nested in a wrapper: whatever it writes while built is undone.
+
+    A child built for a wrapper writes its first value into the groups it targets (a torch
+    scheduler: every group); neither its siblings nor other schedulers may see that. Every
+    nested scheduler is built through here, by the Trainer from a run file's plan and by the
+    wrappers from ``{Name: {arguments}}`` mappings given in Python.
+
+    :param build: builds the child (on ``optimizer``).
+    """
+    with keep_group_values(optimizer):
+        return build()

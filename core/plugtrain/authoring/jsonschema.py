@@ -87,7 +87,7 @@ def run_file_schema(registry: Registry) -> Schema:
     :param registry: resolves names as ``plugtrain check`` would (its plugins already loaded).
     :returns: a JSON-ready mapping; validate with any draft 2020-12 validator.
     """
-    from plugtrain import __version__
+    from plugtrain._version import __version__
 
     builder = _Builder(registry)
     root = builder.section(RunFile, inline=True)

@@ -220,7 +220,7 @@ def _hookspecs() -> list[Any]:
 
 def hooks_markdown() -> str:
     """The hook reference page, from the docstrings of :mod:`plugtrain.hookspecs`."""
-    from plugtrain import PLUGIN_API_VERSION
+    from plugtrain._version import PLUGIN_API_VERSION
 
     lines = [
         "# Hook reference",

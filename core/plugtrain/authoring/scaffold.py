@@ -308,7 +308,7 @@ def write_package(
     :returns: the files written, sorted.
     :raises ScaffoldError: for a bad package name or a folder that holds files.
     """
-    from plugtrain import PLUGIN_API_VERSION
+    from plugtrain._version import PLUGIN_API_VERSION
 
     package = package or default_package(specs)
     if not _PACKAGE.match(package):

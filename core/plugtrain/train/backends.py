@@ -19,6 +19,6 @@ def backend(backend_type: str, **arguments: Any) -> Any:
     :param backend_type: ``"CPU"``, ``"GPU"``, ``"CSX"`` or any registered backend (any case).
     :param arguments: the backend's arguments (see ``plugtrain show CPU``).
     """
-    from plugtrain import resolve
+    from plugtrain.plugins import get_registry
 
-    return resolve("backend", backend_type)(**arguments)
+    return get_registry().resolve("backend", backend_type)(**arguments)

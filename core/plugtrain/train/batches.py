@@ -44,14 +44,15 @@ class Scored:
     :ivar loss: the scalar loss tensor.
     :ivar weight: the examples (or tokens) the loss averages over.
     :ivar metrics: extra scalar metrics of the batch (means over its ``weight`` examples).
-    :ivar correct: correct class predictions (Trainer-scored class labels only), else 0.
+    :ivar correct: correct class predictions (Trainer-scored class labels only; a tensor on
+        the device, read when logged), else 0.
     :ivar count: labels those were counted over, else 0.
     """
 
     loss: torch.Tensor
     weight: int
     metrics: dict[str, float]
-    correct: int = 0
+    correct: int | torch.Tensor = 0
     count: int = 0
 
 
@@ -171,7 +172,7 @@ def _scored_outputs(
         and outputs.dim() == targets.dim() + 1
         and not targets.is_floating_point()
     ):
-        correct = int((outputs.argmax(dim=-1) == targets).sum())
+        correct = (outputs.argmax(dim=-1) == targets).sum()  # read once per logged step
         return Scored(loss, batch_size(batch), {}, correct, targets.numel())
     return Scored(loss, batch_size(batch), {})
 

@@ -21,7 +21,12 @@ from typing import Any
 
 import torch
 
-from plugtrain.errors import PlugtrainError
+from plugtrain.errors import (
+    CheckpointError,
+    CheckpointMismatchError,
+    CorruptCheckpointError,
+    PlugtrainError,
+)
 
 __all__ = [
     "CheckpointError",
@@ -36,21 +41,6 @@ __all__ = [
     "save_checkpoint",
     "verify_archive",
 ]
-
-
-class CheckpointError(PlugtrainError, OSError):
-    """A checkpoint cannot be written, found or read."""
-
-
-class CorruptCheckpointError(CheckpointError):
-    """A checkpoint file is damaged (truncated, empty, a bad CRC) or holds non-finite weights.
-
-    Resuming from the newest checkpoint skips such a file, with a warning, for an older one.
-    """
-
-
-class CheckpointMismatchError(CheckpointError):
-    """A sound checkpoint that does not fit this run (another model shape, another optimizer)."""
 
 
 def plain(value: Any) -> Any:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from plugtrain.errors import TrainingError
+from plugtrain.errors import ModelDirBusyError
 
 __all__ = ["LOCK_NAME", "ModelDirBusyError", "ModelDirLock"]
 
@@ -28,10 +28,6 @@ LOCK_NAME = ".plugtrain.lock"
 """The lock file's name inside the model directory."""
 
 _UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
-
-
-class ModelDirBusyError(TrainingError):
-    """Another process is fitting into the same model directory."""
 
 
 def _describe(holder: dict[str, object]) -> str:

@@ -125,8 +125,8 @@ class Loggers:
 
 
 def _build_mapping(kind: str, entry: Mapping[str, Any]) -> Any:
-    from plugtrain import get_registry
-    from plugtrain.train.run import build_component
+    from plugtrain.plugins import get_registry
+    from plugtrain.train.components import build_component
 
     return build_component(get_registry(), kind, entry)
 

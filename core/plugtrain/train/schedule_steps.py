@@ -15,7 +15,7 @@ import torch
 
 from plugtrain.registry import Registry
 from plugtrain.scheduler import scheduler_key, scheduler_length
-from plugtrain.train.run import build_component
+from plugtrain.train.components import build_component
 
 __all__ = ["SteppedSchedule"]
 

@@ -147,7 +147,7 @@ def group_from_spec(registry: Any, spec: Any) -> SparsityGroup:
     """
     from plugtrain.config.plan import ComponentSpec
     from plugtrain.errors import ConfigError, ConfigIssue
-    from plugtrain.train.run import build_component
+    from plugtrain.train.components import build_component
 
     component = ComponentSpec(
         "sparsity", spec.algorithm, spec.call_arguments(), spec.path, spec.location
@@ -175,9 +175,9 @@ def sparsity_groups(value: Any, registry: Any = None) -> list[SparsityGroup]:
     :param registry: builds the algorithms; default: the process-wide registry.
     :raises ConfigError: for a value that does not validate, naming every problem.
     """
-    from plugtrain import get_registry
     from plugtrain.config.plan import SparsityGroupSpec
     from plugtrain.config.validate import plan_sparsity
+    from plugtrain.plugins import get_registry
 
     if value is None:
         return []

@@ -7,7 +7,7 @@ import math
 import pytest
 
 import plugtrain
-from plugtrain.train.optim import lr_scheduler, weight_decay_scheduler
+from plugtrain.optim import lr_scheduler, weight_decay_scheduler
 
 SEED_LINEAR = {"initial_learning_rate": 0.01, "end_learning_rate": 0.001, "total_iters": 500}
 SEED_COSINE = {"initial_learning_rate": 0.001, "end_learning_rate": 0.0001, "total_iters": 500}

@@ -52,7 +52,7 @@ class Keep:
 
 
 trainer.callbacks.append(Keep())
-trainer._callbacks = type(trainer._callbacks)(trainer.callbacks)
+trainer.callbacks_dispatch = type(trainer.callbacks_dispatch)(trainer.callbacks)
 trainer.fit(loader)
 rank = os.environ["RANK"]
 masks = {p.name: p.mask.clone() for p in trainer.sparsity.parameters}

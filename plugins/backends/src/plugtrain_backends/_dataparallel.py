@@ -7,8 +7,25 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from plugtrain.backend_base import BackendBase
+from plugtrain.strategy import ParallelStrategy
 
-__all__ = ["DataParallelBackend"]
+__all__ = ["DataParallelBackend", "DataParallelStrategy"]
+
+
+class DataParallelStrategy(ParallelStrategy):
+    """DDP: gradients are all-reduced once per optimizer step, on its last micro-batch.
+
+    The micro-batches before the last run under ``DistributedDataParallel.no_sync()``, which
+    keeps their gradients local (accumulated in ``.grad``); the last one's backward reduces
+    the sum in one pass over the buckets.
+    """
+
+    def micro_batch_context(self, model: Any, *, synchronize: bool) -> Any:
+        """``model.no_sync()`` before the last micro-batch of a step in a distributed run."""
+        no_sync = getattr(model, "no_sync", None)
+        if synchronize or no_sync is None or self.backend.world_size == 1:
+            return super().micro_batch_context(model, synchronize=synchronize)
+        return no_sync()
 
 
 class DataParallelBackend(BackendBase):
@@ -52,6 +69,10 @@ class DataParallelBackend(BackendBase):
         if not self.is_main_process:
             # Only the main process logs progress; the others report warnings and errors.
             logging.getLogger("plugtrain").setLevel(logging.WARNING)
+
+    def parallel_strategy(self) -> DataParallelStrategy:
+        """The strategy of data-parallel runs (DDP with one sync per optimizer step)."""
+        return DataParallelStrategy(self)
 
     def close(self) -> None:
         """Leave the process group together with the other processes (end of a run)."""

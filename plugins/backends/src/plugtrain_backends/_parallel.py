@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 from plugtrain.errors import BackendError
-from plugtrain.train.launch import LaunchedProcess, exit_after_atexit_handlers, launched_process
+from plugtrain.launching import LaunchedProcess, exit_after_atexit_handlers, launched_process
 
 __all__ = [
     "GLOO_EXIT_SWITCH",

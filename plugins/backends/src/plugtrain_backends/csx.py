@@ -42,6 +42,10 @@ class CSXBackend(BackendBase):
     """
 
     backend_type = "CSX"
+    compiles_precision = True
+    """The Cerebras compiler applies the precision settings (the Trainer does not autocast)."""
+    cluster_logging = True
+    """It acts on ``logging.wsc_log_level`` and ``logging.enable_act_frequency``."""
     schema = CSXArgs
     ClusterConfig = ClusterConfig
     """The cluster configuration class (``plugtrain.distributed.ClusterConfig``)."""

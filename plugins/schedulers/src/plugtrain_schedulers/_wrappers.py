@@ -26,6 +26,7 @@ import torch
 from plugtrain.curve import Curve, running_totals
 from plugtrain.scheduler import (
     Scheduler,
+    build_nested,
     is_scheduler,
     keep_group_values,
     last_values,
@@ -215,8 +216,7 @@ class Wrapper(Scheduler):
         implementation = resolve("scheduler", name)
         if _takes_tags(implementation):
             arguments["param_group_tags"] = self.param_group_tags
-        with keep_group_values(self.optimizer):
-            return implementation(self.optimizer, **arguments)
+        return build_nested(self.optimizer, lambda: implementation(self.optimizer, **arguments))
 
     def _check_child_tags(self, where: str, child_tags: Any) -> None:
         if child_tags is None or wanted_tags(child_tags) == wanted_tags(self.param_group_tags):

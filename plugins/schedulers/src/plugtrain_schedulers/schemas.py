@@ -439,6 +439,7 @@ class ScalePerParamLRArgs(ScheduleSchema):
     """Another scheduler's value times each group's ``adjust_learning_rate`` or ``adjust_val``."""
 
     nestable: ClassVar[bool] = False  # only the outermost scheduler scales per group
+    applies_group_factors: ClassVar[bool] = True
 
     scheduler: Any = arg(help="the scheduler whose value is scaled", component="scheduler")
     param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()

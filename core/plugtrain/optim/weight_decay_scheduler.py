@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugtrain.train.optim._resolve import resolve_attribute
+from plugtrain.optim._resolve import resolve_attribute
 
 
 def __getattr__(name: str) -> Any:

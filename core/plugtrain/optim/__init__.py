@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugtrain.train.optim import lr_scheduler, weight_decay_scheduler
-from plugtrain.train.optim._resolve import resolve_attribute
+from plugtrain.optim import lr_scheduler, weight_decay_scheduler
+from plugtrain.optim._resolve import resolve_attribute
 
 __all__ = ["lr_scheduler", "weight_decay_scheduler"]
 
@@ -19,6 +19,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    from plugtrain import names
+    from plugtrain.plugins import get_registry
 
-    return sorted([*__all__, *names("optimizer")])
+    return sorted([*__all__, *get_registry().names("optimizer")])

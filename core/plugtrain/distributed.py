@@ -1,4 +1,4 @@
-"""``plugtrain.train.distributed`` mirrors ``cerebras.pytorch.distributed``: ``ClusterConfig``.
+"""``plugtrain.distributed`` mirrors ``cerebras.pytorch.distributed``: ``ClusterConfig``.
 
 The cluster configuration belongs to the plugin that provides the ``CSX`` backend (the core never
 imports a plugin), so ``ClusterConfig`` is that backend class's ``ClusterConfig`` attribute,
@@ -18,10 +18,10 @@ def cluster_config_class() -> Any:
     :raises UnknownNameError: when no installed plugin provides a CSX backend.
     :raises BackendError: when the CSX backend has no ``ClusterConfig``.
     """
-    from plugtrain import resolve
     from plugtrain.errors import BackendError
+    from plugtrain.plugins import get_registry
 
-    backend = resolve("backend", "CSX")
+    backend = get_registry().resolve("backend", "CSX")
     found = getattr(backend, "ClusterConfig", None)
     if found is None:
         where = f"{backend.__module__}.{backend.__qualname__}"
@@ -33,5 +33,5 @@ def cluster_config_class() -> Any:
 def __getattr__(name: str) -> Any:
     if name == "ClusterConfig":
         return cluster_config_class()
-    message = f"module 'plugtrain.train.distributed' has no attribute {name!r}"
+    message = f"module 'plugtrain.distributed' has no attribute {name!r}"
     raise AttributeError(message)

@@ -18,9 +18,9 @@ def resolve_attribute(module: str, kind: str, name: str) -> Any:
     if name.startswith("__"):
         message = f"module {module!r} has no attribute {name!r}"
         raise AttributeError(message)
-    from plugtrain import resolve
+    from plugtrain.plugins import get_registry
 
     try:
-        return resolve(kind, name)
+        return get_registry().resolve(kind, name)
     except UnknownNameError as exc:
         raise UnknownAttributeError(str(exc)) from None

@@ -1,0 +1,253 @@
+"""The training loop: optimizer steps of ``k`` micro-batches, logging, evaluation and saving.
+
+One optimizer step runs ``loop.grad_accum_steps`` micro-batches, each in the context the
+parallel strategy gives (:mod:`plugtrain.strategy`; only the last one synchronises gradients
+in a data-parallel run). The loss is summed on the device and read once per optimizer step
+(for the NaN guard, which must decide before the next step).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from plugtrain.config.sections import LoopSettings
+from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.train.batches import MetricSums
+from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted, signal_name
+from plugtrain.train.resume import DataStream
+
+__all__ = ["TrainingLoop", "eval_period", "group_values", "steps_per_epoch", "target_step"]
+
+
+def eval_period(frequency: int | float | None, total_steps: int) -> int:
+    """Steps between evaluations (0: only at the end), Model Zoo's rule.
+
+    An int is a number of steps; a float in (0, 1] is that fraction of the fit's steps, rounded
+    up (0.25 of 100 steps: every 25).
+    """
+    if not frequency:
+        return 0
+    if isinstance(frequency, float):
+        return max(math.ceil(frequency * total_steps), 1)
+    return int(frequency)
+
+
+def target_step(loop: LoopSettings | None, global_step: int, train_dataloader: Any) -> int:
+    """The step a fit ends at: the nearest of ``max_steps``, ``num_steps`` and ``num_epochs``."""
+    if loop is None:
+        message = "fit needs loop settings with max_steps, num_steps or num_epochs"
+        raise ConfigError([ConfigIssue("loop", message)])
+    limits = []
+    if loop.max_steps is not None:
+        limits.append(loop.max_steps)
+    if loop.num_steps is not None:
+        limits.append(global_step + loop.num_steps)
+    if loop.num_epochs is not None:
+        per_epoch = steps_per_epoch(loop, train_dataloader)
+        if per_epoch is None:
+            message = "num_epochs needs a data loader with a length; use num_steps"
+            raise ConfigError([ConfigIssue("loop.num_epochs", message)]) from None
+        limits.append(global_step + loop.num_epochs * per_epoch)
+    if not limits:
+        message = "give at least one of max_steps, num_steps or num_epochs"
+        raise ConfigError([ConfigIssue("loop", message)])
+    return min(limits)
+
+
+def steps_per_epoch(loop: LoopSettings, train_dataloader: Any) -> int | None:
+    """Optimizer steps in one epoch: ``loop.steps_per_epoch``, else one pass of the data.
+
+    :raises ConfigError: ``steps_per_epoch`` needs more batches than one pass holds.
+    """
+    accum = loop.grad_accum_steps
+    try:
+        length: int | None = len(train_dataloader)
+    except TypeError:
+        length = None
+    wanted = loop.steps_per_epoch
+    if wanted is None:
+        return None if length is None else max(length // accum, 1)
+    if length is not None and wanted * accum > length:
+        message = (
+            f"steps_per_epoch {wanted} needs {wanted * accum} batches per epoch, but the "
+            f"training data loader yields {length}"
+        )
+        raise ConfigError([ConfigIssue("loop.steps_per_epoch", message)])
+    return wanted
+
+
+def _group_label(group: Mapping[str, Any], index: int) -> str:
+    tags = group.get("tags")
+    if tags:
+        names = [tags] if isinstance(tags, str) else sorted(map(str, tags))
+        return f"{index}:{'+'.join(names)}"
+    return str(index)
+
+
+def group_values(optimizer: Any) -> dict[str, float]:
+    """Learning rate and weight decay of every param group, for metrics."""
+    values: dict[str, float] = {}
+    for index, group in enumerate(optimizer.param_groups):
+        label = _group_label(group, index)
+        values[f"lr/{label}"] = float(group["lr"])
+        if "weight_decay" in group:
+            values[f"weight_decay/{label}"] = float(group["weight_decay"])
+    return values
+
+
+class _Window:
+    """What the steps since the last log line add up to."""
+
+    def __init__(self) -> None:
+        self.loss = 0.0
+        self.correct: int | torch.Tensor = 0
+        self.count = 0
+        self.steps = 0
+        self.skipped = 0
+        self.extra = MetricSums()
+        self.start = time.perf_counter()
+
+
+class TrainingLoop:
+    """Runs a :class:`~plugtrain.train.trainer.Trainer`'s steps up to a target step.
+
+    :param trainer: the trainer whose model, optimizer, schedulers, callbacks and loggers run.
+    """
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def train_step(self, stream: DataStream) -> tuple[float, Any, int, MetricSums]:
+        """One optimizer step; returns its loss, correct labels, label count and metrics."""
+        trainer = self.trainer
+        trainer.callbacks_dispatch.on_train_step_start(trainer, trainer.global_step + 1)
+        accum = trainer.loop.grad_accum_steps if trainer.loop else 1
+        trainer.optimizer.zero_grad(set_to_none=True)
+        if trainer.sparsity is not None:
+            trainer.sparsity.step_start()
+        loss_sum: torch.Tensor | None = None
+        correct: Any = 0
+        count = 0
+        extra = MetricSums()
+        strategy = trainer.strategy
+        for index in range(accum):
+            with strategy.micro_batch_context(trainer.model, synchronize=index == accum - 1):
+                scored = trainer.forward(stream.next())
+                loss = scored.loss
+                trainer.precision.backward(loss if accum == 1 else loss / accum)
+            detached = loss.detach().to(torch.float64)
+            loss_sum = detached if loss_sum is None else loss_sum + detached
+            correct = correct + scored.correct
+            count += scored.count
+            extra.add(scored.metrics, scored.weight)
+        assert loss_sum is not None
+        total_loss = float(loss_sum) / accum
+        if math.isfinite(total_loss):
+            problem = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+        else:
+            problem = f"the loss is {total_loss}"
+        trainer.nan_guard.step_done(problem, math.isfinite(total_loss))
+        if trainer.sparsity is not None:
+            trainer.sparsity.step_end()  # masks change only if the optimizer applied the step
+        for scheduler in trainer.schedulers:
+            scheduler.step()
+        trainer.global_step += 1
+        return total_loss, correct, count, extra
+
+    def _before_optimizer_step(self) -> None:
+        trainer = self.trainer
+        trainer.callbacks_dispatch.on_before_optimizer_step(trainer, trainer.optimizer)
+
+    def run(
+        self,
+        stream: DataStream,
+        val_dataloader: Iterable[Any] | None,
+        target: int,
+        interrupt: InterruptRequest | None = None,
+    ) -> dict[str, float]:
+        """Train until ``target``, evaluating and saving as the settings say; the last metrics."""
+        trainer = self.trainer
+        loop = trainer.loop
+        assert loop is not None
+        log_steps = trainer.logging.log_steps
+        # A fractional eval_frequency counts from this fit's first step, an int from step 0.
+        start = trainer.global_step if isinstance(loop.eval_frequency, float) else 0
+        eval_every = eval_period(loop.eval_frequency, target - trainer.global_step)
+        save_every = trainer.checkpoint.steps or 0
+        window = _Window()
+        last_val: dict[str, float] = {}
+        trainer.model.train()
+        while trainer.global_step < target:
+            loss, correct, count, extra = self.train_step(stream)
+            finite = math.isfinite(loss)
+            window.skipped += not finite  # skipped under nan_policy: skip_step
+            window.loss += loss if finite else 0.0
+            window.correct = window.correct + correct
+            window.count += count
+            if finite:
+                window.extra.merge(extra)
+            window.steps += 1
+            step = trainer.global_step
+            if step % log_steps == 0 or step == target:
+                self._log_window(step, window)
+                window = _Window()
+            if val_dataloader is not None and eval_every and (step - start) % eval_every == 0:
+                last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
+            if save_every and step % save_every == 0 and step != target:
+                trainer.save_checkpoint(stream)
+            if interrupt is not None and interrupt.agreed():
+                self._stop_interrupted(stream, interrupt)
+        if val_dataloader is not None and not (
+            eval_every and (target - start) % eval_every == 0 and last_val
+        ):
+            last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
+        trainer.save_checkpoint(stream)
+        if interrupt is not None and interrupt.agreed(final=True):
+            self._stop_interrupted(stream, interrupt)
+        return last_val
+
+    def _log_window(self, step: int, window: _Window) -> None:
+        trainer = self.trainer
+        elapsed = time.perf_counter() - window.start
+        sums = {"loss": window.loss, "finite": window.steps - window.skipped}
+        sums.update(correct=int(window.correct), count=window.count)
+        values = self._window_means(sums, window.extra)
+        if window.skipped:
+            values["skipped_steps"] = window.skipped
+        values["steps_per_second"] = window.steps / elapsed if elapsed > 0 else 0.0
+        values.update(group_values(trainer.optimizer))
+        values.update(trainer.precision.metrics())
+        trainer.callbacks_dispatch.on_train_step_end(trainer, values)
+        trainer.loggers_dispatch.log_metrics(step, "train", values)
+
+    def _window_means(self, sums: dict[str, Any], extra: MetricSums) -> dict[str, float]:
+        """Loss, accuracy and extra metrics of a logging window, over every process.
+
+        Every process logs at the same steps, so the sums are reduced there (a copy on one).
+        """
+        sums = self.trainer.strategy.reduce_sums({**sums, **extra.totals()})
+        finite = sums["finite"]
+        values = {"loss": sums["loss"] / finite if finite else math.nan}
+        if sums["count"]:
+            values["accuracy"] = sums["correct"] / sums["count"]
+        values.update(MetricSums.means(sums))
+        return values
+
+    def _stop_interrupted(self, stream: DataStream, interrupt: InterruptRequest) -> None:
+        """Save the current step (unless just saved) and raise :class:`TrainingInterrupted`."""
+        trainer = self.trainer
+        if trainer.saved_step != trainer.global_step:
+            trainer.save_checkpoint(stream)
+        path = trainer.checkpoint_path(trainer.global_step)
+        number = interrupt.signal_number or 2
+        how = "interrupted" if number == 2 else f"interrupted by {signal_name(number)}"
+        message = (
+            f"{how} at step {trainer.global_step}; checkpoint saved to {path}; "
+            "run the same command again to resume"
+        )
+        raise TrainingInterrupted(message, number)

@@ -1,0 +1,42 @@
+"""The Checkpointer contract, run against the single-file checkpointer; and that it can fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plugtrain.testing.checkpointer_kit import CHECKPOINTER_PROPERTIES, check_checkpointer
+from plugtrain.testing.conformance import ConformanceError
+from plugtrain.train.checkpointer import FileCheckpointer
+
+
+def test_the_single_file_checkpointer_keeps_the_contract() -> None:
+    report = check_checkpointer(FileCheckpointer)
+    assert [r.name for r in report.results] == list(CHECKPOINTER_PROPERTIES)
+    assert all(r.outcome == "passed" for r in report.results), str(report)
+
+
+class _KeepsEverything(FileCheckpointer):
+    """Breaks two properties: pruning deletes nothing, and clean-up leaves temporaries."""
+
+    def remove(self, path: Path) -> None:
+        pass
+
+    def clean_up(self) -> list[Path]:
+        return []
+
+
+class _NoFallback(FileCheckpointer):
+    def load(self, path: str | Path) -> dict[str, Any]:
+        return super().load(self.path(2)) if Path(path) == self.path(1) else super().load(path)
+
+
+def test_a_broken_checkpointer_is_named_with_each_failed_property() -> None:
+    with pytest.raises(ConformanceError) as caught:
+        check_checkpointer(_KeepsEverything)
+    failed = {r.name for r in caught.value.report.failures}
+    assert failed == {"prune", "clean_up"}
+    report = check_checkpointer(_NoFallback, raise_on_failure=False)
+    assert report.outcome("fallback") == "failed"
