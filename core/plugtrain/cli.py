@@ -155,6 +155,11 @@ def _write_info(info: ComponentInfo, out: TextIO) -> None:
     if info.aliases:
         out.write(f"aliases: {', '.join(info.aliases)}\n")
     out.write(f"implementation: {info.target}\n")
+    from plugtrain.config.validate import NAME_KEYS
+
+    if info.kind == "dataloader":  # the model's spelling is written with its own arguments
+        key = NAME_KEYS[info.kind]
+        out.write(f"written: {{{info.name}: {{...}}}} or {{{key}: {info.name}, ...}}\n")
     if info.doc:
         out.write("\n" + info.doc + "\n")
     out.write("\narguments:\n")
@@ -200,6 +205,32 @@ def _cmd_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> i
     if not rows:
         out.write("no plugins found\n")
     return EXIT_OK
+
+
+# -- preprocess ------------------------------------------------------------------------------
+
+PREPROCESS = "plugtrain_models.data.preprocess"
+"""The module behind ``plugtrain preprocess`` (of plugtrain-models: the core has no HDF5 data)."""
+
+
+def _cmd_preprocess(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    """Hand the command line to plugtrain-models' ``preprocess``; say to install it if absent."""
+    import importlib
+
+    from plugtrain.errors import MissingDependencyError
+
+    try:
+        module = importlib.import_module(PREPROCESS)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not PREPROCESS.startswith(exc.name):
+            raise
+        message = (
+            "plugtrain preprocess writes Model Zoo's GPT HDF5 files and comes with "
+            "plugtrain-models, which is not installed: pip install plugtrain-models"
+        )
+        raise MissingDependencyError(message) from exc
+    status: int = module.main(args.arguments, out)
+    return status
 
 
 # -- run files -------------------------------------------------------------------------------
@@ -472,7 +503,20 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("--package", help="distribution name (default plugtrain-NAME)")
     new.add_argument("--dir", help="folder to write (default: the package name)")
     new.set_defaults(handler=_cmd_new)
+
+    # Its options belong to plugtrain-models ('plugtrain preprocess --help' shows them): every
+    # word after the command goes to it as it is (no option prefix here).
+    preprocess = commands.add_parser(
+        "preprocess",
+        help="write Model Zoo GPT HDF5 files from text or the stdlib corpus (plugtrain-models)",
+        add_help=False,
+        prefix_chars="\0",
+    )
+    preprocess.add_argument("arguments", nargs=argparse.REMAINDER)
+    preprocess.set_defaults(handler=_cmd_preprocess)
     for subcommand in commands.choices.values():  # --traceback after the subcommand too
+        if subcommand.prog.endswith(" preprocess"):
+            continue
         subcommand.add_argument(
             "--traceback", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
         )
@@ -484,6 +528,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.command == "preprocess" and "--traceback" in args.arguments:
+        args.arguments.remove("--traceback")
+        args.traceback = True
     out = sys.stdout
     try:
         # Machine-read output gets the real stdout; whatever plugin code prints goes to stderr.

@@ -51,6 +51,7 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
         "callback": ("LogSparsity",),
     },
     "plugtrain-models": {
+        "dataloader": ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor"),
         "model": (
             "bloom", "btlm", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3", "gptj", "jais",
             "llama", "mistral", "mixtral", "santacoder", "starcoder",

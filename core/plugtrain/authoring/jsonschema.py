@@ -311,6 +311,8 @@ class _Builder:
                     rules.append({"anyOf": [{"required": [n]} for n in names]})
                 else:
                     required.append(field.name)
+        for key, reason in (getattr(schema, "ignored_arguments", None) or {}).items():
+            properties.setdefault(key, {"description": f"Accepted; has no effect: {reason}"})
         result: Schema = {}
         if title:
             result["title"] = title
@@ -432,7 +434,7 @@ class _Builder:
         source = (
             ", ".join(providers) if providers else f"none installed ({KINDS[kind].distribution})"
         )
-        return {
+        one_key = {
             "title": kind,
             "description": (
                 f"{_article(kind)} {kind}: a one-key mapping {{Name: {{arguments}}}}. "
@@ -444,6 +446,32 @@ class _Builder:
             "properties": properties,
             "patternProperties": patterns,
             "additionalProperties": False,
+        }
+        if kind != "dataloader":
+            return one_key
+        return {"anyOf": [one_key, self.named_mapping(kind, NAME_KEYS[kind])]}
+
+    def named_mapping(self, kind: str, name_key: str) -> Schema:
+        """Model Zoo's spelling ``{name_key: Name, ...arguments of Name}`` of ``kind``."""
+        branches = []
+        for component, names in self.names_of(kind):
+            if self.component_ref(component) is None:
+                continue
+            arguments = self.defs[self.component_key(component)]
+            pattern = self.name_pattern(component, kind)
+            name = {"anyOf": [{"enum": names}, {"type": "string", "pattern": pattern}]}
+            described = {"description": f"the {kind} (Model Zoo's spelling)", **name}
+            branch = {
+                **arguments,
+                "type": "object",
+                "properties": {name_key: described, **arguments["properties"]},
+                "required": [name_key, *arguments.get("required", [])],
+            }
+            branches.append(branch)
+        return {
+            "title": f"{kind} ({name_key}: Name)",
+            "description": f"Model Zoo's spelling: {{{name_key}: Name, ...its arguments}}",
+            "anyOf": branches or [_NOT_WRITABLE],
         }
 
     def names_of(self, kind: str) -> Iterable[tuple[Component, list[str]]]:

@@ -1,0 +1,81 @@
+"""Token streams cut into Model Zoo samples, with the corrections of spec 4.4.
+
+Model Zoo 2.10's packing writes no EOS between documents and overwrites the last token of a
+document's last full chunk with one. Here every document ends with EOS in the stream
+``T = tok(d1) + [eos] + tok(d2) + [eos] + ...``, and no token is overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+__all__ = ["Packer", "sample_rows"]
+
+
+def sample_rows(chunk: list[int], msl: int, pad_id: int) -> np.ndarray:
+    """One sample ``[3, msl]`` from a chunk of at most ``msl + 1`` tokens.
+
+    Row 0 = chunk[:-1], row 2 = chunk[1:] (padded with ``pad_id``), row 1 = 1 where a label
+    is a real token, 0 on the padding.
+    """
+    padded = chunk + [pad_id] * (msl + 1 - len(chunk))
+    rows = np.empty((3, msl), dtype=np.int32)
+    rows[0] = padded[:-1]
+    rows[2] = padded[1:]
+    rows[1] = 0
+    rows[1, : len(chunk) - 1] = 1
+    return rows
+
+
+class Packer:
+    """Cuts documents' tokens into samples of ``msl`` (chunks of ``msl + 1`` tokens, no overlap).
+
+    :param pack: concatenate documents (``False``: each document is chunked on its own).
+    :param min_sequence_length: a final partial chunk shorter than this is dropped; a longer
+        one is padded.
+    """
+
+    def __init__(
+        self,
+        msl: int,
+        eos_id: int,
+        pad_id: int,
+        *,
+        pack: bool = True,
+        min_sequence_length: int = 10,
+    ) -> None:
+        self.msl, self.eos_id, self.pad_id = msl, eos_id, pad_id
+        self.pack, self.min_sequence_length = pack, min_sequence_length
+        self._pending: list[int] = []
+        self.dropped_tokens = 0
+
+    def _full_chunks(self) -> Iterator[np.ndarray]:
+        size = self.msl + 1
+        done = 0
+        while len(self._pending) - done >= size:
+            yield sample_rows(self._pending[done : done + size], self.msl, self.pad_id)
+            done += size
+        del self._pending[:done]
+
+    def _tail(self) -> Iterator[np.ndarray]:
+        tail, self._pending = self._pending, []
+        if not tail:
+            return
+        if len(tail) >= max(2, self.min_sequence_length):
+            yield sample_rows(tail, self.msl, self.pad_id)
+        else:
+            self.dropped_tokens += len(tail)
+
+    def add(self, tokens: Iterable[int]) -> Iterator[np.ndarray]:
+        """The samples completed by one more document (its tokens, then EOS)."""
+        self._pending.extend(tokens)
+        self._pending.append(self.eos_id)
+        yield from self._full_chunks()
+        if not self.pack:
+            yield from self._tail()
+
+    def finish(self) -> Iterator[np.ndarray]:
+        """The final partial chunk, padded, if it is long enough."""
+        yield from self._tail()
