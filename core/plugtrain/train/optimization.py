@@ -71,8 +71,8 @@ def _validated(
     registry: Registry, config: Mapping[str, Any]
 ) -> tuple[OptimizerPlan, list[ComponentSpec]]:
     """The optimizer's plan and the schedulers' specs, or a :class:`ConfigError`."""
-    if not isinstance(config, Mapping):
-        message = f"must be a mapping with the keys {', '.join(SECTIONS)}"
+    if not isinstance(config, Mapping):  # callers are not type-checked
+        message = f"must be a mapping with the keys {', '.join(SECTIONS)}"  # type: ignore[unreachable]
         raise ConfigError([ConfigIssue("config", message)])
     checker = _Checker(registry)
     for key in config:
