@@ -226,7 +226,7 @@ def test_a_deferring_component_gives_way_to_other_providers_of_its_name(make_reg
 
 def test_two_deferring_providers_of_a_name_are_a_conflict_naming_the_plugins(make_registry):
     registry = make_registry(Bridge(), OtherBridge())
-    with pytest.raises(DuplicateNameError, match="'Bridge:Bridged'.*'OtherBridge:Bridged'"):
+    with pytest.raises(DuplicateNameError, match=r"'Bridge:Bridged'.*'OtherBridge:Bridged'"):
         registry.lookup("optimizer", "Bridged")
     assert registry.lookup("optimizer", "OtherBridge:Bridged").plugin.name == "OtherBridge"
 
@@ -237,3 +237,18 @@ def test_an_unknown_name_of_a_library_that_is_not_installed_says_what_to_install
         registry.lookup("optimizer", "absent")
     assert "'absent' is an optimizer of otherlib, which is not installed" in str(error.value)
     assert "(pip install otherlib)" in str(error.value)
+
+
+class CaseBridge:
+    @hookimpl
+    def plugtrain_register_optimizers(self, registry):
+        registry.register("FANCY", "collections:ChainMap", schema=FakeArgs, defer=True)
+
+
+def test_a_deferring_name_gives_way_to_another_plugins_name_in_another_case(make_registry):
+    import collections
+
+    registry = make_registry(ProviderA(), CaseBridge())
+    assert registry.resolve("optimizer", "FANCY") is collections.OrderedDict
+    assert registry.resolve("optimizer", "CaseBridge:FANCY") is collections.ChainMap
+    assert registry.resolve("optimizer", "CaseBridge:fancy") is collections.ChainMap

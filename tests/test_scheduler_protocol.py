@@ -68,7 +68,6 @@ def test_built_schedulers_are_torch_lr_schedulers_of_the_registered_class():
     assert optimizer.param_groups[0]["lr"] == child.value(1)
 
 
-
 def test_the_old_plugin_paths_are_the_core_objects():
     import plugtrain.curve
     import plugtrain.scheduler

@@ -221,8 +221,9 @@ class ComponentRegistrar:
         :param aliases: other names for the same component.
         :param summary: one line; by default the first line of the schema's docstring.
         :param defer: give way to other plugins: where another plugin provides ``name`` (or an
-            alias), a bare look-up finds that one, with no conflict, and this component answers
-            only to ``"provider:name"`` (the provider being this plugin's name or distribution).
+            alias, or the name in another case), a bare look-up finds that one, with no
+            conflict, and this component answers only to ``"provider:name"`` (the provider being
+            this plugin's name or distribution).
             For bridges to other libraries, so that installing one never changes what an
             existing run file means.
         :raises ValueError: for a malformed name or target, or a name this plugin already used.
@@ -373,10 +374,19 @@ class Registry:
         provider, sep, bare = name.rpartition(":")
         if sep:
             return self._lookup_qualified(k, provider, bare)
-        table = self._names[k.name]
-        providers = table.get(name)
-        if providers is None:
-            providers = self._case_insensitive(k, name)
+        exact = self._names[k.name].get(name)
+        if exact is not None and not all(c.defer for c in exact):
+            providers = exact
+        else:
+            # a deferring name also gives way to another plugin's name in another case
+            try:
+                providers = self._case_insensitive(k, name)
+            except UnknownNameError:
+                if exact is None:
+                    raise
+                providers = exact
+            if exact is not None and all(c.defer for c in providers):
+                providers = exact
         providers = _without_deferring(providers)
         if len(providers) > 1:
             raise DuplicateNameError(_conflict_message(k, name, providers))
@@ -384,7 +394,14 @@ class Registry:
 
     def _lookup_qualified(self, kind: Kind, provider: str, name: str) -> Component:
         table = self._names[kind.name]
-        candidates = table.get(name) or self._case_insensitive(kind, name)
+        candidates = table.get(name)
+        if candidates is None:
+            if self._lower is None:
+                self._lower = {k: _lower_index(t) for k, t in self._names.items()}
+            keys = self._lower[kind.name].get(name.lower(), set())
+            candidates = [c for key in sorted(keys) for c in table[key]]
+        if not candidates:
+            raise UnknownNameError(self._unknown_message(kind, name))
         for component in candidates:
             if provider in (component.plugin.name, component.plugin.distribution):
                 return component
