@@ -446,11 +446,12 @@ class _Builder:
             alternatives.append(_caseless(name) if unique else _ecma_escape(name))
             bare = bare or unique or self.means(kind, name, component)
         # a bridge's distribution holds several plugins: only its plugin name qualifies
-        names = (component.plugin.name,) if component.defer else ()
-        names = names or (component.plugin.name, component.plugin.distribution)
-        owners = [_ecma_escape(o) for o in names if o]
+        qualifiers: tuple[str | None, ...] = (component.plugin.name,)
+        if not component.defer:
+            qualifiers = (component.plugin.name, component.plugin.distribution)
+        escaped = [_ecma_escape(q) for q in qualifiers if q]
         optional = "?" if bare else ""
-        prefix = f"(?:(?:{'|'.join(dict.fromkeys(owners))}):){optional}" if owners else ""
+        prefix = f"(?:(?:{'|'.join(dict.fromkeys(escaped))}):){optional}" if escaped else ""
         return f"^{prefix}(?:{'|'.join(alternatives)})$"
 
     def component_key(self, component: Component) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import math
 import subprocess
 import sys
 import textwrap
@@ -98,10 +99,13 @@ def test_every_bridged_schema_describes_and_matches_its_constructor(installed_re
             parameter = parameters[argument.name]
             assert argument.required == (parameter.default is parameter.empty), component.name
             if not argument.required:
-                default = parameter.default
-                assert argument.default == default or (
-                    argument.default != argument.default and default != default  # nan
-                ), (component.name, argument.name)
+                assert _same(argument.default, parameter.default), (component.name, argument.name)
+
+
+def _same(a, b):
+    return a == b or (
+        isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+    )
 
 
 RUN = """\
