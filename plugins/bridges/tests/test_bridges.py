@@ -50,6 +50,7 @@ def test_every_library_optimizer_is_bridged_unless_it_cannot_be_written_in_a_run
 
 
 def test_bridged_names_resolve_and_a_name_another_plugin_has_stays_that_plugins(installed_registry):
+    pytest.importorskip("plugtrain_optimizers", reason="plugtrain-optimizers is not installed")
     import pytorch_optimizer
 
     assert installed_registry.resolve("optimizer", "ADOPT") is pytorch_optimizer.ADOPT
@@ -172,6 +173,7 @@ def test_a_name_of_a_library_that_is_not_installed_says_what_to_install(make_reg
 
 def test_the_json_schema_resolves_names_as_the_registry_does(installed_registry):
     jsonschema = pytest.importorskip("jsonschema")
+    pytest.importorskip("plugtrain_optimizers", reason="plugtrain-optimizers is not installed")
     from plugtrain.authoring.jsonschema import run_file_schema
 
     schema = run_file_schema(installed_registry)
