@@ -150,7 +150,7 @@ def _same(a, b):
     return a == b
 
 
-@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+@pytest.mark.filterwarnings("ignore:.*does not have many workers")
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 def test_lightning_takes_the_schedulers_as_they_are_and_resumes_exactly(tmp_path, plugtrain_lrs):
     """Resumed, Lightning restores weights, optimizer and schedule exactly and the rates go on.
@@ -158,6 +158,7 @@ def test_lightning_takes_the_schedulers_as_they_are_and_resumes_exactly(tmp_path
     (The batches do not: Lightning 2.6 resuming a run stopped by max_steps at an epoch's end
     replays one batch, whatever the optimizer; so weights are compared at the restore.)
     """
+    pytest.importorskip("lightning", reason="lightning is not installed")
     page, _ = _run(3)  # the page's own example: 30 steps, no override
     assert page["trainer"].global_step == STEPS
     _, straight = _lightning_lrs(page, tmp_path / "a", STEPS)
@@ -199,6 +200,8 @@ def _hf_lrs(page, output, max_steps, *, save_at=None, resume=None):
 
 def test_the_hugging_face_trainer_takes_them_and_resumes_exactly(tmp_path, plugtrain_lrs,
                                                                   monkeypatch):  # fmt: skip
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("accelerate", reason="accelerate is not installed")
     monkeypatch.chdir(tmp_path)  # the page's example writes hf-run/ here
     page, _ = _run(4)
     assert page["trainer"].state.global_step == STEPS
