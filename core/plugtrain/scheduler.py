@@ -320,7 +320,8 @@ class Scheduler:
         return f"{type(self).__name__}(last_step={self.last_step}, groups={self.group_indices})"
 
 
-_WITH_TORCH_BASE: dict[type[Any], type[Any]] = {}
+_DERIVED = "_plugtrain_with_torch_base"
+"""Where a class keeps its derived class (in its own ``__dict__``: it lives as long as it)."""
 
 
 def _with_torch_base(cls: type[_S]) -> type[_S]:
@@ -333,7 +334,7 @@ def _with_torch_base(cls: type[_S]) -> type[_S]:
     lr_scheduler = sys.modules.get("torch.optim.lr_scheduler")
     if lr_scheduler is None or issubclass(cls, lr_scheduler.LRScheduler):
         return cls
-    derived = _WITH_TORCH_BASE.get(cls)
+    derived: type[_S] | None = cls.__dict__.get(_DERIVED)
     if derived is None:
         namespace = {
             "__module__": cls.__module__,
@@ -341,7 +342,7 @@ def _with_torch_base(cls: type[_S]) -> type[_S]:
             "__doc__": cls.__doc__,
         }
         derived = type(cls.__name__, (cls, lr_scheduler.LRScheduler), namespace)
-        _WITH_TORCH_BASE[cls] = derived
+        setattr(cls, _DERIVED, derived)
     return derived
 
 
