@@ -194,3 +194,16 @@ def test_the_json_schema_resolves_names_as_the_registry_does(installed_registry)
     assert errors({"adopt": {"weight_decouple": True}}) == []
     assert errors({"Lamb": {"rectify": True}})  # plugtrain's Lamb has no rectify
     assert errors({"ADOPT": {"lr": "fast"}})
+
+
+def test_a_distribution_lists_its_own_names_beside_the_bridges():
+    from plugtrain.testing import distribution_names
+
+    pytest.importorskip("plugtrain_optimizers", reason="plugtrain-optimizers is not installed")
+    own = distribution_names("plugtrain-optimizers", "optimizer")
+    assert "Lamb" in own
+    assert "ADOPT" not in own
+    assert "ADOPT" in plugtrain.names("optimizer")
+    assert set(distribution_names("plugtrain-bridges", "optimizer")) == {
+        name for rows in table.OPTIMIZERS.values() for name in rows
+    }
