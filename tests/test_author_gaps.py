@@ -100,11 +100,13 @@ def test_beside_another_provider_a_shipped_name_names_its_distribution(make_regi
 
 
 def test_show_of_a_name_nothing_ships_suggests_no_install():
-    done = _cli("-p", "no:optimizers", "show", "Adan")
+    # not Adan: pytorch-optimizer has one, which plugtrain-bridges names when it is not installed
+    done = _cli("-p", "no:optimizers", "show", "Sophia")
     assert done.returncode == 2
-    assert "No component named 'Adan'." in done.stderr
+    assert "No component named 'Sophia'." in done.stderr
     assert "pip install" not in done.stderr
-    shipped = _cli("-p", "no:optimizers", "show", "SGD")
+    # with plugtrain-optimizers blocked, plugtrain-bridges' torch:SGD would answer: block it too
+    shipped = _cli("-p", "no:optimizers", "-p", "no:torch", "show", "SGD")
     assert "'SGD' is an optimizer of plugtrain-optimizers, which is not installed" in shipped.stderr
 
 

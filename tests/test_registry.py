@@ -194,3 +194,61 @@ def test_plugtrain_optim_resolves_attributes_through_the_registry(register_plugi
 
     assert plugtrain.optim.Fancy is collections.OrderedDict
     assert not hasattr(plugtrain.optim, "NoSuchOptimizer")
+
+
+class Bridge:
+    """A bridge to another library: its names give way to other plugins' (``defer=True``)."""
+
+    @hookimpl
+    def plugtrain_register_optimizers(self, registry):
+        registry.register("Shared", "collections:ChainMap", schema=FakeArgs, defer=True)
+        registry.register("Bridged", "collections:ChainMap", schema=FakeArgs, defer=True)
+        registry.not_installed(["Absent"], "otherlib")
+
+
+class OtherBridge:
+    @hookimpl
+    def plugtrain_register_optimizers(self, registry):
+        registry.register("Bridged", "collections:UserDict", schema=FakeArgs, defer=True)
+
+
+def test_a_deferring_component_gives_way_to_other_providers_of_its_name(make_registry):
+    import collections
+
+    registry = make_registry(ProviderA(), Bridge())
+    assert registry.resolve("optimizer", "Shared") is collections.Counter
+    assert registry.resolve("optimizer", "shared") is collections.Counter
+    assert registry.resolve("optimizer", "Bridge:Shared") is collections.ChainMap
+    assert registry.resolve("optimizer", "Bridged") is collections.ChainMap
+    assert registry.resolve("optimizer", "bridged") is collections.ChainMap
+    assert registry.names("optimizer") == ["Bridged", "Fancy", "Shared"]
+
+
+def test_two_deferring_providers_of_a_name_are_a_conflict_naming_the_plugins(make_registry):
+    registry = make_registry(Bridge(), OtherBridge())
+    with pytest.raises(DuplicateNameError, match=r"'Bridge:Bridged'.*'OtherBridge:Bridged'"):
+        registry.lookup("optimizer", "Bridged")
+    assert registry.lookup("optimizer", "OtherBridge:Bridged").plugin.name == "OtherBridge"
+
+
+def test_an_unknown_name_of_a_library_that_is_not_installed_says_what_to_install(make_registry):
+    registry = make_registry(ProviderA(), Bridge())
+    with pytest.raises(UnknownNameError) as error:
+        registry.lookup("optimizer", "absent")
+    assert "'absent' is an optimizer of otherlib, which is not installed" in str(error.value)
+    assert "(pip install otherlib)" in str(error.value)
+
+
+class CaseBridge:
+    @hookimpl
+    def plugtrain_register_optimizers(self, registry):
+        registry.register("FANCY", "collections:ChainMap", schema=FakeArgs, defer=True)
+
+
+def test_a_deferring_name_gives_way_to_another_plugins_name_in_another_case(make_registry):
+    import collections
+
+    registry = make_registry(ProviderA(), CaseBridge())
+    assert registry.resolve("optimizer", "FANCY") is collections.OrderedDict
+    assert registry.resolve("optimizer", "CaseBridge:FANCY") is collections.ChainMap
+    assert registry.resolve("optimizer", "CaseBridge:fancy") is collections.ChainMap

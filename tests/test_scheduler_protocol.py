@@ -46,6 +46,28 @@ def _optimizer(*tags: object, lr: float = 1.0) -> torch.optim.SGD:
 # -- the base lives in the core -------------------------------------------------------------
 
 
+def test_built_schedulers_are_torch_lr_schedulers_of_the_registered_class():
+    """Trainers that accept only torch's schedulers (Lightning's isinstance check) take ours."""
+    cosine = plugtrain.resolve("scheduler", "CosineAnnealingLR")
+    sequential = plugtrain.resolve("scheduler", "SequentialLR")
+    optimizer = _optimizer(...)
+    child = cosine(optimizer, initial_learning_rate=0.1, T_max=10)
+    outer = sequential(
+        optimizer, schedulers=[child, {"ConstantLR": {"learning_rate": 0.01}}], milestones=[5]
+    )
+    for built, registered in ((child, cosine), (outer, sequential)):
+        assert isinstance(built, torch.optim.lr_scheduler.LRScheduler)
+        assert isinstance(built, registered)
+        assert type(built).__name__ == registered.__name__
+        assert type(built).__module__ == registered.__module__
+        assert type(built).__mro__[1] is registered
+    assert type(cosine(optimizer, initial_learning_rate=0.1, T_max=10)) is type(child)
+    assert not issubclass(cosine, torch.optim.lr_scheduler.LRScheduler)
+    outer.step()
+    assert outer.get_last_lr() == [child.value(1)]
+    assert optimizer.param_groups[0]["lr"] == child.value(1)
+
+
 def test_the_old_plugin_paths_are_the_core_objects():
     import plugtrain.curve
     import plugtrain.scheduler

@@ -1,7 +1,8 @@
 """plugtrain: train PyTorch models from YAML or Python; every component is a plugin found by name.
 
 Importing this package is cheap: it does not import torch. Names such as ``Trainer``,
-``optim`` or ``partition_params_group_with_tags`` are imported on first access.
+``optim``, ``partition_params_group_with_tags`` or ``build_optimization`` are imported on first
+access.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from plugtrain.schema import arg
 if TYPE_CHECKING:
     from plugtrain import distributed, optim
     from plugtrain.train.backends import backend
+    from plugtrain.train.optimization import build_optimization
     from plugtrain.train.params import configure_param_groups, partition_params_group_with_tags
     from plugtrain.train.trainer import Trainer
 
@@ -51,6 +53,7 @@ __all__ = [
     "__version__",
     "arg",
     "backend",
+    "build_optimization",
     "configure_param_groups",
     "describe",
     "distributed",
@@ -96,6 +99,7 @@ _LAZY = {
         "partition_params_group_with_tags",
     ),
     "configure_param_groups": ("plugtrain.train.params", "configure_param_groups"),
+    "build_optimization": ("plugtrain.train.optimization", "build_optimization"),
     "Trainer": ("plugtrain.train.trainer", "Trainer"),
 }
 

@@ -16,6 +16,13 @@ implementation on first use.
 
 None of the hooks is ``firstresult`` or historic; their return values are ignored.
 
+Two more calls of the registrar serve bridges to other libraries (``plugtrain-bridges``):
+``registry.register(..., defer=True)`` declares a component that gives way: where another plugin
+provides its name, the bare name keeps meaning that one (no conflict) and the deferring component
+answers only to ``"plugin:Name"`` (``"pytorch-optimizer:Lamb"``); ``registry.not_installed(names,
+"package")`` registers nothing and makes the unknown-name error of those names say which package
+to install.
+
 What a registered component must *be* (the methods the Trainer, the wrappers and ``plot`` call)
 is stated in :mod:`plugtrain.protocols`, one protocol per kind; ``docs/plugin-api.md`` lists them.
 """

@@ -6,7 +6,9 @@ an argument schema. The :class:`Registry` collects the components that plugins d
 exact name or alias; else a unique case-insensitive match; else :class:`UnknownNameError` with
 close matches. A name provided by two plugins is a :class:`DuplicateNameError` until the user
 picks one by qualifying it with the provider, ``"plugtrain-optimizers:SGD"`` (or blocks one
-plugin with ``-p no:NAME``).
+plugin with ``-p no:NAME``). A component registered with ``defer=True`` (a bridge to another
+library) gives way: where another plugin provides its name, the bare name means the other one and
+the deferring component answers only to ``"provider:Name"``.
 """
 
 from __future__ import annotations
@@ -127,6 +129,8 @@ class Component:
     :param aliases: other names that resolve to this component.
     :param summary: one line; defaults to the first line of the schema's docstring.
     :param plugin: the :class:`PluginInfo` of the plugin that declared it.
+    :param defer: whether a bare name gives way to other providers of it (see
+        :meth:`ComponentRegistrar.register`).
     """
 
     kind: str
@@ -136,6 +140,7 @@ class Component:
     aliases: tuple[str, ...] = ()
     summary: str = ""
     plugin: PluginInfo = attrs.field(default=PluginInfo("<unknown>", "<unknown>"), repr=False)
+    defer: bool = False
 
     @property
     def provider(self) -> str:
@@ -205,6 +210,7 @@ class ComponentRegistrar:
         schema: type | str,
         aliases: Iterable[str] = (),
         summary: str = "",
+        defer: bool = False,
     ) -> None:
         """Declare one component.
 
@@ -214,6 +220,12 @@ class ComponentRegistrar:
             module that does not import torch.
         :param aliases: other names for the same component.
         :param summary: one line; by default the first line of the schema's docstring.
+        :param defer: give way to other plugins: where another plugin provides ``name`` (or an
+            alias, or the name in another case), a bare look-up finds that one, with no
+            conflict, and this component answers only to ``"provider:name"`` (the provider being
+            this plugin's name or distribution).
+            For bridges to other libraries, so that installing one never changes what an
+            existing run file means.
         :raises ValueError: for a malformed name or target, or a name this plugin already used.
         """
         _check_name(name)
@@ -237,8 +249,22 @@ class ComponentRegistrar:
             aliases=tuple(aliases),
             summary=summary,
             plugin=self._plugin,
+            defer=defer,
         )
         self._registry.add(component)
+
+    def not_installed(self, names: Iterable[str], requirement: str) -> None:
+        """Declare names this plugin would register if ``requirement`` were installed.
+
+        Nothing is registered; an unknown-name error for one of ``names`` says which package
+        provides it, e.g. "'ADOPT' is an optimizer of pytorch-optimizer, which is not installed
+        (pip install pytorch-optimizer)".
+
+        :param names: the names, as users would write them.
+        :param requirement: what to ``pip install``.
+        """
+        for name in names:
+            self._registry.add_not_installed(self.kind, name, requirement)
 
 
 def _check_name(name: str) -> None:
@@ -273,6 +299,7 @@ class Registry:
         self._names: dict[str, dict[str, list[Component]]] = {k: {} for k in KINDS}
         self._loaded: dict[tuple[str, str], Any] = {}
         self._lower: dict[str, dict[str, set[str]]] | None = None
+        self._not_installed: dict[str, dict[str, str]] = {k: {} for k in KINDS}
 
     # -- building ---------------------------------------------------------------------------
 
@@ -290,6 +317,10 @@ class Registry:
             providers.append(component)
         self._lower = None
         self._loaded.clear()
+
+    def add_not_installed(self, kind: str, name: str, requirement: str) -> None:
+        """Remember that ``requirement`` would provide ``name`` (for unknown-name errors)."""
+        self._not_installed[kind_named(kind).name][name.lower()] = requirement
 
     def remove_plugin(self, plugin_name: str) -> None:
         """Forget every component declared by the plugin called ``plugin_name``."""
@@ -343,17 +374,34 @@ class Registry:
         provider, sep, bare = name.rpartition(":")
         if sep:
             return self._lookup_qualified(k, provider, bare)
-        table = self._names[k.name]
-        providers = table.get(name)
-        if providers is None:
-            providers = self._case_insensitive(k, name)
+        exact = self._names[k.name].get(name)
+        if exact is not None and not all(c.defer for c in exact):
+            providers = exact
+        else:
+            # a deferring name also gives way to another plugin's name in another case
+            try:
+                providers = self._case_insensitive(k, name)
+            except UnknownNameError:
+                if exact is None:
+                    raise
+                providers = exact
+            if exact is not None and all(c.defer for c in providers):
+                providers = exact
+        providers = _without_deferring(providers)
         if len(providers) > 1:
             raise DuplicateNameError(_conflict_message(k, name, providers))
         return providers[0]
 
     def _lookup_qualified(self, kind: Kind, provider: str, name: str) -> Component:
         table = self._names[kind.name]
-        candidates = table.get(name) or self._case_insensitive(kind, name)
+        candidates = table.get(name)
+        if candidates is None:
+            if self._lower is None:
+                self._lower = {k: _lower_index(t) for k, t in self._names.items()}
+            keys = self._lower[kind.name].get(name.lower(), set())
+            candidates = [c for key in sorted(keys) for c in table[key]]
+        if not candidates:
+            raise UnknownNameError(self._unknown_message(kind, name))
         for component in candidates:
             if provider in (component.plugin.name, component.plugin.distribution):
                 return component
@@ -367,6 +415,7 @@ class Registry:
         keys = self._lower[kind.name].get(name.lower(), set())
         table = self._names[kind.name]
         distinct = {id(c): c for key in keys for c in table[key]}
+        distinct = {id(c): c for c in _without_deferring(distinct.values())}
         if len({c.name for c in distinct.values()}) == 1:
             return list(distinct.values())
         if len(distinct) > 1:
@@ -385,6 +434,9 @@ class Registry:
         installed = {p.distribution for p in self._plugins if p.status == "loaded"}
         # only a distribution that ships this very name is worth installing
         shipping = [d for d in shipped_by(kind.name, name) if d not in installed]
+        elsewhere = self._not_installed[kind.name].get(name.lower())
+        if elsewhere is not None and not shipping:
+            shipping = [elsewhere]
         if providers:
             source = f" {kind.plural.capitalize()} come from: {', '.join(providers)}."
             if shipping:
@@ -441,6 +493,13 @@ class Registry:
         return iter(self.components())
 
 
+def _without_deferring(providers: Iterable[Component]) -> list[Component]:
+    """The providers a bare name means: deferring ones only when no other provides it."""
+    found = list(providers)
+    firm = [c for c in found if not c.defer]
+    return firm or found
+
+
 def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
 
@@ -453,7 +512,9 @@ def _lower_index(table: dict[str, list[Component]]) -> dict[str, set[str]]:
 
 
 def _qualified(component: Component) -> str:
-    owner = component.plugin.distribution or component.plugin.name
+    # a bridge's plugin is named after its library ("torch:Adamax"); its distribution has several
+    owner = component.plugin.name if component.defer else None
+    owner = owner or component.plugin.distribution or component.plugin.name
     return f"'{owner}:{component.name}' ({component.provider})"
 
 

@@ -75,6 +75,8 @@ SCHEDULED_KEYS = ("lr", "weight_decay")
 ChildCurve = Callable[[Any], Curve]
 """Turns a nested scheduler (``{Name: {arguments}}`` or a built scheduler) into its curve."""
 
+_S = TypeVar("_S")
+
 Show = Callable[[str], str]
 """Maps a canonical argument name to the name the user wrote it under (for messages)."""
 
@@ -173,6 +175,16 @@ class Scheduler:
             if "param_key" not in cls.__dict__:
                 cls.param_key = getattr(cls.schema, "schedule_key", cls.param_key)
 
+    def __new__(cls: type[_S], *args: Any, **kwargs: Any) -> _S:
+        """An instance of ``cls`` that is also a ``torch.optim.lr_scheduler.LRScheduler``.
+
+        Trainers that accept only torch's schedulers (Lightning checks ``isinstance``) take ours
+        as they are. Torch is imported by then (the optimizer argument needs it); this module
+        still never imports it, so listing and validation stay torch-free.
+        """
+        instance: _S = object.__new__(_with_torch_base(cls))
+        return instance
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         arguments = self._bind(args, kwargs)
         name = type(self).__name__
@@ -182,6 +194,10 @@ class Scheduler:
         self.group_indices = select_param_groups(self.optimizer.param_groups, self.param_group_tags)
         self.curve: Curve | None = self._build_curve()
         self._factors = self._group_factors()
+        # One value for every group: step() writes curve.at(e) directly, the fast path.
+        self._at = self.curve.at if self.curve is not None and self._factors is None else None
+        self._last_value: Any = None
+        self._last_values: list[Any] = []
         self.last_step = 0
         self._apply()
 
@@ -215,26 +231,47 @@ class Scheduler:
         """Per-group multipliers of the value (``None``: all 1)."""
         return None
 
-    def _current_values(self) -> list[float]:
+    def _uncurved_values(self, step: int) -> list[Any]:
+        """The values at ``step``, one per targeted group, for a scheduler without a curve."""
+        message = f"{type(self).__name__} has no closed form and no other source of values"
+        raise NotImplementedError(message)
+
+    def _current_values(self) -> list[Any]:
         """The values of step ``last_step``, one per targeted group."""
-        assert self.curve is not None
-        value = self.curve.at(self.last_step)
+        if self.curve is None:
+            values = self._uncurved_values(self.last_step)
+        else:
+            values = [self.curve.at(self.last_step)] * len(self.group_indices)
         if self._factors is None:
-            return [value] * len(self.group_indices)
-        return [value * factor for factor in self._factors]
+            return values
+        return [value * factor for value, factor in zip(values, self._factors, strict=True)]
 
     def _apply(self) -> None:
-        values = self._current_values()
-        self._last_values = values
         groups = self.optimizer.param_groups
         key = self.param_key
+        if self._at is not None:
+            value = self._last_value = self._at(self.last_step)
+            for i in self.group_indices:
+                groups[i][key] = value
+            return
+        values = self._current_values()
+        self._last_values = values
         for i, value in zip(self.group_indices, values, strict=True):
             groups[i][key] = value
 
     def step(self) -> None:
         """Advance one step and write the new value into the targeted groups."""
-        self.last_step += 1
-        self._apply()
+        e = self.last_step = self.last_step + 1
+        at = self._at
+        if at is None:
+            self._apply()
+            return
+        # _apply inlined: this runs every optimizer step (bench/schedulers.py)
+        value = self._last_value = at(e)
+        groups = self.optimizer.param_groups
+        key = self.param_key
+        for i in self.group_indices:
+            groups[i][key] = value
 
     def value(self, step: int) -> float:
         """The scheduled value at ``step`` (before any per-group factor).
@@ -253,6 +290,8 @@ class Scheduler:
 
     def get_last_value(self) -> list[float]:
         """The values last written, one per targeted group."""
+        if self._at is not None:
+            return [self._last_value] * len(self.group_indices)
         return list(self._last_values)
 
     def get_last_lr(self) -> list[float]:
@@ -295,6 +334,32 @@ class Scheduler:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(last_step={self.last_step}, groups={self.group_indices})"
+
+
+_DERIVED = "_plugtrain_with_torch_base"
+"""Where a class keeps its derived class (in its own ``__dict__``: it lives as long as it)."""
+
+
+def _with_torch_base(cls: type[_S]) -> type[_S]:
+    """``cls`` with torch's ``LRScheduler`` as a further base, made once per class.
+
+    The derived class keeps the name, module and docstring of ``cls`` and adds nothing: every
+    method of :class:`Scheduler` comes first in its method order. ``cls`` itself is returned
+    while torch is not imported, or when it already derives from ``LRScheduler``.
+    """
+    lr_scheduler = sys.modules.get("torch.optim.lr_scheduler")
+    if lr_scheduler is None or issubclass(cls, lr_scheduler.LRScheduler):
+        return cls
+    derived: type[_S] | None = cls.__dict__.get(_DERIVED)
+    if derived is None:
+        namespace = {
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+        }
+        derived = type(cls.__name__, (cls, lr_scheduler.LRScheduler), namespace)
+        setattr(cls, _DERIVED, derived)
+    return derived
 
 
 def _no_children(spec: Any) -> Curve:

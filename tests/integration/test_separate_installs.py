@@ -130,3 +130,24 @@ def test_each_plugin_installs_alone_beside_the_core(core_alone, tmp_path, folder
         missing = _run(paths, "-m", "plugtrain", "show", other_name, "--kind", other_kind)
         assert missing.returncode == 2
         assert f"No installed plugin provides {other_kind}s" in missing.stderr
+
+
+def test_the_bridges_install_alone_and_name_the_library_to_install(core_alone, tmp_path):
+    """Without torch or pytorch-optimizer, plugtrain-bridges registers nothing and says why."""
+    source = tmp_path / "source"
+    shutil.copytree(
+        ROOT / "plugins" / "bridges",
+        source,
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests"),
+    )
+    target = tmp_path / "site"
+    _pip_install(source, target, "--no-deps")
+    paths = [target, core_alone]
+    listed = _run(paths, "-m", "plugtrain", "plugins")
+    assert listed.returncode == 0, listed.stderr
+    assert "plugtrain-bridges" in listed.stdout
+    for name, library in (("ADOPT", "pytorch-optimizer"), ("SparseAdam", "torch")):
+        asked = _run(paths, "-c", f"import plugtrain; plugtrain.resolve('optimizer', {name!r})")
+        assert asked.returncode == 1
+        assert f"Unknown optimizer {name!r}." in asked.stderr
+        assert f"(pip install {library})" in asked.stderr

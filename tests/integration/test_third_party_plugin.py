@@ -129,12 +129,18 @@ def adan_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _environment(**extra: str) -> dict[str, str]:
-    """This environment without plugtrain's switches or a PYTHONPATH, plus ``extra``."""
+    """This environment without plugtrain's switches or a PYTHONPATH, plus ``extra``.
+
+    pytorch-optimizer has an ``Adan`` of its own, which plugtrain-bridges (when installed here)
+    would offer once the acme one is gone: its plugin is blocked, so that these tests see
+    only the distribution they install.
+    """
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith("PLUGTRAIN_") and key != "PYTHONPATH"
     }
+    env["PLUGTRAIN_BLOCK_PLUGINS"] = "pytorch-optimizer"
     env.update(extra)
     return env
 

@@ -39,6 +39,7 @@ from plugtrain.config.sections import (
 )
 from plugtrain.config.sparsity import DEFAULT_ALGORITHM, SUMMARIES_KEY
 from plugtrain.config.validate import NAME_KEYS, OPTIMIZER_TRAINER_KEYS
+from plugtrain.errors import PlugtrainError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
 
@@ -263,7 +264,8 @@ class _Builder:
         if kind not in self._name_counts:
             counts: dict[str, int] = {}
             for other in self.components[kind]:
-                counts[other.name] = counts.get(other.name, 0) + 1
+                if not other.defer:  # deferring ones have keys of their own
+                    counts[other.name] = counts.get(other.name, 0) + 1
             self._name_counts[kind] = counts
         return self._name_counts[kind].get(name, 0)
 
@@ -476,33 +478,55 @@ class _Builder:
 
     def names_of(self, kind: str) -> Iterable[tuple[Component, list[str]]]:
         """Each component of ``kind`` with the plain names that resolve to it alone."""
-        counts: dict[str, int] = {}
         for component in self.components[kind]:
-            for name in (component.name, *component.aliases):
-                counts[name] = counts.get(name, 0) + 1
-        for component in self.components[kind]:
-            names = [n for n in (component.name, *component.aliases) if counts[n] == 1]
+            names = [
+                n for n in (component.name, *component.aliases) if self.means(kind, n, component)
+            ]
             yield component, names
+
+    def means(self, kind: str, name: str, component: Component) -> bool:
+        """Whether the bare ``name`` resolves to ``component`` (as the registry resolves it)."""
+        try:
+            return self.registry.lookup(kind, name) is component
+        except PlugtrainError:
+            return False
+
+    def caseless_owners(self, kind: str, lowered: str) -> list[Component]:
+        """The components a bare name of this lower case may mean (deferring ones give way)."""
+        matching = [
+            c for c in self.components[kind] if lowered in {n.lower() for n in (c.name, *c.aliases)}
+        ]
+        firm = [c for c in matching if not c.defer]
+        return firm or matching
 
     def name_pattern(self, component: Component, kind: str) -> str:
         """A pattern for the names that resolve to ``component``.
 
-        Any case (when unique among ``kind``'s names), optionally qualified by the provider.
+        Any case (when unique among ``kind``'s names), optionally qualified by the provider; a
+        deferring component whose names other plugins have answers only qualified.
         """
         lowered = self.lowered(kind)
         alternatives = []
+        bare = False
         for name in (component.name, *component.aliases):
-            unique = len(lowered[name.lower()]) == 1
+            owners = self.caseless_owners(kind, name.lower())
+            unique = len(lowered[name.lower()]) == 1 and owners == [component]
             alternatives.append(_caseless(name) if unique else _ecma_escape(name))
-        owners = [
-            _ecma_escape(o) for o in (component.plugin.name, component.plugin.distribution) if o
-        ]
-        prefix = f"(?:(?:{'|'.join(dict.fromkeys(owners))}):)?" if owners else ""
+            bare = bare or unique or self.means(kind, name, component)
+        # a bridge's distribution holds several plugins: only its plugin name qualifies
+        qualifiers: tuple[str | None, ...] = (component.plugin.name,)
+        if not component.defer:
+            qualifiers = (component.plugin.name, component.plugin.distribution)
+        escaped = [_ecma_escape(q) for q in qualifiers if q]
+        optional = "?" if bare else ""
+        prefix = f"(?:(?:{'|'.join(dict.fromkeys(escaped))}):){optional}" if escaped else ""
         return f"^{prefix}(?:{'|'.join(alternatives)})$"
 
     def component_key(self, component: Component) -> str:
         """The ``$defs`` key of ``component``'s arguments."""
         key = f"{component.kind}.{component.name}"
+        if component.defer:
+            return f"{key} ({component.plugin.name})"
         if self.name_count(component.kind, component.name) > 1:
             key += f" ({component.plugin.distribution or component.plugin.name})"
         return key

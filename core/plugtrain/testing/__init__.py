@@ -88,6 +88,7 @@ __all__ = [
     "check_plugin_contract",
     "check_scheduler",
     "check_sparsity",
+    "distribution_names",
     "fresh_backend",
     "installed_registry",
     "isolated_registry",
@@ -154,6 +155,18 @@ def isolated_registry(*plugins_: object, builtin: bool = False, strict: bool = T
     )
     extra = [(getattr(p, "__name__", type(p).__name__), p) for p in plugins_]
     return plugins.build_registry(settings, extra=extra)
+
+
+def distribution_names(distribution: str, kind: str, registry: Registry | None = None) -> list[str]:
+    """The sorted names of ``kind`` that ``distribution`` registers.
+
+    What a distribution's own tests iterate over: ``plugtrain.names(kind)`` also holds every
+    other installed plugin's names (``plugtrain-bridges`` adds a hundred optimizers).
+    """
+    registry = registry or plugins.get_registry()
+    return sorted(
+        {c.name for c in registry.components(kind) if c.plugin.distribution == distribution}
+    )
 
 
 def assert_plugin_installed(distribution: str, registry: Registry | None = None) -> None:

@@ -22,12 +22,22 @@ from plugtrain.scheduler import scheduler_key
 from plugtrain.train.components import build_component
 from plugtrain.train.trainer import Trainer
 
-__all__ = ["build_backend", "build_trainer", "group_factor_wrapper"]
+__all__ = [
+    "build_backend",
+    "build_trainer",
+    "group_factor_wrapper",
+    "optimizer_factory",
+    "scaled_per_group",
+]
 
 log = logging.getLogger("plugtrain")
 
 
-def _optimizer_factory(registry: Registry, plan: OptimizerPlan) -> Any:
+def optimizer_factory(registry: Registry, plan: OptimizerPlan) -> Any:
+    """``make(model) -> optimizer``: param groups tagged as the plan says, then the optimizer.
+
+    The groups carry the bias/norm weight-decay split and ``adjust_learning_rate`` factors.
+    """
     filters = (
         [f.to_mapping() for f in plan.param_filters] if plan.param_filters is not None else None
     )
@@ -74,7 +84,7 @@ def group_factor_wrapper(registry: Registry, provider: str | None = None) -> Any
     return candidates[0].load()
 
 
-def _scaled_per_group(registry: Registry, optimizer: Any, scheduler: Any) -> Any:
+def scaled_per_group(registry: Registry, optimizer: Any, scheduler: Any) -> Any:
     """``scheduler``, wrapped so that it applies the groups' ``adjust_learning_rate`` factors.
 
     Model Zoo's rule: with ``adjust_learning_rate`` groups, an LR scheduler's value is
@@ -147,13 +157,13 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
     """
     schedulers = [
         (
-            lambda optimizer, spec=spec: _scaled_per_group(
+            lambda optimizer, spec=spec: scaled_per_group(
                 registry, optimizer, build_component(registry, "scheduler", spec, optimizer)
             )
         )
         for spec in plan.schedulers
     ]
-    optimizer = _optimizer_factory(registry, plan.optimizer) if plan.optimizer else None
+    optimizer = optimizer_factory(registry, plan.optimizer) if plan.optimizer else None
     return Trainer(
         backend=_backend_for(plan.backend, registry, backends),
         model_dir=plan.model_dir,

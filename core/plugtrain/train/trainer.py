@@ -70,7 +70,7 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
-def _check_scheduler_overlap(schedulers: Sequence[Any]) -> None:
+def check_scheduler_overlap(schedulers: Sequence[Any]) -> None:
     """Reject two schedulers of the same kind (LR or WD) that target one param group.
 
     Kind and groups are read through the scheduler protocol (:mod:`plugtrain.scheduler`).
@@ -189,7 +189,7 @@ class Trainer:
         self.schedulers = [
             s if hasattr(s, "step") else s(self.optimizer) for s in _as_list(schedulers)
         ]
-        _check_scheduler_overlap(self.schedulers)
+        check_scheduler_overlap(self.schedulers)
         self.global_step = 0
         self.loaded_step: int | None = None
         """The global step stored in the checkpoint loaded last (``None``: none loaded)."""

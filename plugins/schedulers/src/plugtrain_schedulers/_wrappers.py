@@ -161,13 +161,8 @@ class Wrapper(Scheduler):
     def _stepped_length(self) -> int | None:
         return self._sources[0].length
 
-    def _current_values(self) -> list[Any]:
-        if self.curve is not None:
-            return super()._current_values()
-        values = self._stepped_values(self.last_step)
-        if self._factors is None:
-            return values
-        return [value * factor for value, factor in zip(values, self._factors, strict=True)]
+    def _uncurved_values(self, step: int) -> list[Any]:
+        return self._stepped_values(step)
 
     @property
     def length(self) -> int | None:
