@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from contextlib import nullcontext
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -19,6 +20,7 @@ from plugtrain.schema import (
 )
 from plugtrain_optimizers._blocks import FlatLayout, split_blocks
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
+from plugtrain_optimizers._threads import stepping_threads
 
 __all__ = ["PlugtrainOptimizer", "as_float", "step_values"]
 
@@ -50,6 +52,9 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
 
     schema: ClassVar[type]
     name: ClassVar[str]
+    memory_bound: ClassVar[bool] = True
+    """Whether a step is elementwise work bound by memory (stepped on one thread where that is
+    as fast: :func:`~plugtrain_optimizers._threads.stepping_threads`); False for matrix products."""
 
     __signature__: ClassVar[inspect.Signature]
 
@@ -133,15 +138,16 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         for layout in self._layouts:
             if layout is not None:
                 layout.repair_grads()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            grads = [p.grad for p in params]
-            if any(g.is_sparse for g in grads):  # type: ignore[union-attr]
-                message = f"{self.name} does not support sparse gradients"
-                raise RuntimeError(message)
-            self.update_group(group, params, grads)  # type: ignore[arg-type]
+        with stepping_threads() if self.memory_bound else nullcontext():
+            for group in self.param_groups:
+                params = [p for p in group["params"] if p.grad is not None]
+                if not params:
+                    continue
+                grads = [p.grad for p in params]
+                if any(g.is_sparse for g in grads):  # type: ignore[union-attr]
+                    message = f"{self.name} does not support sparse gradients"
+                    raise RuntimeError(message)
+                self.update_group(group, params, grads)  # type: ignore[arg-type]
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
