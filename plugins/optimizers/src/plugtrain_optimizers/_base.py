@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from contextlib import nullcontext
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import attrs

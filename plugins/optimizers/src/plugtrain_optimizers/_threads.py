@@ -20,7 +20,7 @@ import torch
 __all__ = ["PROBE_ELEMENTS", "SAME_BANDWIDTH", "one_thread_suffices", "stepping_threads"]
 
 PROBE_ELEMENTS = 1 << 24
-"""float32 elements of the bandwidth probe's buffers (64 MiB each: larger than a last-level cache)."""
+"""float32 elements of each probe buffer (64 MiB: larger than a last-level cache)."""
 
 SAME_BANDWIDTH = 1.25
 """One thread "suffices" if its copy takes at most this many times the all-threads copy."""
