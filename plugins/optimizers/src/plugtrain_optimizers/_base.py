@@ -18,6 +18,7 @@ from plugtrain.schema import (
     constructor_signature,
     validated_arguments,
 )
+from plugtrain_optimizers._auto_flat import flatten_by_default
 from plugtrain_optimizers._blocks import FlatLayout, split_blocks
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
 from plugtrain_optimizers._threads import stepping_threads
@@ -92,11 +93,15 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         self._scratch_views = None
         self._block_views = {}
         layout = None
-        if group.get("flat"):
-            dense = [p for p in group["params"] if p.requires_grad and not p.is_sparse]
-            if dense:
-                layout = FlatLayout(dense)
-                layout.flatten_state(self.state)
+        flat = group.get("flat")
+        dense = [p for p in group["params"] if p.requires_grad and not p.is_sparse]
+        if flat is None:  # the default: flat where nothing observable changes
+            if self.memory_bound and flatten_by_default(dense):
+                layout = FlatLayout(dense, missing_grads_as_zero=False)
+        elif flat and dense:
+            layout = FlatLayout(dense)
+        if layout is not None:
+            layout.flatten_state(self.state)
         self._layouts.append(layout)
 
     def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -151,13 +156,13 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Reset the gradients; those of ``flat`` groups are zeroed in place in their buffer."""
+        """Reset the gradients (a flat group's in one kernel: :meth:`FlatLayout.zero_grad`)."""
         if not any(self._layouts):
             super().zero_grad(set_to_none)
             return
         for group, layout in zip(self.param_groups, self._layouts, strict=True):
             if layout is not None:
-                layout.zero_grad()
+                layout.zero_grad(set_to_none)
             for p in group["params"]:
                 if p.grad is None or (layout is not None and id(p) in layout.grad_views):
                     continue
@@ -215,7 +220,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
                 yield PER_TENSOR, [[lst[i]] for lst in lists], [i]
 
     def layout(self, group: dict[str, Any]) -> FlatLayout | None:
-        """The flat layout of ``group`` (``None`` unless it was built with ``flat=True``)."""
+        """The flat layout of ``group`` (``None`` unless ``flat`` is true or chose it)."""
         for candidate, layout in zip(self.param_groups, self._layouts, strict=True):
             if candidate is group:
                 return layout
