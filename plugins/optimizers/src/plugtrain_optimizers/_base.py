@@ -78,6 +78,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         self._block_arenas: dict[tuple[int, torch.device, torch.dtype], torch.Tensor] = {}
         # (slot, ids of a block's tensors) -> (those tensors, their scratch views)
         self._block_views: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self._on_cpu = False  # intra-op threads only matter for parameters on the CPU
         super().__init__(params, defaults)
 
     # -- groups and state -----------------------------------------------------------------
@@ -103,6 +104,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         if layout is not None:
             layout.flatten_state(self.state)
         self._layouts.append(layout)
+        self._on_cpu = self._on_cpu or any(p.device.type == "cpu" for p in group["params"])
 
     def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Turn checked constructor arguments into group defaults (default: unchanged)."""
@@ -143,7 +145,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         for layout in self._layouts:
             if layout is not None:
                 layout.repair_grads()
-        with stepping_threads() if self.memory_bound else nullcontext():
+        with stepping_threads() if self.memory_bound and self._on_cpu else nullcontext():
             for group in self.param_groups:
                 params = [p for p in group["params"] if p.grad is not None]
                 if not params:
