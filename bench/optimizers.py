@@ -10,10 +10,11 @@ every round, so that machine noise hits them alike. ``--repeat`` runs that ``--r
 over and gives the spread of the per-repeat medians. Ratios to a baseline are our time / theirs
 (issue 31's goals: Lamb and Lion at most 0.67x pytorch-optimizer's).
 
-``in-cache x floor``: the same step on a copy of the shape scaled down to fit the last-level
-cache (every tensor's rows cut, or fewer tensors), scaled back up per element, over the floor:
-what the arithmetic alone costs. A row whose in-cache figure is already above its goal is
-bound by compute here, not by memory.
+``in-cache x floor``: the same step on the shape scaled down to fit the last-level cache (every
+tensor's rows cut, or fewer tensors) at two sizes, a quarter and all of the cache's budget; the
+slope between them (seconds per element, so per-step fixed costs cancel) times the shape's
+elements, over the floor: what the arithmetic alone costs. A row whose in-cache figure is
+already above its goal is bound by compute here, not by memory.
 
 The floor is the time the copy of the same repeat needs to move the bytes the algorithm must
 read and write per step (issue 18's counts of parameter-sized tensors, ``FLOOR``; Lamb and
@@ -99,11 +100,12 @@ def floor_bytes(name: str, dims: list[tuple[int, ...]], cache: int) -> int:
     return total
 
 
-def in_cache_dims(shape: str, cache: int) -> list[tuple[int, ...]]:
-    """``SHAPES[shape]`` cut down so that 8 float32 tensors of it fit in a quarter of ``cache``."""
+def in_cache_dims(shape: str, cache: int, part: int = 1) -> list[tuple[int, ...]]:
+    """``SHAPES[shape]`` cut down so that 8 float32 tensors of it fill ``1 / (2 part)`` of
+    ``cache``."""
     dims = SHAPES[shape]
     total = sum(int(torch.Size(d).numel()) for d in dims)
-    budget = cache // (4 * 8 * 4)
+    budget = cache // (4 * 8 * 2 * part)
     if len(dims) > 1 and dims[0] == dims[-1] and total // len(dims) <= budget:
         return dims[: max(1, budget * len(dims) // total)]  # fewer of the same tensors
     return [(max(1, d[0] * budget // total), *d[1:]) for d in dims]  # fewer rows of each
@@ -239,13 +241,17 @@ def measure(name: str, shape: str, device: str, args: argparse.Namespace, cache:
     actions.update({label: opt.step for label, opt in built.items()})
     reps = 2 if name == "Muon" and shape == "large" else args.reps
     repeat = 1 if name == "Muon" and shape == "large" else args.repeat
-    small = dims_small = None
+    sizes: dict[str, int] = {}
+    small = []
     if name != "Muon":
-        dims_small = in_cache_dims(shape, cache)
-        small = plugtrain.resolve("optimizer", name)(
-            make_params(shape, device, dims_small), **OURS.get(name, {})
-        )
-        actions["in cache"] = small.step
+        for part in (4, 1):
+            dims = in_cache_dims(shape, cache, part)
+            opt = plugtrain.resolve("optimizer", name)(
+                make_params(shape, device, dims), **OURS.get(name, {})
+            )
+            small.append(opt)
+            actions[f"in cache {part}"] = opt.step
+            sizes[f"in cache {part}"] = sum(int(torch.Size(d).numel()) for d in dims)
     medians = interleaved(actions, reps, repeat, device)
     del built
     moved = floor_bytes(name, SHAPES[shape], cache)
@@ -254,10 +260,14 @@ def measure(name: str, shape: str, device: str, args: argparse.Namespace, cache:
     ours = medians["plugtrain"]
     x_floor = [t / f for t, f in zip(ours, floors, strict=True)]
     in_cache = "-"
-    if dims_small is not None:
+    if sizes:
         elements = sum(int(torch.Size(d).numel()) for d in SHAPES[shape])
-        scale = elements / sum(int(torch.Size(d).numel()) for d in dims_small)
-        ratios = [t * scale / f for t, f in zip(medians.pop("in cache"), floors, strict=True)]
+        quarter, whole = medians.pop("in cache 4"), medians.pop("in cache 1")
+        per_element = [
+            (b - a) / (sizes["in cache 1"] - sizes["in cache 4"])
+            for a, b in zip(quarter, whole, strict=True)
+        ]
+        ratios = [e * elements / f for e, f in zip(per_element, floors, strict=True)]
         in_cache = spread(ratios, digits=2)
     variants = []
     for label in ("plugtrain fresh .grad", "plugtrain flat=False"):
