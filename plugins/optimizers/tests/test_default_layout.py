@@ -151,11 +151,15 @@ def test_default_path_equals_the_unflattened_path_bitwise(name, case):
         )
 
 
+FLAT_BY_DEFAULT = {"Adadelta", "Adamax", "Lamb", "Lion", "NAdam", "Rprop"}
+
+
 @pytest.mark.parametrize("name", ALL)
-def test_the_default_flattens_small_groups_of_memory_bound_optimizers(name):
+def test_the_default_flattens_small_groups_where_it_pays(name):
     _, opt, params = _run(name, {}, steps=1)
     layout = opt._layouts[0]
-    if not opt.memory_bound:
+    assert opt.flat_by_default == (name in FLAT_BY_DEFAULT)
+    if name not in FLAT_BY_DEFAULT:
         assert layout is None
         return
     assert layout is not None
@@ -163,7 +167,7 @@ def test_the_default_flattens_small_groups_of_memory_bound_optimizers(name):
     assert len(storages) == 1
 
 
-@pytest.mark.parametrize("name", ["AdamW", "Lamb", "Rprop", "Adafactor"])
+@pytest.mark.parametrize("name", ["AdamW", "Lamb", "Rprop", "NAdam"])
 def test_a_parameter_without_gradient_is_not_stepped(name):
     _, opt, params = _run(name, {}, steps=3)
     p = params[NO_GRAD]
@@ -178,7 +182,7 @@ def test_a_parameter_without_gradient_is_not_stepped(name):
 
 def test_zero_grad_keeps_torch_semantics():
     params = _params((torch.float32,))
-    opt = plugtrain.optim.AdamW(params)
+    opt = plugtrain.optim.Lion(params)
     assert opt._layouts[0] is not None
     assert all(p.grad is None for p in params)
     _loss(params, 0).backward()
@@ -211,7 +215,7 @@ def _slice_of_one_buffer(params: list[torch.nn.Parameter]) -> list[torch.nn.Para
 def test_aliased_parameters_are_not_moved(alias: Callable[..., torch.Tensor]):
     params = _params((torch.float32,))
     held = alias(params)
-    opt = plugtrain.optim.AdamW(params, lr=0.1)
+    opt = plugtrain.optim.Lamb(params, lr=0.1)
     assert opt._layouts[0] is None
     _loss(params, 0).backward()
     opt.step()

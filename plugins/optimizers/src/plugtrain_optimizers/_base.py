@@ -53,6 +53,10 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
 
     schema: ClassVar[type]
     name: ClassVar[str]
+    flat_by_default: ClassVar[bool] = False
+    """Whether ``flat=None`` may flatten a group (:mod:`~plugtrain_optimizers._auto_flat`): for
+    updates of many operations, where one kernel per operation saves more than copying in the
+    gradients backward allocated costs; not for torch's fused kernels, already one call."""
     memory_bound: ClassVar[bool] = True
     """Whether a step is elementwise work bound by memory (stepped on one thread where that is
     as fast: :func:`~plugtrain_optimizers._threads.stepping_threads`); False for matrix products."""
@@ -97,7 +101,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         flat = group.get("flat")
         dense = [p for p in group["params"] if p.requires_grad and not p.is_sparse]
         if flat is None:  # the default: flat where nothing observable changes
-            if self.memory_bound and flatten_by_default(dense):
+            if self.flat_by_default and flatten_by_default(dense):
                 layout = FlatLayout(dense, missing_grads_as_zero=False)
         elif flat and dense:
             layout = FlatLayout(dense)
