@@ -57,9 +57,11 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
     """Whether ``flat=None`` may flatten a group (:mod:`~plugtrain_optimizers._auto_flat`): for
     updates of many operations, where one kernel per operation saves more than copying in the
     gradients backward allocated costs; not for torch's fused kernels, already one call."""
-    memory_bound: ClassVar[bool] = True
-    """Whether a step is elementwise work bound by memory (stepped on one thread where that is
-    as fast: :func:`~plugtrain_optimizers._threads.stepping_threads`); False for matrix products."""
+    blocked: ClassVar[bool] = True
+    """Whether the default path is a sequence of elementwise operations run over cache blocks,
+    stepped on one intra-op thread where that moves memory as fast
+    (:func:`~plugtrain_optimizers._threads.stepping_threads`). False where it is one of torch's
+    fused kernels (one pass, nothing to block; it keeps every thread) or matrix products."""
 
     __signature__: ClassVar[inspect.Signature]
 
@@ -149,7 +151,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         for layout in self._layouts:
             if layout is not None:
                 layout.repair_grads()
-        with stepping_threads() if self.memory_bound and self._on_cpu else nullcontext():
+        with stepping_threads() if self.blocked and self._on_cpu else nullcontext():
             for group in self.param_groups:
                 params = [p for p in group["params"] if p.grad is not None]
                 if not params:
