@@ -294,6 +294,39 @@ def measure(name: str, shape: str, device: str, args: argparse.Namespace, cache:
     )
 
 
+def in_cache_row(name: str, shape: str, device: str, cache: int, rounds: int = 5) -> str:
+    """The arithmetic alone against the floor, from best times (robust to a busy machine).
+
+    The step at a quarter and at all of the in-cache budget and the 256 MiB copy, each timed
+    ``rounds`` times 5 steps interleaved; the slope between the two best step times, per
+    element, times the shape's elements, over the floor at the best copy time.
+    """
+    cls = plugtrain.resolve("optimizer", name)
+    opts, sizes = [], []
+    for part in (4, 1):
+        dims = in_cache_dims(shape, cache, part)
+        opts.append(cls(make_params(shape, device, dims), **OURS.get(name, {})))
+        sizes.append(sum(int(torch.Size(d).numel()) for d in dims))
+    src = torch.randn(COPY_BYTES // 4, device=device)
+    dst = torch.empty_like(src)
+    actions = [lambda: dst.copy_(src), opts[0].step, opts[1].step]
+    best = [float("inf")] * 3
+    for action in actions:
+        action()
+    for _ in range(rounds):
+        for i, action in enumerate(actions):
+            for _ in range(5):
+                start = time.perf_counter()
+                action()
+                sync(device)
+                best[i] = min(best[i], time.perf_counter() - start)
+    elements = sum(int(torch.Size(d).numel()) for d in SHAPES[shape])
+    floor = floor_bytes(name, SHAPES[shape], cache) * best[0] / (2 * COPY_BYTES)
+    arithmetic = (best[2] - best[1]) / (sizes[1] - sizes[0]) * elements
+    ratio = arithmetic / floor
+    return f"| {shape} | {name} | {arithmetic * 1e3:.1f} | {floor * 1e3:.1f} | {ratio:.2f} |"
+
+
 def op_costs() -> str:
     """What bounds the rows that miss: op dispatch, in-cache passes, per-tensor overhead."""
 
@@ -346,6 +379,9 @@ def main() -> None:
     parser.add_argument("--devices", default=default_devices)
     parser.add_argument("--write", default="")
     parser.add_argument("--op-costs", action="store_true", help="only print what bounds a step")
+    parser.add_argument(
+        "--in-cache", action="store_true", help="only the arithmetic alone (in cache) vs the floor"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.op_costs:
@@ -354,6 +390,14 @@ def main() -> None:
     only = [n for arg in args.only for n in arg.split(",") if n]
     names = only or plugtrain.names("optimizer")
     cache = last_level_cache()
+    if args.in_cache:
+        print("| shape | optimizer | arithmetic ms (in cache, scaled) | floor ms | ratio |")
+        print("|---|---|---|---|---|")
+        for shape in args.shapes.split(","):
+            for name in names:
+                if name != "Muon":
+                    print(in_cache_row(name, shape, "cpu", cache), flush=True)
+        return
     load = os.getloadavg()[0]
     rows = []
     for device in args.devices.split(","):
