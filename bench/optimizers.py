@@ -1,19 +1,29 @@
 """Per-step time of the plugtrain optimizers against their memory floor and every baseline.
 
 Two shapes: ``large`` (25.2M float32 parameters in 4 tensors) and ``many`` (400 tensors of
-100x100). For one optimizer and shape, every contestant (plugtrain, plugtrain with
-``flat=True``, torch.optim foreach / fused, pytorch-optimizer, lion-pytorch) and a 256 MiB
-``Tensor.copy_`` are timed interleaved: one step each, round robin, the order rotating every
-round, so that machine noise hits them alike. ``--repeat`` runs that ``--reps`` times over and
-gives the spread of the per-repeat medians.
+100x100). For one optimizer and shape, every contestant (plugtrain on its default path; on the
+many shape also plugtrain with ``flat=False``, the default before issue 31, and the default
+path with a fresh ``.grad`` tensor per parameter before each step, as backward leaves them
+after ``zero_grad()``; torch.optim foreach / fused, pytorch-optimizer, lion-pytorch) and a
+256 MiB ``Tensor.copy_`` are timed interleaved: one step each, round robin, the order rotating
+every round, so that machine noise hits them alike. ``--repeat`` runs that ``--reps`` times
+over and gives the spread of the per-repeat medians. Ratios to a baseline are our time / theirs
+(issue 31's goals: Lamb and Lion at most 0.67x pytorch-optimizer's).
+
+``in-cache x floor``: the same step on the shape scaled down to fit the last-level cache (every
+tensor's rows cut, or fewer tensors) at two sizes, a quarter and all of the cache's budget; the
+slope between them (seconds per element, so per-step fixed costs cancel) times the shape's
+elements, over the floor: what the arithmetic alone costs. A row whose in-cache figure is
+already above its goal is bound by compute here, not by memory.
 
 The floor is the time the copy of the same repeat needs to move the bytes the algorithm must
 read and write per step (issue 18's counts of parameter-sized tensors, ``FLOOR``; Lamb and
 Adafactor add 3 for tensors whose working set is larger than the last-level cache, since their
 norms and means must be known before any element is written).
 
-Torch runs with ``--threads`` intra-op threads (default 1: on a shared 2-core machine one
-thread is the steadier measurement; the copy that sets the floor runs with the same setting).
+Torch runs with ``--threads`` intra-op threads (default 2, as issue 31 measured; the copy that
+sets the floor runs with the same setting; plugtrain's elementwise steps may run on one of them,
+see ``plugtrain_optimizers._threads``).
 With CUDA available the same table is also measured on the GPU (``--devices``).
 
     python bench/optimizers.py [--reps 7] [--repeat 3] [--only Adam,Lion] [--shapes many]
@@ -90,12 +100,25 @@ def floor_bytes(name: str, dims: list[tuple[int, ...]], cache: int) -> int:
     return total
 
 
-def make_params(shape: str, device: str) -> list[torch.Tensor]:
+def in_cache_dims(shape: str, cache: int, part: int = 1) -> list[tuple[int, ...]]:
+    """``SHAPES[shape]`` cut down so that 8 float32 tensors of it fill ``1 / (2 part)`` of
+    ``cache``."""
+    dims = SHAPES[shape]
+    total = sum(int(torch.Size(d).numel()) for d in dims)
+    budget = cache // (4 * 8 * 2 * part)
+    if len(dims) > 1 and dims[0] == dims[-1] and total // len(dims) <= budget:
+        return dims[: max(1, budget * len(dims) // total)]  # fewer of the same tensors
+    return [(max(1, d[0] * budget // total), *d[1:]) for d in dims]  # fewer rows of each
+
+
+def make_params(
+    shape: str, device: str, dims: list[tuple[int, ...]] | None = None
+) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     params = []
-    for dims in SHAPES[shape]:
-        p = torch.nn.Parameter((torch.randn(dims, generator=gen) * 0.02).to(device))
-        p.grad = (torch.randn(dims, generator=gen) * 1e-3).to(device)
+    for size in SHAPES[shape] if dims is None else dims:
+        p = torch.nn.Parameter((torch.randn(size, generator=gen) * 0.02).to(device))
+        p.grad = (torch.randn(size, generator=gen) * 1e-3).to(device)
         params.append(p)
     return params
 
@@ -122,7 +145,12 @@ def contestants(name: str, shape: str, device: str) -> dict[str, Callable[[], An
         "plugtrain": lambda: ours(make_params(shape, device), **kwargs)
     }
     if shape == "many" and name != "Muon":
-        found["plugtrain flat"] = lambda: ours(make_params(shape, device), **kwargs, flat=True)
+        found["plugtrain fresh .grad"] = lambda: _FreshGrads(
+            ours(make_params(shape, device), **kwargs)
+        )
+        found["plugtrain flat=False"] = lambda: ours(
+            make_params(shape, device), **kwargs, flat=False
+        )
     if name == "Muon" and shape == "many":
         found["plugtrain ns_dtype=float32"] = lambda: ours(
             make_params(shape, device), ns_dtype="float32"
@@ -146,6 +174,21 @@ def contestants(name: str, shape: str, device: str) -> dict[str, Callable[[], An
             continue
         found[module_name] = lambda cls=cls, extra=extra: _third_party(cls, shape, device, extra)
     return found
+
+
+class _FreshGrads:
+    """An optimizer whose parameters get a new ``.grad`` tensor before each step (as backward
+    allocates them after ``zero_grad()``), so that a flat layout must copy them in."""
+
+    def __init__(self, opt: torch.optim.Optimizer) -> None:
+        self.opt = opt
+        self.params = [p for g in opt.param_groups for p in g["params"]]
+        self.grads = [p.grad.clone() for p in self.params]  # type: ignore[union-attr]
+
+    def step(self) -> None:
+        for p, g in zip(self.params, self.grads, strict=True):
+            p.grad = g
+        self.opt.step()
 
 
 def _third_party(cls: type, shape: str, device: str, kwargs: dict[str, Any]) -> Any:
@@ -198,6 +241,17 @@ def measure(name: str, shape: str, device: str, args: argparse.Namespace, cache:
     actions.update({label: opt.step for label, opt in built.items()})
     reps = 2 if name == "Muon" and shape == "large" else args.reps
     repeat = 1 if name == "Muon" and shape == "large" else args.repeat
+    sizes: dict[str, int] = {}
+    small = []
+    if name != "Muon":
+        for part in (4, 1):
+            dims = in_cache_dims(shape, cache, part)
+            opt = plugtrain.resolve("optimizer", name)(
+                make_params(shape, device, dims), **OURS.get(name, {})
+            )
+            small.append(opt)
+            actions[f"in cache {part}"] = opt.step
+            sizes[f"in cache {part}"] = sum(int(torch.Size(d).numel()) for d in dims)
     medians = interleaved(actions, reps, repeat, device)
     del built
     moved = floor_bytes(name, SHAPES[shape], cache)
@@ -205,16 +259,27 @@ def measure(name: str, shape: str, device: str, args: argparse.Namespace, cache:
     floors = [moved * t / (2 * COPY_BYTES) for t in medians["copy"]]
     ours = medians["plugtrain"]
     x_floor = [t / f for t, f in zip(ours, floors, strict=True)]
-    flat = "-"
-    if "plugtrain flat" in medians:
-        times = medians.pop("plugtrain flat")
-        ratios = [t / f for t, f in zip(times, floors, strict=True)]
-        flat = f"{spread(times, 1e3)} ({spread(ratios, digits=2)}x)"
+    in_cache = "-"
+    if sizes:
+        elements = sum(int(torch.Size(d).numel()) for d in SHAPES[shape])
+        quarter, whole = medians.pop("in cache 4"), medians.pop("in cache 1")
+        per_element = [
+            (b - a) / (sizes["in cache 1"] - sizes["in cache 4"])
+            for a, b in zip(quarter, whole, strict=True)
+        ]
+        ratios = [e * elements / f for e, f in zip(per_element, floors, strict=True)]
+        in_cache = spread(ratios, digits=2)
+    variants = []
+    for label in ("plugtrain fresh .grad", "plugtrain flat=False"):
+        if label in medians:
+            times = medians.pop(label)
+            ratios = [t / f for t, f in zip(times, floors, strict=True)]
+            variants.append(f"{label.removeprefix('plugtrain ')} {spread(ratios, digits=2)}")
     others = []
     for label, times in medians.items():
         if label in ("copy", "plugtrain"):
             continue
-        ratios = [t / o for t, o in zip(times, ours, strict=True)]
+        ratios = [o / t for t, o in zip(times, ours, strict=True)]
         others.append(f"{label} {spread(times, 1e3)} ({spread(ratios, digits=2)}x)")
     if name == "Muon" and shape == "large" and bf16_matmul_is_slow(device)[0]:
         _, f32, bf16 = bf16_matmul_is_slow(device)
@@ -224,8 +289,42 @@ def measure(name: str, shape: str, device: str, args: argparse.Namespace, cache:
         )
     return (
         f"| {device} | {shape} | {name} | {spread(ours, 1e3)} | {spread(floors, 1e3)} | "
-        f"{spread(x_floor, digits=2)} | {flat} | {'; '.join(others) or '-'} |"
+        f"{spread(x_floor, digits=2)} | {in_cache} | {'; '.join(variants) or '-'} | "
+        f"{'; '.join(others) or '-'} |"
     )
+
+
+def in_cache_row(name: str, shape: str, device: str, cache: int, rounds: int = 5) -> str:
+    """The arithmetic alone against the floor, from best times (robust to a busy machine).
+
+    The step at a quarter and at all of the in-cache budget and the 256 MiB copy, each timed
+    ``rounds`` times 5 steps interleaved; the slope between the two best step times, per
+    element, times the shape's elements, over the floor at the best copy time.
+    """
+    cls = plugtrain.resolve("optimizer", name)
+    opts, sizes = [], []
+    for part in (4, 1):
+        dims = in_cache_dims(shape, cache, part)
+        opts.append(cls(make_params(shape, device, dims), **OURS.get(name, {})))
+        sizes.append(sum(int(torch.Size(d).numel()) for d in dims))
+    src = torch.randn(COPY_BYTES // 4, device=device)
+    dst = torch.empty_like(src)
+    actions = [lambda: dst.copy_(src), opts[0].step, opts[1].step]
+    best = [float("inf")] * 3
+    for action in actions:
+        action()
+    for _ in range(rounds):
+        for i, action in enumerate(actions):
+            for _ in range(5):
+                start = time.perf_counter()
+                action()
+                sync(device)
+                best[i] = min(best[i], time.perf_counter() - start)
+    elements = sum(int(torch.Size(d).numel()) for d in SHAPES[shape])
+    floor = floor_bytes(name, SHAPES[shape], cache) * best[0] / (2 * COPY_BYTES)
+    arithmetic = (best[2] - best[1]) / (sizes[1] - sizes[0]) * elements
+    ratio = arithmetic / floor
+    return f"| {shape} | {name} | {arithmetic * 1e3:.1f} | {floor * 1e3:.1f} | {ratio:.2f} |"
 
 
 def op_costs() -> str:
@@ -275,11 +374,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="independent repeats (spread)")
     parser.add_argument("--only", nargs="*", default=[], help="optimizer names")
     parser.add_argument("--shapes", default="large,many")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     default_devices = "cpu,cuda" if torch.cuda.is_available() else "cpu"
     parser.add_argument("--devices", default=default_devices)
     parser.add_argument("--write", default="")
     parser.add_argument("--op-costs", action="store_true", help="only print what bounds a step")
+    parser.add_argument(
+        "--in-cache", action="store_true", help="only the arithmetic alone (in cache) vs the floor"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.op_costs:
@@ -288,6 +390,14 @@ def main() -> None:
     only = [n for arg in args.only for n in arg.split(",") if n]
     names = only or plugtrain.names("optimizer")
     cache = last_level_cache()
+    if args.in_cache:
+        print("| shape | optimizer | arithmetic ms (in cache, scaled) | floor ms | ratio |")
+        print("|---|---|---|---|---|")
+        for shape in args.shapes.split(","):
+            for name in names:
+                if name != "Muon":
+                    print(in_cache_row(name, shape, "cpu", cache), flush=True)
+        return
     load = os.getloadavg()[0]
     rows = []
     for device in args.devices.split(","):
@@ -306,12 +416,13 @@ def main() -> None:
         [
             f"Machine: {machine}; load average before the run {load:.1f}. "
             f"Median of {args.reps} interleaved steps per repeat; median (min-max) over "
-            f"{args.repeat} repeats; (Nx) = their time / ours; floor = the bytes of `FLOOR` at "
-            "the speed of a 256 MiB `Tensor.copy_` timed in the same rounds.",
+            f"{args.repeat} repeats; (Nx) = our time / theirs; floor = the bytes of `FLOOR` at "
+            "the speed of a 256 MiB `Tensor.copy_` timed in the same rounds; in-cache x floor: "
+            "the step on a shape scaled to fit the cache, per element, over the floor.",
             "",
             "| device | shape | optimizer | plugtrain ms/step | floor ms | x floor | "
-            "flat=True ms/step (x floor) | others: ms/step (their time / ours) |",
-            "|---|---|---|---|---|---|---|---|",
+            "in-cache x floor | other paths x floor | others: ms/step (our time / theirs) |",
+            "|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )

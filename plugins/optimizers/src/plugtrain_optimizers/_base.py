@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import attrs
@@ -17,8 +18,10 @@ from plugtrain.schema import (
     constructor_signature,
     validated_arguments,
 )
+from plugtrain_optimizers._auto_flat import flatten_by_default
 from plugtrain_optimizers._blocks import FlatLayout, split_blocks
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
+from plugtrain_optimizers._threads import stepping_threads
 
 __all__ = ["PlugtrainOptimizer", "as_float", "step_values"]
 
@@ -50,6 +53,15 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
 
     schema: ClassVar[type]
     name: ClassVar[str]
+    flat_by_default: ClassVar[bool] = False
+    """Whether ``flat=None`` may flatten a group (:mod:`~plugtrain_optimizers._auto_flat`): for
+    updates of many operations, where one kernel per operation saves more than copying in the
+    gradients backward allocated costs; not for torch's fused kernels, already one call."""
+    blocked: ClassVar[bool] = True
+    """Whether the default path is a sequence of elementwise operations run over cache blocks,
+    stepped on one intra-op thread where that moves memory as fast
+    (:func:`~plugtrain_optimizers._threads.stepping_threads`). False where it is one of torch's
+    fused kernels (one pass, nothing to block; it keeps every thread) or matrix products."""
 
     __signature__: ClassVar[inspect.Signature]
 
@@ -72,6 +84,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         self._block_arenas: dict[tuple[int, torch.device, torch.dtype], torch.Tensor] = {}
         # (slot, ids of a block's tensors) -> (those tensors, their scratch views)
         self._block_views: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self._on_cpu = False  # intra-op threads only matter for parameters on the CPU
         super().__init__(params, defaults)
 
     # -- groups and state -----------------------------------------------------------------
@@ -87,12 +100,17 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         self._scratch_views = None
         self._block_views = {}
         layout = None
-        if group.get("flat"):
-            dense = [p for p in group["params"] if p.requires_grad and not p.is_sparse]
-            if dense:
-                layout = FlatLayout(dense)
-                layout.flatten_state(self.state)
+        flat = group.get("flat")
+        dense = [p for p in group["params"] if p.requires_grad and not p.is_sparse]
+        if flat is None:  # the default: flat where nothing observable changes
+            if self.flat_by_default and flatten_by_default(dense):
+                layout = FlatLayout(dense, missing_grads_as_zero=False)
+        elif flat and dense:
+            layout = FlatLayout(dense)
+        if layout is not None:
+            layout.flatten_state(self.state)
         self._layouts.append(layout)
+        self._on_cpu = self._on_cpu or any(p.device.type == "cpu" for p in group["params"])
 
     def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Turn checked constructor arguments into group defaults (default: unchanged)."""
@@ -133,25 +151,26 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         for layout in self._layouts:
             if layout is not None:
                 layout.repair_grads()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            grads = [p.grad for p in params]
-            if any(g.is_sparse for g in grads):  # type: ignore[union-attr]
-                message = f"{self.name} does not support sparse gradients"
-                raise RuntimeError(message)
-            self.update_group(group, params, grads)  # type: ignore[arg-type]
+        with stepping_threads() if self.blocked and self._on_cpu else nullcontext():
+            for group in self.param_groups:
+                params = [p for p in group["params"] if p.grad is not None]
+                if not params:
+                    continue
+                grads = [p.grad for p in params]
+                if any(g.is_sparse for g in grads):  # type: ignore[union-attr]
+                    message = f"{self.name} does not support sparse gradients"
+                    raise RuntimeError(message)
+                self.update_group(group, params, grads)  # type: ignore[arg-type]
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Reset the gradients; those of ``flat`` groups are zeroed in place in their buffer."""
+        """Reset the gradients (a flat group's in one kernel: :meth:`FlatLayout.zero_grad`)."""
         if not any(self._layouts):
             super().zero_grad(set_to_none)
             return
         for group, layout in zip(self.param_groups, self._layouts, strict=True):
             if layout is not None:
-                layout.zero_grad()
+                layout.zero_grad(set_to_none)
             for p in group["params"]:
                 if p.grad is None or (layout is not None and id(p) in layout.grad_views):
                     continue
@@ -209,7 +228,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
                 yield PER_TENSOR, [[lst[i]] for lst in lists], [i]
 
     def layout(self, group: dict[str, Any]) -> FlatLayout | None:
-        """The flat layout of ``group`` (``None`` unless it was built with ``flat=True``)."""
+        """The flat layout of ``group`` (``None`` unless ``flat`` is true or chose it)."""
         for candidate, layout in zip(self.param_groups, self._layouts, strict=True):
             if candidate is group:
                 return layout

@@ -103,10 +103,20 @@ class FlatLayout:
     and 0-dim step counters become views of one buffer per state key. ``state_dict()`` still
     holds one tensor per parameter and state key, so checkpoints load both ways.
 
+    With ``missing_grads_as_zero=False`` (the layout ``flat=None`` picks) gradients keep
+    torch's semantics: a ``.grad`` that is ``None`` stays ``None`` (its parameter is not
+    stepped), ``zero_grad(set_to_none=True)`` sets them to ``None``, and a gradient that
+    backward allocated is copied into the buffer at the next step.
+
     :param params: the group's parameters (dense, all requiring gradients).
+    :param missing_grads_as_zero: give every parameter a zero ``.grad`` view from the start, so
+        that backward writes straight into the buffer (``flat=True``).
     """
 
-    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+    def __init__(
+        self, params: Sequence[torch.Tensor], *, missing_grads_as_zero: bool = True
+    ) -> None:
+        self.missing_grads_as_zero = missing_grads_as_zero
         self.buckets: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         for p in params:
             self.buckets.setdefault((p.device, p.dtype), []).append(p)
@@ -127,12 +137,13 @@ class FlatLayout:
                 view = grads[offset : offset + n].view(p.shape)
                 if p.grad is not None:
                     view.copy_(p.grad)
-                p.grad = view
+                if p.grad is not None or missing_grads_as_zero:
+                    p.grad = view
                 self.grad_views[id(p)] = view
                 offset += n
             self.param_bases[key] = data
             self._register(bucket, data)
-            self._register([p.grad for p in bucket], grads)  # type: ignore[misc]
+            self._register([self.grad_views[id(p)] for p in bucket], grads)
 
     def _register(
         self, tensors: Sequence[torch.Tensor], base: torch.Tensor
@@ -173,24 +184,50 @@ class FlatLayout:
                 self.state_keys.append(self._register(views, base))
 
     def repair_grads(self) -> None:
-        """Point every ``.grad`` back at its view (after ``module.zero_grad()`` replaced it)."""
+        """Point every ``.grad`` back at its view, copying a gradient held elsewhere into it.
+
+        A ``None`` gradient becomes a zero view, or stays ``None`` without
+        ``missing_grads_as_zero``.
+        """
+        views: list[torch.Tensor] = []
+        grads: list[torch.Tensor] = []
         for bucket in self.buckets.values():
             for p in bucket:
                 view = self.grad_views[id(p)]
                 grad = p.grad
-                if grad is None:
-                    view.zero_()
-                elif grad is not view:
-                    view.copy_(grad)
-                else:
+                if grad is view:
                     continue
+                if grad is None:
+                    if not self.missing_grads_as_zero:
+                        continue
+                    view.zero_()
+                else:
+                    views.append(view)
+                    grads.append(grad)
                 p.grad = view
+        if views:
+            torch._foreach_copy_(views, grads)
 
-    def zero_grad(self) -> None:
-        """Zero every gradient buffer in place (one kernel per buffer)."""
-        self.repair_grads()
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero every gradient buffer in place (one kernel per buffer).
+
+        Without ``missing_grads_as_zero`` and with ``set_to_none``, every ``.grad`` becomes
+        ``None`` instead, as torch's optimizers do.
+        """
+        if not self.missing_grads_as_zero:
+            for bucket in self.buckets.values():
+                for p in bucket:
+                    if set_to_none:
+                        p.grad = None
+                    elif p.grad is not None and p.grad is not self.grad_views[id(p)]:
+                        p.grad.zero_()
+            if set_to_none:
+                return
+        else:
+            self.repair_grads()
         for bucket in self.buckets.values():
-            base = self.base_of([p.grad for p in bucket])  # type: ignore[misc]
+            grads = [self.grad_views[id(p)] for p in bucket]
+            base = self.base_of(grads)
             if base is not None:
                 base.zero_()
 

@@ -141,6 +141,7 @@ class Adam(_AdamBase):
 
     schema = AdamArgs
     name = "Adam"
+    blocked = False  # torch's fused kernel by default
 
     def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Move the L2 rate out of ``weight_decay`` (which then starts at 0)."""
@@ -170,3 +171,4 @@ class AdamW(_AdamBase):
 
     schema = AdamWArgs
     name = "AdamW"
+    blocked = False  # torch's fused kernel by default

@@ -9,6 +9,7 @@ import torch
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
 from plugtrain_optimizers._blocks import block_elements, split_blocks
 from plugtrain_optimizers._ops import FOREACH, ListOps
+from plugtrain_optimizers._runs import run_norms, same_size_runs, scale_runs
 from plugtrain_optimizers.schemas import LambArgs
 
 __all__ = ["Lamb"]
@@ -24,6 +25,7 @@ class Lamb(PlugtrainOptimizer):
 
     schema = LambArgs
     name = "Lamb"
+    flat_by_default = True  # measured: pays even with the gradient copy
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and zero moments."""
@@ -95,7 +97,13 @@ class Lamb(PlugtrainOptimizer):
         if adam:
             base.add_(ratio, alpha=-lr)
             return
-        ops.mul_(views, self._scales(ops, params, views, lr))
+        runs = same_size_runs(params)
+        if len(runs) * 4 > len(params):  # mostly different sizes: per-tensor kernels
+            ops.mul_(views, self._scales(ops, params, views, lr))
+        else:
+            pairs = zip(run_norms(base, runs), run_norms(ratio, runs), strict=True)
+            scales = [-lr * _trust(w, r) for w, r in pairs]
+            scale_runs(ratio, runs, scales)
         base.add_(ratio)
 
     @staticmethod

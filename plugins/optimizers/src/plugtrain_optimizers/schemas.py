@@ -42,10 +42,11 @@ def _foreach() -> Any:
 
 def _flat() -> Any:
     return arg(
-        False,
+        None,
         help=(
             "keep each param group's parameters, gradients and state in one buffer per device "
-            "and dtype (faster with many small tensors)"
+            "and dtype (faster with many small tensors); None: where that changes nothing "
+            "observable (groups of small tensors that share their storage with nothing)"
         ),
     )
 
@@ -69,7 +70,7 @@ class SGDArgs:
     nesterov: bool = arg(False, help="use Nesterov momentum (needs momentum > 0, dampening 0)")
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -102,7 +103,7 @@ class AdamArgs:
     weight_decay: float = _wd()
     amsgrad: bool = arg(False, help="keep the running maximum of the second moment")
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
     fused: bool | None = _fused()
 
 
@@ -117,7 +118,7 @@ class AdamWArgs:
     correct_bias: bool = arg(True, help="apply the bias correction of both moments")
     amsgrad: bool = arg(False, help="keep the running maximum of the second moment")
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
     fused: bool | None = _fused()
 
     @staticmethod
@@ -138,7 +139,7 @@ class AdamaxArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -151,7 +152,7 @@ class AdadeltaArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -165,7 +166,7 @@ class AdagradArgs:
     eps: float = _eps(1e-6)
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -179,7 +180,7 @@ class ASGDArgs:
     weight_decay: float = _wd()
     maximize: bool = _maximize()
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -192,7 +193,7 @@ class NAdamArgs:
     weight_decay: float = _wd()
     momentum_decay: float = arg(4e-3, help="momentum decay psi", ge=0)
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -204,7 +205,7 @@ class RAdamArgs:
     eps: float = _eps(1e-6)
     weight_decay: float = _wd()
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -218,7 +219,7 @@ class RMSpropArgs:
     momentum: float = arg(0.0, help="momentum factor", ge=0)
     centered: bool = arg(False, help="normalise by the estimated variance of the gradient")
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -229,7 +230,7 @@ class RpropArgs:
     etas: tuple[float, float] = arg((0.5, 1.2), help="(decrease, increase) factors", gt=0)
     step_sizes: tuple[float, float] = arg((1e-6, 50.0), help="(minimal, maximal) step", ge=0)
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -254,7 +255,7 @@ class LambArgs:
     weight_decay: float = _wd("weight decay added to the Adam ratio before the trust ratio")
     adam: bool = arg(False, help="use a trust ratio of 1 (plain Adam-style update)")
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -265,7 +266,7 @@ class LionArgs:
     betas: tuple[float, float] = _betas((0.9, 0.99))
     weight_decay: float = _wd("decoupled weight decay: p *= 1 - lr * weight_decay")
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -282,7 +283,7 @@ class AdafactorArgs:
     relative_step: bool = arg(False, help="time-dependent learning rate (only False)")
     warmup_init: bool = arg(False, help="warm-up initialisation (only False)")
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -326,7 +327,7 @@ class MuonArgs:
     fallback_betas: tuple[float, float] = _betas((0.9, 0.95), "fallback AdamW moment")
     fallback_eps: float = _eps(1e-8)
     foreach: bool | None = _foreach()
-    flat: bool = _flat()
+    flat: bool | None = _flat()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
