@@ -7,7 +7,7 @@ import torch
 
 import plugtrain
 from plugtrain.schema import check_arguments
-from plugtrain.testing import assert_plugin_contract, assert_plugin_installed
+from plugtrain.testing import assert_plugin_contract, assert_plugin_installed, distribution_names
 
 BAD = [
     ("SGD", {"lr": -0.1}, "lr", "-0.1"),
@@ -94,7 +94,7 @@ def test_all_fifteen_resolve_case_insensitively():
         "Rprop",
         "SGD",
     ]
-    assert plugtrain.names("optimizer") == expected
+    assert distribution_names("plugtrain-optimizers", "optimizer") == expected
     for name in expected:
         cls = plugtrain.resolve("optimizer", name.lower() if name != "Adam" else name)
         assert issubclass(cls, torch.optim.Optimizer)

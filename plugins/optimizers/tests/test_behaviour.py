@@ -9,10 +9,11 @@ import pytest
 import torch
 
 import plugtrain
+from plugtrain.testing import distribution_names
 from plugtrain_optimizers import muon as muon_module
 from plugtrain_optimizers.muon import newton_schulz
 
-ALL = plugtrain.names("optimizer")
+ALL = distribution_names("plugtrain-optimizers", "optimizer")
 SMALL = {"SGD": {"lr": 0.1, "momentum": 0.9}, "Adafactor": {"lr": 0.05}}
 EVERY_FEATURE = {
     "SGD": {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01},

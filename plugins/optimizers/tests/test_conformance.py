@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import plugtrain
-from plugtrain.testing import OPTIMIZER_PROPERTIES, check_optimizer
+from plugtrain.testing import OPTIMIZER_PROPERTIES, check_optimizer, distribution_names
 
 # Arguments for the optimizers that need some (the rest run on their defaults).
 ARGUMENTS = {"SGD": {"lr": 0.1}, "Adafactor": {"lr": 0.01}}
@@ -14,7 +14,7 @@ ARGUMENTS = {"SGD": {"lr": 0.1}, "Adafactor": {"lr": 0.01}}
 OPT_OUTS: dict[str, dict[str, str]] = {}
 
 
-@pytest.mark.parametrize("name", plugtrain.names("optimizer"))
+@pytest.mark.parametrize("name", distribution_names("plugtrain-optimizers", "optimizer"))
 def test_optimizer_conformance(name):
     report = check_optimizer(
         plugtrain.resolve("optimizer", name),

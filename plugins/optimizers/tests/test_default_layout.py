@@ -17,9 +17,10 @@ import pytest
 import torch
 
 import plugtrain
+from plugtrain.testing import distribution_names
 from plugtrain_optimizers._auto_flat import flatten_by_default, sole_tenant
 
-ALL = plugtrain.names("optimizer")
+ALL = distribution_names("plugtrain-optimizers", "optimizer")
 EVERY_FEATURE = {
     "SGD": {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01},
     "Adam": {"lr": 0.01, "weight_decay": 0.01, "amsgrad": True},

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import plugtrain
+from plugtrain.testing import distribution_names
 from plugtrain_optimizers import _blocks
 
-ALL = plugtrain.names("optimizer")
+ALL = distribution_names("plugtrain-optimizers", "optimizer")
 # Every code path of each optimizer (as in test_behaviour.py).
 EVERY_FEATURE = {
     "SGD": {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01},
