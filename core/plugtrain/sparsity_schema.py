@@ -28,6 +28,7 @@ declare the arguments Model Zoo's algorithms share, with their aliases and help.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -39,6 +40,7 @@ from plugtrain.hyperparams import (
     make_update_schedule,
 )
 from plugtrain.schema import Problem, about, arg
+from plugtrain.update_schedule import FreqUpdateSchedule, ListUpdateSchedule
 
 __all__ = [
     "INIT_METHODS",
@@ -174,6 +176,8 @@ class SparsitySchema:
                 if schedule.state_dict():
                     curve = _applied(curve, update or make_update_schedule(None), starts_sparse)
                 curve = _clamped(curve)
+            elif update is not None:
+                curve = _until_last_update(curve, update)
             found[name] = curve
         return found
 
@@ -189,6 +193,27 @@ def _applied(curve: Curve, update: UpdateSchedule, starts_sparse: bool) -> Curve
         return at(0) if starts_sparse else at(step)
 
     return Curve(level, curve.length)
+
+
+def _final_update(update: UpdateSchedule) -> int | None:
+    """The last step that updates the masks; ``None`` when updates never stop."""
+    if isinstance(update, FreqUpdateSchedule) and update.stop is not None:
+        return update.last_update(update.stop)
+    if isinstance(update, ListUpdateSchedule):
+        return update.steps[-1] if update.steps else 0
+    return None
+
+
+def _until_last_update(curve: Curve, update: UpdateSchedule) -> Curve:
+    """``curve`` up to the last update step, NaN after it (a value no update uses is not drawn).
+
+    A drop fraction only acts at update steps; after the last one it has no meaning.
+    """
+    final = _final_update(update)
+    if final is None:
+        return curve
+    at = curve.at
+    return Curve(lambda step: at(step) if step <= final else math.nan, curve.length)
 
 
 def _clamped(curve: Curve) -> Curve:

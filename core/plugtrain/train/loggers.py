@@ -15,6 +15,7 @@ from typing import Any
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.kinds import KINDS
 from plugtrain.train.metrics import MetricsLog, Progress
+from plugtrain.train.summary import describe_fit
 
 __all__ = ["DEFAULT_LOGGERS", "Loggers", "MetricsFilesLogger", "ProgressLogger", "assemble"]
 
@@ -32,8 +33,10 @@ class ProgressLogger:
         self._progress: Progress | None = None
 
     def on_fit_start(self, trainer: Any) -> None:
-        """Start the bar at the trainer's step, ending at the fit's last step."""
+        """Say what the fit does, then start the bar at its step, ending at its last step."""
         self.close()
+        stream = getattr(trainer, "stream", None)
+        log.info("%s", describe_fit(trainer, getattr(stream, "loader", None)))
         show = trainer.logging.progress
         self._progress = Progress(trainer.target_step, trainer.global_step, show)
 

@@ -134,16 +134,15 @@ def truncate_metrics(directory: Path, step: int) -> int:
     return dropped
 
 
+def significant(value: float, digits: int = 4) -> str:
+    """``value`` to ``digits`` significant digits: ``0.0003``, ``2.302``, ``1.5e+04``."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return str(value)
+    return f"{value:.{digits}g}"
+
+
 def _format(values: dict[str, float]) -> str:
-    parts = []
-    for name, value in values.items():
-        if isinstance(value, float) and (abs(value) < 1e-3 or abs(value) >= 1e4) and value != 0:
-            parts.append(f"{name} {value:.3e}")
-        elif isinstance(value, float) and math.isfinite(value):
-            parts.append(f"{name} {value:.4f}")
-        else:
-            parts.append(f"{name} {value}")
-    return " ".join(parts)
+    return " ".join(f"{name} {significant(value)}" for name, value in values.items())
 
 
 def _display(values: dict[str, float]) -> dict[str, float]:
@@ -155,6 +154,17 @@ def _display(values: dict[str, float]) -> dict[str, float]:
         elif base == "lr" and "lr" not in shown:
             shown["lr"] = value
     return shown
+
+
+BAR_FORMAT = "{n_fmt}/{total_fmt} |{bar:16}| {rate_fmt} eta {remaining}{postfix}"
+"""Step/total, a bar of fixed width, the rate and the time left, then loss and lr: at most
+80 columns for runs of up to 99,999 steps; every other value is in the metrics files."""
+
+
+def _bar_values(values: dict[str, float]) -> str:
+    """``loss 2.302 lr 0.0003``: what the bar shows of a training record (after a comma)."""
+    shown = [name for name in ("loss", "lr") if name in values]
+    return " ".join(f"{name} {significant(values[name])}" for name in shown)
 
 
 class Progress:
@@ -175,7 +185,7 @@ class Progress:
             except ImportError:
                 use_bar = False
             else:
-                self._bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+                self._bar = tqdm(total=total, initial=initial, unit="step", bar_format=BAR_FORMAT)
 
     def advance(self, step: int, values: dict[str, float] | None) -> None:
         """Move to ``step``; ``values`` (at log steps) are shown on the bar or logged.
@@ -184,12 +194,10 @@ class Progress:
         """
         if values:
             values = _display(values)
-            if self._bar is not None:
-                values.pop("steps/s", None)  # the bar shows its own rate
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
             if values:
-                self._bar.set_postfix_str(_format(values), refresh=False)
+                self._bar.set_postfix_str(_bar_values(values), refresh=False)
         elif values:
             log.info("step %d/%d %s", step, self.total, _format(values))
 

@@ -37,6 +37,17 @@ def check_run_file(
     return list(plan.trainers)
 
 
+def _fit_evaluated_it(fit: Any, validate: ValidatePlan) -> bool:
+    """Whether ``validate`` would evaluate what the end of ``fit`` just evaluated.
+
+    The same model (no other checkpoint asked for) on the same data: Model Zoo evaluates the
+    final checkpoint once.
+    """
+    if fit is None or fit.val_dataloader is None or validate.ckpt_path_given:
+        return False
+    return bool(fit.val_dataloader.to_mapping() == validate.val_dataloader.to_mapping())
+
+
 def _ckpt_argument(section: Any) -> dict[str, Any]:
     return {"ckpt_path": section.ckpt_path} if section.ckpt_path_given else {}
 
@@ -85,7 +96,13 @@ def run_plan(
         validate = trainer_plan.validate
         if validate is None and mode == "validate" and fit and fit.val_dataloader:
             validate = ValidatePlan(fit.val_dataloader)
-        if validate is not None:
+        if validate is not None and metrics and _fit_evaluated_it(fit, validate):
+            log.info(
+                "validate: the checkpoint of step %d was evaluated on the same data at the "
+                "end of fit; its metrics stand",
+                trainer.global_step,
+            )
+        elif validate is not None:
             val = build_component(registry, "dataloader", validate.val_dataloader)
             metrics = trainer.validate(val, **_ckpt_argument(validate))
         results.append(metrics)

@@ -35,6 +35,7 @@ from plugtrain.train.backends import backend as make_backend
 from plugtrain.train.batches import Scored, move_batch, score_batch
 from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.checkpointer import Checkpointer, FileCheckpointer
+from plugtrain.train.console import console_logging
 from plugtrain.train.evaluation import UNSET, Evaluation
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted
 from plugtrain.train.lock import ModelDirLock
@@ -301,7 +302,8 @@ class Trainer:
             unless this trainer has fitted); unset: the newest sound checkpoint in
             ``model_dir``, and an error when there is none and this trainer has not fitted.
         """
-        return self.evaluation.validate(val_dataloader, ckpt_path)
+        with console_logging(self.logging.log_level):
+            return self.evaluation.validate(val_dataloader, ckpt_path)
 
     def validate_all(
         self,
@@ -318,7 +320,8 @@ class Trainer:
             ``{"checkpoint": path or None, "step": ..., "dataloader": name, **metrics}``.
         :raises CheckpointError: a checkpoint that cannot be loaded (naming it), or none found.
         """
-        return self.evaluation.validate_all(val_dataloaders, ckpt_paths)
+        with console_logging(self.logging.log_level):
+            return self.evaluation.validate_all(val_dataloaders, ckpt_paths)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -376,7 +379,7 @@ class Trainer:
             message = "the evaluation data (val_dataloader) is empty: it yields no example"
             raise TrainingError(message)
         lock = ModelDirLock(self.model_dir) if self.is_main_process else contextlib.nullcontext()
-        with lock:
+        with lock, console_logging(self.logging.log_level):
             return self._fit(train_dataloader, val_dataloader, ckpt_path)
 
     def _fit(

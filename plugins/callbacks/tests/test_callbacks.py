@@ -49,6 +49,37 @@ def test_compute_norm_logs_the_gradient_and_weight_norms(make_trainer, train_dat
         )
 
 
+class PreClipNorm:
+    """Reference: the total norm before clipping, measured on a copy of the step's gradients."""
+
+    def __init__(self):
+        self.by_step = {}
+
+    def on_train_step_start(self, trainer, step):
+        self.step = step
+
+    def on_before_optimizer_step(self, trainer, optimizer):
+        self.by_step[self.step] = trainer.precision.last_grad_norm
+
+
+def test_compute_norm_logs_the_norm_before_clipping_as_model_zoo(
+    make_trainer, train_data, rows, tmp_path
+):
+    reference, clipped = PreClipNorm(), TotalGradNorm()
+    trainer = make_trainer(
+        callbacks=[ComputeNorm(), reference, clipped], precision={"max_gradient_norm": 0.01}
+    )
+    trainer.fit(train_data())
+    for record in rows(tmp_path / "run"):
+        step = record["step"]
+        assert reference.by_step[step] > 0.01  # the gradients were really clipped
+        assert record["model_wise_grad_norm"] == pytest.approx(reference.by_step[step], rel=1e-5)
+        assert record["model_wise_grad_norm_clipped"] == pytest.approx(
+            clipped.by_step[step], rel=1e-6
+        )
+        assert record["model_wise_grad_norm_clipped"] == pytest.approx(0.01, rel=1e-4)
+
+
 def test_compute_norm_per_layer_grad_norms_add_up(make_trainer, train_data, rows, tmp_path):
     class Layered(torch.nn.Module):
         def __init__(self):
