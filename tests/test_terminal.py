@@ -76,7 +76,8 @@ def test_the_fit_summary_and_the_bar_fit_80_columns(tmp_path: Path) -> None:
     assert final is not None
     assert final.group(1) == final.group(2) == "120"
     loss, lr = final.group(4), final.group(5)
-    assert loss is not None and lr is not None
+    assert loss is not None
+    assert lr is not None
     assert len(loss.replace(".", "").lstrip("0")) <= 4  # 4 significant digits
     assert float(lr) == pytest.approx(0.1 - (0.1 - 0.005) * 120 / 600, rel=1e-3)  # not 0.00
     assert summary[0] in lines[: lines.index(bars[0])]  # said before the first step
