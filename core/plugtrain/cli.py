@@ -155,7 +155,7 @@ def _write_info(info: ComponentInfo, out: TextIO) -> None:
     if info.aliases:
         out.write(f"aliases: {', '.join(info.aliases)}\n")
     out.write(f"implementation: {info.target}\n")
-    from plugtrain.config.validate import NAME_KEYS
+    from plugtrain.config.checker import NAME_KEYS
 
     if info.kind == "dataloader":  # the model's spelling is written with its own arguments
         key = NAME_KEYS[info.kind]

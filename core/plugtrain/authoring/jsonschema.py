@@ -19,16 +19,27 @@ schema the same way apart from tuple lengths (``prefixItems``).
 
 from __future__ import annotations
 
-import collections.abc
 import json
-import math
-import types
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from plugtrain.authoring.json_types import (
+    BOUND_KEYWORDS,
+    NOT_WRITABLE,
+    Schema,
+    admits_mapping,
+    admits_none,
+    bounded,
+    caseless,
+    ecma_escape,
+    json_value,
+    nullable,
+    ref,
+    type_schema,
+)
+from plugtrain.config.checker import NAME_KEYS, OPTIMIZER_TRAINER_KEYS
 from plugtrain.config.modelzoo_models import DEPRECATED_NAME_KEY
 from plugtrain.config.sections import (
     CheckpointSettings,
@@ -38,7 +49,6 @@ from plugtrain.config.sections import (
     TrainerSection,
 )
 from plugtrain.config.sparsity import DEFAULT_ALGORITHM, SUMMARIES_KEY
-from plugtrain.config.validate import NAME_KEYS, OPTIMIZER_TRAINER_KEYS
 from plugtrain.errors import PlugtrainError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
@@ -51,31 +61,6 @@ __all__ = ["DRAFT", "dumps", "run_file_schema"]
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 """The JSON Schema dialect of the generated schema."""
-
-Schema = dict[str, Any]
-
-_NOT_WRITABLE: Schema = {"not": {}}
-_SIMPLE_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
-_YAML_TYPES = {
-    bool: "boolean",
-    int: "integer",
-    float: "number",
-    str: "string",
-    list: "array",
-    dict: "object",
-    type(None): "null",
-}
-_SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Set)
-_MAPPINGS = (dict, collections.abc.Mapping)
-_BOUND_KEYWORDS = (
-    ("ge", "minimum"),
-    ("gt", "exclusiveMinimum"),
-    ("le", "maximum"),
-    ("lt", "exclusiveMaximum"),
-)
-# Characters that must be escaped in an ECMA-262 pattern compiled in unicode mode (what ajv and
-# yaml-language-server do); escaping any other character is a syntax error there.
-_ECMA_SYNTAX = frozenset("^$\\.*+?()[]{}|/")
 
 
 def dumps(schema: Mapping[str, Any]) -> str:
@@ -105,137 +90,6 @@ def run_file_schema(registry: Registry) -> Schema:
         **root,
         "$defs": dict(sorted(builder.defs.items())),
     }
-
-
-def _ref(key: str) -> Schema:
-    pointer = key.replace("~", "~0").replace("/", "~1")
-    return {"$ref": f"#/$defs/{pointer}"}
-
-
-def _nullable(schema: Schema, description: str = "") -> Schema:
-    described = {"description": description} if description else {}
-    branches = schema["anyOf"] if list(schema) == ["anyOf"] else [schema]
-    return {**described, "anyOf": [*branches, {"type": "null"}]}
-
-
-def _admits_mapping(tp: Any) -> bool:
-    """Whether the type hint ``tp`` (a union or not) includes a ``dict``."""
-    members = (
-        typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    )
-    return any(typing.get_origin(m) is dict or m is dict for m in members)
-
-
-def _admits_none(tp: Any) -> bool:
-    if tp is None or tp is type(None) or tp is Any or tp is object:
-        return True
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return any(_admits_none(t) for t in typing.get_args(tp))
-    return False
-
-
-def _json_value(value: Any) -> tuple[bool, Any]:
-    """``(True, value as JSON data)``, or ``(False, None)`` when it has no JSON form."""
-    if value is None or isinstance(value, bool | int | str):
-        return True, value
-    if isinstance(value, float):
-        return (True, value) if math.isfinite(value) else (False, None)
-    if isinstance(value, list | tuple):
-        items = [_json_value(v) for v in value]
-        return (True, [v for _, v in items]) if all(ok for ok, _ in items) else (False, None)
-    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-        pairs = {k: _json_value(v) for k, v in value.items()}
-        if all(ok for ok, _ in pairs.values()):
-            return True, {k: v for k, (_, v) in pairs.items()}
-    return False, None
-
-
-def type_schema(tp: Any) -> Schema:
-    """The JSON Schema of a value of annotation ``tp``.
-
-    It accepts what :func:`plugtrain.schema.matches_type` accepts from YAML; ``{"not": {}}`` for
-    types no run file can hold (callables, other classes).
-    """
-    if tp is Any or tp is object:
-        return {}
-    if tp is None or tp is type(None):
-        return {"type": "null"}
-    if tp in _SIMPLE_TYPES:
-        return {"type": _SIMPLE_TYPES[tp]}
-    origin = typing.get_origin(tp)
-    targs = typing.get_args(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        return _union([type_schema(t) for t in targs])
-    if origin is typing.Literal:
-        values = [v for ok, v in map(_json_value, targs) if ok]
-        return {"enum": values}
-    if origin is tuple:
-        if len(targs) == 2 and targs[1] is Ellipsis:
-            return {"type": "array", "items": type_schema(targs[0])}
-        return {
-            "type": "array",
-            "prefixItems": [type_schema(t) for t in targs],
-            "minItems": len(targs),
-            "maxItems": len(targs),
-        }
-    if origin in _SEQUENCES:
-        return {"type": "array", "items": type_schema(targs[0])} if targs else {"type": "array"}
-    if origin in _MAPPINGS:
-        if len(targs) == 2 and type_schema(targs[1]):
-            return {"type": "object", "additionalProperties": type_schema(targs[1])}
-        return {"type": "object"}
-    if origin is collections.abc.Callable or tp is collections.abc.Callable:
-        return dict(_NOT_WRITABLE)
-    if isinstance(tp, type):
-        # checked with isinstance: only the Python types YAML produces can pass
-        names = [name for base, name in _YAML_TYPES.items() if issubclass(base, tp)]
-        if not names:
-            return dict(_NOT_WRITABLE)
-        return {"type": names[0] if len(names) == 1 else names}
-    return {}
-
-
-def _union(branches: list[Schema]) -> Schema:
-    if any(not b for b in branches):
-        return {}
-    writable = [b for b in branches if b != _NOT_WRITABLE] or branches[:1]
-    if all(list(b) == ["type"] and isinstance(b["type"], str) for b in writable):
-        names = list(dict.fromkeys(b["type"] for b in writable))
-        return {"type": names[0] if len(names) == 1 else names}
-    flat: list[Schema] = []
-    for branch in writable:
-        for item in branch["anyOf"] if list(branch) == ["anyOf"] else [branch]:
-            if item not in flat:
-                flat.append(item)
-    return flat[0] if len(flat) == 1 else {"anyOf": flat}
-
-
-def _bounded(schema: Schema, bounds: Schema, *, in_array: bool = False) -> Schema:
-    """``schema`` with numeric ``bounds`` on the value and on each element of a list or tuple.
-
-    These are the numbers :mod:`plugtrain.schema` checks; numeric keywords ignore other types.
-    """
-    bounded = {**schema, **bounds}
-    if "anyOf" in schema:
-        bounded["anyOf"] = [_bounded(b, bounds, in_array=in_array) for b in schema["anyOf"]]
-    if not in_array:
-        if isinstance(schema.get("items"), dict):
-            bounded["items"] = _bounded(schema["items"], bounds, in_array=True)
-        if "prefixItems" in schema:
-            bounded["prefixItems"] = [
-                _bounded(b, bounds, in_array=True) for b in schema["prefixItems"]
-            ]
-    return bounded
-
-
-def _ecma_escape(text: str) -> str:
-    return "".join("\\" + c if c in _ECMA_SYNTAX else c for c in text)
-
-
-def _caseless(text: str) -> str:
-    return "".join(
-        f"[{c.upper()}{c.lower()}]" if c.upper() != c.lower() else _ecma_escape(c) for c in text
-    )
 
 
 class _Builder:
@@ -275,7 +129,7 @@ class _Builder:
         """The schema of a run-file section (or a ``$ref`` to it)."""
         key = f"section.{schema.__name__}"
         if not inline and key in self.defs:
-            return _ref(key)
+            return ref(key)
         if not inline:
             self.defs[key] = {}  # reserve the key: sections may nest
         built = self.arguments(schema, description=_doc(schema))
@@ -285,7 +139,7 @@ class _Builder:
         if inline:
             return built
         self.defs[key] = built
-        return _ref(key)
+        return ref(key)
 
     # -- arguments --------------------------------------------------------------------------
 
@@ -337,37 +191,37 @@ class _Builder:
             value = special(self)
         elif meta.component is not None:
             value = self.kind_ref(meta.component)
-            if meta.many and _admits_mapping(hint):  # one {Name: {...}} or a list of them
+            if meta.many and admits_mapping(hint):  # one {Name: {...}} or a list of them
                 value = {"anyOf": [value, {"type": "array", "items": value}]}
             elif meta.many:
                 value = {"type": "array", "items": value}
-            if _admits_none(hint) and hint is not Any:
-                value = _nullable(value)
+            if admits_none(hint) and hint is not Any:
+                value = nullable(value)
         elif meta.section is not None:
             value = self.section(meta.section)
-            if _admits_none(hint):
-                value = _nullable(value)
+            if admits_none(hint):
+                value = nullable(value)
         else:
             value = type_schema(hint)
             constraint = meta.constraint
             bounds = {
                 keyword: getattr(constraint, name)
-                for name, keyword in _BOUND_KEYWORDS
+                for name, keyword in BOUND_KEYWORDS
                 if getattr(constraint, name) is not None
             }
             if bounds:
-                value = _bounded(value, bounds)
+                value = bounded(value, bounds)
             if constraint.choices is not None:
-                value["enum"] = [v for ok, v in map(_json_value, constraint.choices) if ok]
+                value["enum"] = [v for ok, v in map(json_value, constraint.choices) if ok]
         described = meta.help
-        if value == _NOT_WRITABLE:
+        if value == NOT_WRITABLE:
             described = f"{described} (a Python object: only from Python, not in a run file)"
         prop: Schema = {"description": described.strip()} if described.strip() else {}
         if field.default is not attrs.NOTHING:
             default = field.default
             if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
                 default = default.factory()  # type: ignore[union-attr]
-            ok, written = _json_value(default)
+            ok, written = json_value(default)
             if ok:
                 prop["default"] = written
         # the help text wins over a description the value schema brings along
@@ -387,7 +241,7 @@ class _Builder:
                     "anyOf": [mapping, self.named_spelling(kind)],
                 }
             self.defs[kind] = mapping
-        return _ref(kind)
+        return ref(kind)
 
     def named_spelling(self, kind: str) -> Schema:
         """``{name: X, arguments...}`` of ``kind`` (``model_name:``, deprecated, for a model)."""
@@ -396,8 +250,8 @@ class _Builder:
         branches: list[Schema] = []
         names: list[str] = []
         for component, plain_names in self.names_of(kind):
-            ref = self.component_ref(component)
-            if ref is None:
+            component_schema = self.component_ref(component)
+            if component_schema is None:
                 continue
             arguments = self.defs[self.component_key(component)]
             for name in plain_names:
@@ -425,12 +279,12 @@ class _Builder:
         properties: Schema = {}
         patterns: Schema = {}
         for component, names in self.names_of(kind):
-            ref = self.component_ref(component)
-            if ref is None:
+            component_schema = self.component_ref(component)
+            if component_schema is None:
                 continue
             for name in names:
-                properties[name] = ref
-            patterns[self.name_pattern(component, kind)] = ref
+                properties[name] = component_schema
+            patterns[self.name_pattern(component, kind)] = component_schema
         plural = KINDS[kind].plural
         providers = sorted({c.provider for c in self.components[kind]}, key=str.lower)
         source = (
@@ -473,7 +327,7 @@ class _Builder:
         return {
             "title": f"{kind} ({name_key}: Name)",
             "description": f"Model Zoo's spelling: {{{name_key}: Name, ...its arguments}}",
-            "anyOf": branches or [_NOT_WRITABLE],
+            "anyOf": branches or [NOT_WRITABLE],
         }
 
     def names_of(self, kind: str) -> Iterable[tuple[Component, list[str]]]:
@@ -511,13 +365,13 @@ class _Builder:
         for name in (component.name, *component.aliases):
             owners = self.caseless_owners(kind, name.lower())
             unique = len(lowered[name.lower()]) == 1 and owners == [component]
-            alternatives.append(_caseless(name) if unique else _ecma_escape(name))
+            alternatives.append(caseless(name) if unique else ecma_escape(name))
             bare = bare or unique or self.means(kind, name, component)
         # a bridge's distribution holds several plugins: only its plugin name qualifies
         qualifiers: tuple[str | None, ...] = (component.plugin.name,)
         if not component.defer:
             qualifiers = (component.plugin.name, component.plugin.distribution)
-        escaped = [_ecma_escape(q) for q in qualifiers if q]
+        escaped = [ecma_escape(q) for q in qualifiers if q]
         optional = "?" if bare else ""
         prefix = f"(?:(?:{'|'.join(dict.fromkeys(escaped))}):){optional}" if escaped else ""
         return f"^{prefix}(?:{'|'.join(alternatives)})$"
@@ -535,7 +389,7 @@ class _Builder:
         """A ``$ref`` to the arguments of ``component``; ``None`` if its schema cannot load."""
         key = self.component_key(component)
         if key in self.defs:
-            return _ref(key)
+            return ref(key)
         try:
             info = component.describe()
         except Exception:  # noqa: BLE001 - a broken plugin's schema: leave the name out
@@ -552,7 +406,7 @@ class _Builder:
         if component.kind == "optimizer":
             _add_tagging(built, self)
         self.defs[key] = built
-        return _ref(key)
+        return ref(key)
 
     # -- sparsity ---------------------------------------------------------------------------
 
@@ -584,7 +438,7 @@ class _Builder:
         """One sparsity group: ``algorithm`` picks the arguments (any case; default static)."""
         key = "sparsity.group.legacy" if legacy else "sparsity.group"
         if key in self.defs:
-            return _ref(key)
+            return ref(key)
         self.defs[key] = {}
         try:
             default = self.registry.lookup("sparsity", DEFAULT_ALGORITHM)
@@ -621,9 +475,9 @@ class _Builder:
         self.defs[key] = {
             "title": "sparsity group",
             "description": "{algorithm: NAME, param_filter: GLOBS, ...arguments of that algorithm}",
-            "anyOf": branches or [_NOT_WRITABLE],
+            "anyOf": branches or [NOT_WRITABLE],
         }
-        return _ref(key)
+        return ref(key)
 
     # -- the backend ------------------------------------------------------------------------
 
@@ -666,9 +520,9 @@ class _Builder:
             self.defs[key] = {
                 "title": "backend",
                 "description": "{backend_type: NAME, ...arguments of that backend}",
-                "anyOf": branches or [_NOT_WRITABLE],
+                "anyOf": branches or [NOT_WRITABLE],
             }
-        return _ref(key)
+        return ref(key)
 
 
 def _article(word: str) -> str:
@@ -703,8 +557,8 @@ def _add_tagging(arguments: Schema, builder: _Builder) -> None:
     arguments["properties"][params] = {
         "description": "parameter tagging: filters {params: GLOB or [GLOB...], tag: NAME}",
         "anyOf": [
-            {"type": "array", "items": _ref(key)},
-            _ref(key),
+            {"type": "array", "items": ref(key)},
+            ref(key),
             {"type": "null"},
         ],
     }
@@ -749,15 +603,15 @@ def _trainer_value(builder: _Builder) -> Schema:
 
 
 def _device_value(builder: _Builder) -> Schema:
-    return _nullable(builder.backend_name())
+    return nullable(builder.backend_name())
 
 
 def _backend_value(builder: _Builder) -> Schema:
-    return _nullable(builder.backend_mapping())
+    return nullable(builder.backend_mapping())
 
 
 def _optimizer_value(builder: _Builder) -> Schema:
-    return _nullable(builder.kind_ref("optimizer"))
+    return nullable(builder.kind_ref("optimizer"))
 
 
 def _sparsity_value(builder: _Builder) -> Schema:

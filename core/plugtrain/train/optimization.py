@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
+from plugtrain.config.checker import Checker
 from plugtrain.config.plan import ComponentSpec, OptimizerPlan
-from plugtrain.config.validate import _Checker
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.registry import Registry
 
@@ -75,7 +75,7 @@ def _validated(
     if not isinstance(config, Mapping):  # callers are not type-checked
         message = f"must be a mapping with the keys {', '.join(SECTIONS)}"  # type: ignore[unreachable]
         raise ConfigError([ConfigIssue("config", message)])
-    checker = _Checker(registry)
+    checker = Checker(registry)
     for key in config:
         if key not in SECTIONS:
             message = f"unknown key {key!r}; build_optimization reads {', '.join(SECTIONS)}"
