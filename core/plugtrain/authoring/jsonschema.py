@@ -20,11 +20,12 @@ schema the same way apart from tuple lengths (``prefixItems``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from plugtrain.authoring.json_sections import SECTION_RULES, SPECIAL_ARGUMENTS, add_tagging
 from plugtrain.authoring.json_types import (
     BOUND_KEYWORDS,
     NOT_WRITABLE,
@@ -39,14 +40,10 @@ from plugtrain.authoring.json_types import (
     ref,
     type_schema,
 )
-from plugtrain.config.checker import NAME_KEYS, OPTIMIZER_TRAINER_KEYS
+from plugtrain.config.checker import NAME_KEYS
 from plugtrain.config.modelzoo_models import DEPRECATED_NAME_KEY
 from plugtrain.config.sections import (
-    CheckpointSettings,
-    InitSection,
-    LoopSettings,
     RunFile,
-    TrainerSection,
 )
 from plugtrain.config.sparsity import DEFAULT_ALGORITHM, SUMMARIES_KEY
 from plugtrain.errors import PlugtrainError
@@ -133,7 +130,7 @@ class _Builder:
         if not inline:
             self.defs[key] = {}  # reserve the key: sections may nest
         built = self.arguments(schema, description=_doc(schema))
-        rules = _SECTION_RULES.get(schema)
+        rules = SECTION_RULES.get(schema)
         if rules is not None:
             built.setdefault("allOf", []).extend(rules(self))
         if inline:
@@ -186,7 +183,7 @@ class _Builder:
     def argument(self, owner: type, field: attrs.Attribute[Any], hint: Any) -> Schema:
         """The schema of one argument: its type, bounds, choices, default and help."""
         meta = _meta(field)
-        special = _SPECIAL_ARGUMENTS.get((owner, field.name))
+        special = SPECIAL_ARGUMENTS.get((owner, field.name))
         if special is not None:
             value = special(self)
         elif meta.component is not None:
@@ -404,7 +401,7 @@ class _Builder:
             nullable=True,
         )
         if component.kind == "optimizer":
-            _add_tagging(built, self)
+            add_tagging(built, self)
         self.defs[key] = built
         return ref(key)
 
@@ -533,135 +530,3 @@ def _doc(schema: type) -> str:
     import inspect
 
     return inspect.cleandoc(schema.__doc__) if schema.__doc__ else ""
-
-
-def _add_tagging(arguments: Schema, builder: _Builder) -> None:
-    """The keys the Trainer takes from an optimizer's mapping: parameter tagging."""
-    key = "optimizer.params-filter"
-    if key not in builder.defs:
-        glob = {"type": "string", "minLength": 1}
-        builder.defs[key] = {
-            "description": "Parameters whose names match the glob(s) get the tag.",
-            "type": "object",
-            "properties": {
-                "params": {
-                    "description": "a glob on parameter names, or a list of globs",
-                    "anyOf": [glob, {"type": "array", "minItems": 1, "items": glob}],
-                },
-                "tag": {"description": "the tag of the matching param groups", **glob},
-            },
-            "required": ["params", "tag"],
-            "additionalProperties": False,
-        }
-    params, exclude, factors = OPTIMIZER_TRAINER_KEYS
-    arguments["properties"][params] = {
-        "description": "parameter tagging: filters {params: GLOB or [GLOB...], tag: NAME}",
-        "anyOf": [
-            {"type": "array", "items": ref(key)},
-            ref(key),
-            {"type": "null"},
-        ],
-    }
-    arguments["properties"][exclude] = {
-        "description": "keep biases and norm weights out of weight decay",
-        "type": "boolean",
-        "default": True,
-    }
-    arguments["properties"][factors] = {
-        "description": "per-layer learning-rate factors {name pattern or lr group: factor}",
-        "type": "object",
-        "additionalProperties": {"type": "number", "minimum": 0},
-    }
-
-
-def _given(*keys: str, types_: Mapping[str, str] | None = None) -> Schema:
-    """Present and not null (``types_`` names the type each must then have)."""
-    return {
-        "required": list(keys),
-        "properties": {k: {"type": (types_ or {}).get(k, "object")} for k in keys},
-    }
-
-
-def _trainer_value(builder: _Builder) -> Schema:
-    trainer = builder.section(TrainerSection)
-    return {
-        "description": "one trainer, or a list of {trainer: ...} run in order",
-        "anyOf": [
-            trainer,
-            {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "properties": {"trainer": trainer},
-                    "required": ["trainer"],
-                    "additionalProperties": False,
-                },
-            },
-        ],
-    }
-
-
-def _device_value(builder: _Builder) -> Schema:
-    return nullable(builder.backend_name())
-
-
-def _backend_value(builder: _Builder) -> Schema:
-    return nullable(builder.backend_mapping())
-
-
-def _optimizer_value(builder: _Builder) -> Schema:
-    return nullable(builder.kind_ref("optimizer"))
-
-
-def _sparsity_value(builder: _Builder) -> Schema:
-    return builder.sparsity_section()
-
-
-def _legacy_sparsity_value(builder: _Builder) -> Schema:
-    return builder.sparsity_section(legacy=True)
-
-
-_SPECIAL_ARGUMENTS: dict[tuple[type, str], Callable[[_Builder], Schema]] = {
-    (RunFile, "trainer"): _trainer_value,
-    (InitSection, "device"): _device_value,
-    (InitSection, "backend"): _backend_value,
-    (InitSection, "optimizer"): _optimizer_value,
-    (InitSection, "sparsity"): _sparsity_value,
-    (RunFile, "sparsity"): _legacy_sparsity_value,
-}
-"""Arguments whose run-file form their annotation does not say."""
-
-
-def _loop_rules(_builder: _Builder) -> list[Schema]:
-    stops = ("max_steps", "num_steps", "num_epochs")
-    return [{"anyOf": [_given(k, types_={k: "integer"}) for k in stops]}]
-
-
-def _checkpoint_rules(_builder: _Builder) -> list[Schema]:
-    return [
-        {"properties": {"checkpoint_name": {"pattern": "^[^/{}\\x00]*\\{step\\}[^/{}\\x00]*$"}}}
-    ]
-
-
-def _init_rules(_builder: _Builder) -> list[Schema]:
-    return [{"not": _given("device", "backend", types_={"device": "string"})}]
-
-
-def _trainer_rules(_builder: _Builder) -> list[Schema]:
-    return [
-        {"anyOf": [_given("fit"), _given("validate"), _given("validate_all")]},
-        {
-            "if": _given("fit"),
-            "then": {"properties": {"init": _given("optimizer", "loop")}},
-        },
-    ]
-
-
-_SECTION_RULES: dict[type, Callable[[_Builder], list[Schema]]] = {
-    LoopSettings: _loop_rules,
-    CheckpointSettings: _checkpoint_rules,
-    InitSection: _init_rules,
-    TrainerSection: _trainer_rules,
-}
-"""The sections' ``cross_check`` rules (and "fit needs an optimizer and a loop"), as schemas."""
