@@ -18,7 +18,7 @@ mirror them, so the ratio then includes their cost.
 ``--clock cpu`` times the loops with this process's CPU time instead of the wall clock:
 steadier on a machine shared with other work (the loops are single-threaded).
 
-``--workload gpt`` measures the built-in GPT instead (the model, data and precision of
+``--workload gpt`` measures plugtrain-models' GPT instead (the model, data and precision of
 ``examples/gpt.yaml``: StdlibText batches of 16 x 64 bytes, AdamW, bfloat16 autocast, clipping
 to 1.0) in tokens per second: ``Trainer.fit`` against a hand loop doing the same work (the same
 model, data, optimizer, schedule, autocast and clipping, and a JSON-lines log of the window's
@@ -48,7 +48,6 @@ import torch
 
 import plugtrain
 from plugtrain.builtin.data import digits_loader
-from plugtrain.builtin.gpt import GPT
 from plugtrain.builtin.models import MLP
 from plugtrain.builtin.text import stdlib_text_loader
 from plugtrain.train.trainer import Trainer
@@ -191,7 +190,7 @@ def _gpt_components():
     adamw = plugtrain.resolve("optimizer", "AdamW")
     cosine = plugtrain.resolve("scheduler", "CosineDecayLR")
     torch.manual_seed(0)
-    model = GPT(n_layer=2, n_head=4, n_embd=64, block_size=GPT_BLOCK)
+    model = plugtrain.resolve("model", "GPT")(n_layer=2, n_head=4, n_embd=64, block_size=GPT_BLOCK)
     optimizer = adamw(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
     scheduler = cosine(
         optimizer, initial_learning_rate=3e-3, end_learning_rate=3e-4, total_iters=10_000

@@ -87,4 +87,4 @@ def test_registry_queries_are_methods(make_registry):
     # the 0.1 spelling, the attribute read as a list, still works
     assert isinstance(registry.plugins, PluginList)
     assert [p.name for p in registry.plugins] == [p.name for p in listed]
-    assert registry.names("model") == ["GPT", "MLP"]
+    assert registry.names("model") == ["MLP"]

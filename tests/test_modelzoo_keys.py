@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import textwrap
+from typing import ClassVar
 
 import pytest
 import torch
@@ -836,3 +837,54 @@ def test_the_editor_schema_accepts_a_trainer_with_only_validate_all(tmp_path):
     data["trainer"].pop("validate_all")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft202012Validator(schema).validate(data)
+
+
+class _Factored(MLP):
+    """An MLP declaring its own learning-rate factors (the optional Model members)."""
+
+    lr_adjustment_groups: ClassVar[dict[str, tuple[str, ...]]] = {"hidden": ("fc1.*",)}
+
+    def learning_rate_factors(self) -> dict[str, float]:
+        return {"hidden": 0.25, "fc2.weight": 0.5, "fc2.bias": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        (None, {"fc1.weight": 0.25, "fc1.bias": 0.25, "fc2.weight": 0.5, "fc2.bias": 2.0}),
+        # the run file's entries win; the model's apply to what they do not name
+        ("{fc1: 0.5, 'fc2.w*': 0.25}", {"fc1.weight": 0.5, "fc1.bias": 0.5, "fc2.weight": 0.25,
+                                        "fc2.bias": 2.0}),
+    ],
+)  # fmt: skip
+def test_a_models_learning_rate_factors_are_defaults_under_the_run_files(
+    tmp_path, written, expected
+):
+    from plugtrain.train.assembly import optimizer_factory
+
+    text = ADJUSTED.format(model_dir=tmp_path / "run", schedulers="")
+    if written is None:
+        text = text.replace("        adjust_learning_rate: {fc1: 0.5, 'fc2.w*': 0.25}\n", "")
+    else:
+        text = text.replace("{fc1: 0.5, 'fc2.w*': 0.25}", written)
+    plan = _plan(text, tmp_path).trainers[0]
+    model = _Factored(in_features=64, out_features=10, hidden=16)
+    optimizer = optimizer_factory(plugins.get_registry(), plan.optimizer)(model)
+    found = {n: (g["lr"], g["adjust_learning_rate"]) for g in optimizer.param_groups for n in
+             g["param_names"]}  # fmt: skip
+    assert found == {name: (pytest.approx(0.1 * f), f) for name, f in expected.items()}
+
+
+def test_a_model_with_no_factors_gets_plain_groups(tmp_path):
+    from plugtrain.train.assembly import optimizer_factory
+
+    class Plain(MLP):
+        def learning_rate_factors(self) -> dict[str, float]:
+            return {}
+
+    text = ADJUSTED.format(model_dir=tmp_path / "run", schedulers="")
+    text = text.replace("        adjust_learning_rate: {fc1: 0.5, 'fc2.w*': 0.25}\n", "")
+    plan = _plan(text, tmp_path).trainers[0]
+    model = Plain(in_features=64, out_features=10, hidden=16)
+    optimizer = optimizer_factory(plugins.get_registry(), plan.optimizer)(model)
+    assert all("adjust_learning_rate" not in group for group in optimizer.param_groups)

@@ -297,7 +297,16 @@ class Model(Protocol):
       filters make tagged groups, and unless ``exclude_from_weight_decay: false`` each group's
       biases (names ending in ``bias``) and normalisation parameters (of a module whose class
       name contains ``Norm``, or 0-D/1-D ones of a module whose name contains ``norm``, ``bn``
-      or ``ln``) move into a ``weight_decay: 0`` twin group with the same tags.
+      or ``ln``) move into a ``weight_decay: 0`` twin group with the same tags;
+    - learning-rate factors (Model Zoo's ``adjust_learning_rate``, muP's per-group learning
+      rates): two optional members. ``lr_adjustment_groups``, a mapping of group names to a
+      glob or globs on the full parameter names, names groups that ``adjust_learning_rate``
+      keys may use. ``learning_rate_factors()`` returns a mapping of keys (a group name, a
+      glob on the full parameter name, or a part of the name, as ``adjust_learning_rate``
+      keys are read) to factors: the model's own factors, applied to every parameter that no
+      ``adjust_learning_rate`` key of the run file matches (the run file's entries win). A
+      parameter's factor multiplies its group's learning rate (each LR scheduler is wrapped
+      so that it applies them); an empty mapping changes nothing.
 
     Checkpoints hold ``state_dict()`` of the unwrapped model.
     """

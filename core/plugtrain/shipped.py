@@ -12,7 +12,7 @@ __all__ = ["SHIPPED", "shipped_by"]
 
 SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
     "plugtrain": {
-        "model": ("GPT", "MLP"),
+        "model": ("MLP",),
         "dataloader": ("Digits", "StdlibText", "Synthetic"),
         "logger": ("MetricsFilesLogger", "ProgressLogger"),
     },
@@ -53,8 +53,8 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
     "plugtrain-models": {
         "dataloader": ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor"),
         "model": (
-            "bloom", "btlm", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3", "gptj", "jais",
-            "llama", "mistral", "mixtral", "santacoder", "starcoder",
+            "GPT", "bloom", "btlm", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3", "gptj",
+            "jais", "llama", "mistral", "mixtral", "santacoder", "starcoder",
         ),
     },
 }  # fmt: skip

@@ -34,7 +34,24 @@ BUILT_IN = [
         "plugtrain-callbacks", "plugtrain_callbacks", "callback", "ComputeNorm", id="callbacks"
     ),
     pytest.param("plugtrain-sparsity", "plugtrain_sparsity", "sparsity", "RigL", id="sparsity"),
+    pytest.param("plugtrain-models", "plugtrain_models", "model", "gpt3", id="models"),
 ]
+# Model Zoo's default sizes (gpt3: 124 M parameters) would make the contract's round trip slow.
+_TINY_DECODER = {
+    "vocab_size": 32, "hidden_size": 16, "num_hidden_layers": 1, "num_heads": 2,
+    "filter_size": 32, "max_position_embeddings": 16,
+}  # fmt: skip
+CONTRACT_ARGUMENTS: dict[str, dict[str, dict[str, Any]]] = {
+    "plugtrain-models": {
+        **dict.fromkeys(
+            ("bloom", "btlm", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3", "gptj", "jais",
+             "llama", "mistral", "mixtral", "santacoder", "starcoder"),
+            _TINY_DECODER,
+        ),
+        "GPT": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+    },
+}  # fmt: skip
+"""``arguments`` of the plugin contract's round trip, per distribution."""
 # A safety net against a hung subprocess, not a performance assertion.
 HANG_LIMIT_S = 600
 
@@ -90,7 +107,12 @@ def test_plugins_command_lists_the_distribution(
     plugins_listing: list[dict[str, Any]],
 ) -> None:
     version = _require(distribution)
-    rows = [row for row in plugins_listing if row["distribution"] == distribution]
+    # a distribution may hold several plugins (plugtrain-models: models and gpt_data)
+    rows = [
+        row
+        for row in plugins_listing
+        if row["distribution"] == distribution and row["module"] == f"{package}.plugin"
+    ]
     assert len(rows) == 1, plugins_listing
     row = rows[0]
     assert row["version"] == version
@@ -118,7 +140,8 @@ def test_distribution_passes_the_plugin_contract(
 ) -> None:
     """Every component resolves, imports and matches its schema; plugin modules skip torch."""
     _require(distribution)
-    assert_plugin_contract(distribution, installed_registry)
+    arguments = CONTRACT_ARGUMENTS.get(distribution)
+    assert_plugin_contract(distribution, installed_registry, arguments=arguments)
 
 
 CORE_ALONE = """
@@ -145,5 +168,8 @@ def test_core_alone_says_which_distribution_to_install(
     assert result["type"] == "UnknownNameError"
     message = result["message"]
     assert message.startswith(f"Unknown {kind} '{name}'.")
-    assert f"no installed plugin provides {KINDS[kind].plural}" in message.lower()
-    assert distribution in message
+    # a kind the core also provides (models) names the distribution shipping the name
+    assert f"no installed plugin provides {KINDS[kind].plural}" in message.lower() or (
+        f"'{name}' is a {kind} of {distribution}, which is not installed" in message
+    ), message
+    assert f"pip install {distribution}" in message

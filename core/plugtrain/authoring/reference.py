@@ -48,8 +48,13 @@ BUILTIN_DISTRIBUTIONS = (
     "plugtrain-backends",
     "plugtrain-callbacks",
     "plugtrain-sparsity",
+    "plugtrain-models",
 )
-"""The plugin distributions shipped with plugtrain (the core's own plugin is always loaded)."""
+"""The plugin distributions shipped with plugtrain (the core's own plugin is always loaded).
+
+Not plugtrain-bridges: its names are those of the installed torch and pytorch-optimizer (an
+optional extra), so a page of them would change with another library's version.
+"""
 
 REGENERATE = "python -m plugtrain.authoring.reference docs"
 """The command that rewrites the committed pages."""

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 def plugtrain_register_models(registry: ComponentRegistrar) -> None:
     """Register the built-in models."""
     registry.register("MLP", "plugtrain.builtin.models:MLP", schema=schemas.MLPArgs)
-    registry.register("GPT", "plugtrain.builtin.gpt:GPT", schema=schemas.GPTArgs)
 
 
 @hookimpl

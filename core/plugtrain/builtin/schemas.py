@@ -62,26 +62,6 @@ class MetricsFilesLoggerArgs:
 
 
 @attrs.frozen
-class GPTArgs:
-    """A decoder-only transformer language model (GPT-2's architecture) with its own loss.
-
-    Batches are ``{input_ids, labels}`` mappings (``StdlibText`` makes them); it returns the
-    mean cross-entropy per token, the next-token accuracy and the token count.
-    """
-
-    vocab_size: int = arg(256, help="number of token ids (256: bytes)", gt=0)
-    n_layer: int = arg(4, help="number of transformer blocks", gt=0)
-    n_head: int = arg(4, help="attention heads per block (divides n_embd)", gt=0)
-    n_embd: int = arg(128, help="width of the embeddings and of each block", gt=0)
-    block_size: int = arg(128, help="longest sequence (number of position embeddings)", gt=0)
-    dropout: float = arg(
-        0.0, help="dropout probability (embeddings, attention, blocks)", ge=0, lt=1
-    )
-    bias: bool = arg(True, help="biases in the Linear and LayerNorm layers")
-    tie_weights: bool = arg(True, help="share the token embedding with lm_head")
-
-
-@attrs.frozen
 class StdlibTextArgs:
     """Byte-level language-model batches of the Python standard library's own source files.
 

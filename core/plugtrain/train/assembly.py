@@ -36,21 +36,30 @@ log = logging.getLogger("plugtrain")
 def optimizer_factory(registry: Registry, plan: OptimizerPlan) -> Any:
     """``make(model) -> optimizer``: param groups tagged as the plan says, then the optimizer.
 
-    The groups carry the bias/norm weight-decay split and ``adjust_learning_rate`` factors.
+    The groups carry the bias/norm weight-decay split and ``adjust_learning_rate`` factors:
+    the run file's, then, for the parameters none of those names, the model's own
+    (``learning_rate_factors()``, muP's for a muP decoder).
     """
     filters = (
         [f.to_mapping() for f in plan.param_filters] if plan.param_filters is not None else None
     )
 
     def make(model: Any) -> Any:
-        from plugtrain.train.params import adjust_learning_rate_groups, build_param_groups
+        from plugtrain.train.params import (
+            adjust_learning_rate_groups,
+            build_param_groups,
+            model_learning_rate_factors,
+        )
 
         groups = build_param_groups(
             model, filters, exclude_from_weight_decay=plan.exclude_from_weight_decay
         )
-        if not plan.adjust_learning_rate:
+        own = model_learning_rate_factors(model)
+        if not plan.adjust_learning_rate and not own:
             return build_component(registry, "optimizer", plan.spec, groups)
-        groups, unused = adjust_learning_rate_groups(groups, plan.adjust_learning_rate, model)
+        groups, unused = adjust_learning_rate_groups(
+            groups, plan.adjust_learning_rate, model, defaults=own
+        )
         for key in unused:
             log.warning(
                 "%s.adjust_learning_rate.%s matches no parameter of the model: no effect",

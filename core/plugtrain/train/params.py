@@ -23,6 +23,7 @@ __all__ = [
     "adjust_learning_rate_groups",
     "build_param_groups",
     "configure_param_groups",
+    "model_learning_rate_factors",
     "name_matches",
     "partition_params_group_with_tags",
 ]
@@ -224,10 +225,23 @@ def _lr_patterns(key: str, model: Any) -> tuple[tuple[str, ...], bool]:
     return (key,), any(c in key for c in "*?[")
 
 
+def model_learning_rate_factors(model: Any) -> tuple[tuple[str, float], ...]:
+    """The model's own ``(key, factor)`` pairs: its optional ``learning_rate_factors()``.
+
+    Keys are read as ``adjust_learning_rate`` keys are (see :func:`adjust_learning_rate_groups`);
+    a model without the method, or returning an empty mapping, has none.
+    """
+    method = getattr(model, "learning_rate_factors", None)
+    if not callable(method):
+        return ()
+    return tuple((str(key), float(factor)) for key, factor in method().items())
+
+
 def adjust_learning_rate_groups(
     groups: Iterable[Mapping[str, Any]],
     factors: Sequence[tuple[str, float]],
     model: Any = None,
+    defaults: Sequence[tuple[str, float]] = (),
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Split each group by the learning-rate factor of its parameters (Model Zoo's muP groups).
 
@@ -238,10 +252,13 @@ def adjust_learning_rate_groups(
 
     :param factors: ``(key, factor)`` pairs; a key is an lr adjustment group name, a glob on the
         full parameter name, or a part of the name (``decoder`` matches ``decoder.fc1.weight``).
-    :returns: the groups, and the keys that matched no parameter.
+    :param defaults: pairs of the same form (the model's own, :func:`model_learning_rate_factors`)
+        for the parameters that no key of ``factors`` matches.
+    :returns: the groups, and the keys of ``factors`` that matched no parameter.
     :raises ConfigError: a parameter matched by two keys with different factors.
     """
-    patterns = [(key, factor, *_lr_patterns(key, model)) for key, factor in factors]
+    written = [(key, factor, *_lr_patterns(key, model)) for key, factor in factors]
+    fallback = [(key, factor, *_lr_patterns(key, model)) for key, factor in defaults]
     used: set[str] = set()
     result: list[dict[str, Any]] = []
     for group in groups:
@@ -251,16 +268,9 @@ def adjust_learning_rate_groups(
             raise ConfigError([ConfigIssue("adjust_learning_rate", message)])
         split: dict[float, dict[str, Any]] = {}
         for name, param in zip(names, group["params"], strict=True):
-            hits = [
-                (key, factor)
-                for key, factor, globs, is_glob in patterns
-                if any(fnmatch.fnmatchcase(name, g) if is_glob else g in name for g in globs)
-            ]
-            if len({factor for _, factor in hits}) > 1:
-                keys = ", ".join(f"{k} ({f:g})" for k, f in hits)
-                message = f"parameter {name} is matched by several factors: {keys}"
-                raise ConfigError([ConfigIssue("adjust_learning_rate", message)])
+            hits = _hits(name, written)
             used.update(key for key, _ in hits)
+            hits = hits or _hits(name, fallback)
             factor = hits[0][1] if hits else 1.0
             target = split.get(factor)
             if target is None:
@@ -271,3 +281,19 @@ def adjust_learning_rate_groups(
         result.extend(split.values())
     unused = [key for key, _ in factors if key not in used]
     return result, unused
+
+
+def _hits(
+    name: str, patterns: Sequence[tuple[str, float, tuple[str, ...], bool]]
+) -> list[tuple[str, float]]:
+    """The ``(key, factor)`` pairs whose globs match ``name``; all of one factor."""
+    hits = [
+        (key, factor)
+        for key, factor, globs, is_glob in patterns
+        if any(fnmatch.fnmatchcase(name, g) if is_glob else g in name for g in globs)
+    ]
+    if len({factor for _, factor in hits}) > 1:
+        keys = ", ".join(f"{k} ({f:g})" for k, f in hits)
+        message = f"parameter {name} is matched by several factors: {keys}"
+        raise ConfigError([ConfigIssue("adjust_learning_rate", message)])
+    return hits

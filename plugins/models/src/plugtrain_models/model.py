@@ -79,6 +79,14 @@ class DecoderLM(nn.Module):
             "decoder_output_ffn": 1 / s.mup_filter,
         }
 
+    def learning_rate_factors(self) -> dict[str, float]:
+        """The model's own ``adjust_learning_rate`` factors (plugtrain's Model protocol).
+
+        muP's (:attr:`mup_lr_factors`) by group name; the Trainer applies them to the
+        parameters that no ``adjust_learning_rate`` key of the run file names.
+        """
+        return self.mup_lr_factors
+
     def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Next-token logits ``[B, S, vocab_size]`` for ``input_ids``."""
         logits: torch.Tensor = self.model(input_ids)[0]
