@@ -193,7 +193,12 @@ def _fit_one_process(tmp_path: Path, tokens: Any, averaging: str) -> tuple[_Grab
         model_dir=tmp_path / averaging,
         model=model,
         optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
-        loop={"max_steps": 1, "grad_accum_steps": 4, "loss_averaging": averaging},
+        loop={
+            "max_steps": 1,
+            "grad_accum_steps": 4,
+            "loss_averaging": averaging,
+            "sample_order": "loader",  # its own uneven last batch
+        },
         logging={"log_steps": 1, "progress": False},
         checkpoint={"autoload_last_checkpoint": False},
         callbacks=[grab],
@@ -289,7 +294,7 @@ trainer:
     seed: 2
     model: {{TokenModel: {{}}}}
     optimizer: {{GradSGD: {{lr: 0.1}}}}
-    loop: {{max_steps: 1, grad_accum_steps: 4}}
+    loop: {{max_steps: 1, grad_accum_steps: 4, sample_order: loader}}
     logging: {{log_steps: 1}}
   fit:
     train_dataloader: {{TokenData: {{batch_size: 3}}}}

@@ -56,6 +56,11 @@ class ParallelStrategy:
         return dict(self.backend.reduce_sums(sums))
 
     @property
+    def rank(self) -> int:
+        """The index of this process among the ``world_size`` ones (the backend's, else 0)."""
+        return int(getattr(self.backend, "rank", 0))
+
+    @property
     def world_size(self) -> int:
         """Processes whose gradients one synchronisation averages (the backend's, else 1).
 

@@ -63,6 +63,15 @@ class LoopSettings:
         "Model Zoo's semantics) or per_micro_batch (the mean of the micro-batches' mean "
         "losses)",
     )
+    sample_order: str = arg(
+        "global",
+        choices=("global", "loader"),
+        help="global: one permutation per epoch from (seed, epoch) over the whole dataset, "
+        "each optimizer step a fixed slice of it, so the samples per step are the same at any "
+        "number of processes and accumulation split (map-style DataLoaders with a batch_size; "
+        "others keep their own order); loader: the data loader's own order (sharded by a "
+        "DistributedSampler on several processes)",
+    )
     nan_policy: str = arg(
         "stop",
         choices=("stop", "skip_step"),

@@ -85,10 +85,12 @@ class DataStream:
             self._resume(position)
 
     def _start_epoch(self) -> None:
-        # A DistributedSampler (data parallel) draws each epoch's permutation from its epoch.
-        set_epoch = getattr(getattr(self.loader, "sampler", None), "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(self.epoch)
+        # A DistributedSampler (data parallel) or the global order's batch sampler draws each
+        # epoch's permutation from its epoch.
+        for name in ("sampler", "batch_sampler"):
+            set_epoch = getattr(getattr(self.loader, name, None), "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(self.epoch)
         self._epoch_rng = {"torch": torch.get_rng_state()}
         if self.generator is not None:
             self._epoch_rng["generator"] = self.generator.get_state()

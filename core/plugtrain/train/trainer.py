@@ -36,6 +36,7 @@ from plugtrain.train.batches import Scored, move_batch, score_batch
 from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.checkpointer import Checkpointer, FileCheckpointer
 from plugtrain.train.evaluation import UNSET, Evaluation
+from plugtrain.train.global_sampler import follow_global_order
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted
 from plugtrain.train.lock import ModelDirLock
 from plugtrain.train.loggers import DEFAULT_LOGGERS, Loggers, assemble
@@ -388,7 +389,7 @@ class Trainer:
         self.state.restore(ckpt_path)
         if self.sparsity is not None:
             self.sparsity.initialize()
-        train_dataloader = self.backend.prepare_dataloader(train_dataloader)
+        train_dataloader = self.backend.prepare_dataloader(self._ordered(train_dataloader))
         target = target_step(self.loop, self.global_step, train_dataloader)
         assert self.loop is not None
         self.target_step = target
@@ -408,6 +409,28 @@ class Trainer:
         finally:
             self.loggers_dispatch.close()
         return last_val
+
+    def _ordered(self, loader: Iterable[Any]) -> Iterable[Any]:
+        """The training loader following ``loop.sample_order`` (see :mod:`.global_sampler`)."""
+        assert self.loop is not None
+        if self.loop.sample_order != "global":
+            return loader
+        strategy = self.strategy
+        ordered, reason = follow_global_order(
+            loader,
+            rank=getattr(strategy, "rank", 0),
+            world_size=getattr(strategy, "world_size", 1),
+            grad_accum_steps=self.loop.grad_accum_steps,
+            seed=self.seed,
+        )
+        if reason is not None:
+            _say_once(
+                f"sample_order:{reason}",
+                f"the training data loader cannot follow the global sample order ({reason}): "
+                "its samples per step depend on the number of processes, and a resume at "
+                "another number of processes is not exact",
+            )
+        return ordered
 
 
 def _is_empty(loader: Iterable[Any] | None) -> bool:

@@ -1,0 +1,119 @@
+"""A torch DataLoader made to follow the global sample order (:mod:`.sample_order`).
+
+``loop.sample_order: global`` (the default) rebuilds a map-style ``DataLoader`` that has a
+``batch_size`` with a :class:`GlobalBatchSampler` for this process, on one process as on
+many, so that a run file gives the same samples per optimizer step at any world size and
+accumulation split. The permutations' seed is the loader generator's seed, else the
+Trainer's ``seed``, else 0. A loader that cannot follow (not a ``DataLoader``, an iterable
+dataset, its own ``batch_sampler`` or a custom sampler) keeps its own order, and the log
+says that its sample order depends on the world size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sized
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+
+from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.train.sample_order import GlobalOrder
+
+__all__ = ["GlobalBatchSampler", "follow_global_order"]
+
+
+class GlobalBatchSampler(Sampler[list[int]]):
+    """The micro-batches of one process under a :class:`GlobalOrder`, epoch by epoch.
+
+    ``sharded`` tells a data-parallel backend that it yields this process's share already.
+
+    :param order: the global order.
+    :param rank: this process.
+    """
+
+    sharded = True
+
+    def __init__(self, order: GlobalOrder, rank: int) -> None:
+        self.order = order
+        self.rank = rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose permutation the next iteration follows."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        permutation = self.order.permutation(self.epoch)
+        for index in range(self.order.batches_per_epoch):
+            yield self.order.batch(permutation, self.rank, index)
+
+    def __len__(self) -> int:
+        return self.order.batches_per_epoch
+
+
+def _why_not(loader: Any) -> str | None:
+    """Why ``loader`` cannot follow the global order, or ``None`` when it can."""
+    if not isinstance(loader, DataLoader):
+        return f"it is a {type(loader).__name__}, not a torch DataLoader"
+    if isinstance(loader.dataset, IterableDataset):
+        return "its dataset is an IterableDataset"
+    if loader.batch_size is None:
+        return "it has its own batch_sampler"
+    if not isinstance(loader.dataset, Sized):
+        return "its dataset has no length"
+    if not isinstance(loader.sampler, RandomSampler | SequentialSampler):
+        return f"it has its own sampler ({type(loader.sampler).__name__})"
+    if isinstance(loader.sampler, RandomSampler) and (
+        loader.sampler.replacement or loader.sampler._num_samples is not None
+    ):
+        return "its RandomSampler draws with replacement or a num_samples"
+    return None
+
+
+def follow_global_order(
+    loader: Iterable[Any], *, rank: int, world_size: int, grad_accum_steps: int, seed: int | None
+) -> tuple[Iterable[Any], str | None]:
+    """``loader`` rebuilt to follow the global order, or ``loader`` and why it cannot.
+
+    :param seed: the Trainer's seed, used when the loader has no generator.
+    :raises ConfigError: the global batch is larger than the dataset.
+    """
+    reason = _why_not(loader)
+    if reason is not None:
+        return loader, reason
+    assert isinstance(loader, DataLoader)
+    assert isinstance(loader.dataset, Sized)
+    assert loader.batch_size is not None
+    generator = loader.generator
+    order = GlobalOrder(
+        num_samples=len(loader.dataset),
+        batch_size=loader.batch_size,
+        world_size=world_size,
+        grad_accum_steps=grad_accum_steps,
+        seed=int(generator.initial_seed()) if generator is not None else (seed or 0),
+        shuffle=isinstance(loader.sampler, RandomSampler),
+    )
+    if order.steps_per_epoch == 0:
+        message = (
+            f"the global batch ({loader.batch_size} per process x {world_size} processes x "
+            f"{grad_accum_steps} micro-batches = {order.global_batch}) is larger than the "
+            f"training data's {order.num_samples} samples"
+        )
+        raise ConfigError([ConfigIssue("loop.grad_accum_steps", message)])
+    return _rebuild(loader, GlobalBatchSampler(order, rank)), None
+
+
+def _rebuild(loader: DataLoader[Any], batch_sampler: GlobalBatchSampler) -> DataLoader[Any]:
+    options: dict[str, Any] = {
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "persistent_workers": loader.persistent_workers,
+        "generator": loader.generator,
+    }
+    if loader.num_workers > 0:
+        options["prefetch_factor"] = loader.prefetch_factor
+    return DataLoader(loader.dataset, batch_sampler=batch_sampler, **options)
