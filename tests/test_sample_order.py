@@ -29,7 +29,7 @@ EPOCHS = 3
 def _steps(batch: int, world: int, accum: int, shuffle: bool = True) -> list[list[int]]:
     """The sample ids of every optimizer step, in (micro-batch, rank) order, over EPOCHS."""
     order = GlobalOrder(NUM_SAMPLES, batch, world, accum, seed=7, shuffle=shuffle)
-    samplers = [GlobalBatchSampler(order, rank) for rank in range(world)]
+    samplers = [GlobalBatchSampler(order, rank, {}) for rank in range(world)]
     steps = []
     for epoch in range(EPOCHS):
         for sampler in samplers:
@@ -274,3 +274,94 @@ def test_one_and_two_processes_see_the_same_samples_per_step_and_end_at_the_same
     for rank in range(2):
         for mine, theirs in zip(torch.load(two / f"weights_{rank}.pt"), expected, strict=True):
             torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+
+
+def _ids(records: Path) -> list[int]:
+    ids: list[int] = []
+    for path in sorted(records.glob("ids_*.json")):
+        ids.extend(json.loads(path.read_text()))
+    return ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("first", "then", "said"),
+    [
+        ((TWO, 8), (ONE, 16), "written by 2 processes, resuming on 1"),
+        ((ONE, 16), (TWO, 8), "written by 1 process, resuming on 2"),
+    ],
+)
+def test_a_resume_at_another_world_size_repeats_and_skips_no_sample(tmp_path, first, then, said):
+    """Steps 1-3 on one world size, 4-6 (the rest of epoch 0) on the other."""
+    before, _ = _fit(tmp_path, "before", *first, steps=3, model_dir="shared")
+    after, done = _fit(tmp_path, "after", *then, steps=6, model_dir="shared")
+    assert said in done.stderr
+    seen_before, seen_after = _ids(before), _ids(after)
+    assert len(seen_before) == len(seen_after) == 48  # no batch replayed to find the place
+    order = GlobalOrder(NUM_SAMPLES, 16, 1, 1, seed=21, shuffle=True)
+    assert sorted(seen_before + seen_after) == sorted(order.permutation(0)[:96])
+
+
+def _resumable(tmp_path: Path, steps: int, **loop: Any) -> Any:
+    from plugtrain.builtin.models import MLP
+    from plugtrain.train.trainer import Trainer
+
+    return Trainer(
+        device="CPU",
+        model_dir=tmp_path / "model",
+        model=lambda: MLP(in_features=64, out_features=10, hidden=8),
+        optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
+        loop={"max_steps": steps, **loop},
+        checkpoint={"steps": 2},
+        logging={"log_steps": 1, "progress": False},
+        seed=0,
+    )
+
+
+def test_a_resume_with_other_data_or_another_global_batch_is_an_error_naming_both(tmp_path):
+    from plugtrain.builtin.data import synthetic_loader
+    from plugtrain.errors import TrainingError
+
+    _resumable(tmp_path, 2).fit(synthetic_loader(batch_size=4, num_examples=40))
+    with pytest.raises(TrainingError) as info:
+        _resumable(tmp_path, 4).fit(synthetic_loader(batch_size=4, num_examples=48))
+    assert "num_samples 40" in str(info.value)
+    assert "num_samples 48" in str(info.value)
+    with pytest.raises(TrainingError, match="written with 4 samples per optimizer step, this "):
+        _resumable(tmp_path, 4, grad_accum_steps=2).fit(
+            synthetic_loader(batch_size=4, num_examples=40)
+        )
+
+
+class _Counting(torch.utils.data.Dataset):
+    """A dataset that records every index loaded."""
+
+    def __init__(self, data: Any, loaded: list[int]) -> None:
+        self.data, self.loaded = data, loaded
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> Any:
+        self.loaded.append(index)
+        return self.data[index]
+
+
+def _counted(loaded: list[int]) -> DataLoader[Any]:
+    from plugtrain.builtin.data import synthetic_loader
+
+    data = synthetic_loader(batch_size=4, num_examples=40).dataset
+    generator = torch.Generator().manual_seed(1)
+    return DataLoader(_Counting(data, loaded), batch_size=4, shuffle=True, generator=generator)
+
+
+def test_a_resume_loads_no_batch_to_find_its_place(tmp_path):
+    _resumable(tmp_path, 6).fit(_counted([]))
+    straight = _resumable(tmp_path / "straight", 8)
+    straight.fit(_counted([]))
+    loaded: list[int] = []
+    resumed = _resumable(tmp_path, 8)
+    resumed.fit(_counted(loaded))
+    assert len(loaded) == 2 * 4  # steps 7 and 8 only
+    for name, value in straight.model.state_dict().items():
+        assert torch.equal(value, resumed.model.state_dict()[name]), name

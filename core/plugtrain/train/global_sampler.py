@@ -11,15 +11,18 @@ says that its sample order depends on the world size.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sized
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
 
-from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
 from plugtrain.train.sample_order import GlobalOrder
 
 __all__ = ["GlobalBatchSampler", "follow_global_order"]
+
+log = logging.getLogger("plugtrain")
 
 
 class GlobalBatchSampler(Sampler[list[int]]):
@@ -33,19 +36,71 @@ class GlobalBatchSampler(Sampler[list[int]]):
 
     sharded = True
 
-    def __init__(self, order: GlobalOrder, rank: int) -> None:
+    def __init__(self, order: GlobalOrder, rank: int, fingerprint: dict[str, Any]) -> None:
         self.order = order
         self.rank = rank
+        self.fingerprint = fingerprint
         self.epoch = 0
+        self.start = 0
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose permutation the next iteration follows."""
         self.epoch = epoch
 
+    def start_at(self, batch: int) -> None:
+        """Begin the next iteration at micro-batch ``batch`` of the epoch (a resume)."""
+        self.start = batch
+
     def __iter__(self) -> Iterator[list[int]]:
         permutation = self.order.permutation(self.epoch)
-        for index in range(self.order.batches_per_epoch):
+        start, self.start = self.start, 0
+        for index in range(start, self.order.batches_per_epoch):
             yield self.order.batch(permutation, self.rank, index)
+
+    def position(self, consumed: int) -> dict[str, Any]:
+        """Where an epoch stands after ``consumed`` micro-batches of this process.
+
+        ``samples``: the global samples of the epoch consumed by every process.
+        """
+        order = self.order
+        return {
+            "samples": consumed * order.batch_size * order.world_size,
+            "global_batch": order.global_batch,
+            "world_size": order.world_size,
+            "fingerprint": dict(self.fingerprint),
+        }
+
+    def resume_batches(self, saved: Mapping[str, Any]) -> int:
+        """The micro-batches of this process a saved :meth:`position` stands for.
+
+        :raises TrainingError: the data or the global batch differ from the checkpoint's.
+        """
+        if dict(saved["fingerprint"]) != self.fingerprint:
+            message = (
+                f"the training data differ from the checkpoint's: it was written with "
+                f"{_describe(saved['fingerprint'])}, this run has {_describe(self.fingerprint)}"
+            )
+            raise TrainingError(message)
+        order = self.order
+        if int(saved["global_batch"]) != order.global_batch:
+            message = (
+                f"the global batch differs from the checkpoint's: it was written with "
+                f"{saved['global_batch']} samples per optimizer step, this run takes "
+                f"{order.global_batch} ({order.batch_size} per process x {order.world_size} "
+                f"processes x {order.grad_accum_steps} micro-batches)"
+            )
+            raise TrainingError(message)
+        written = int(saved["world_size"])
+        if written != order.world_size:
+            log.info(
+                "the checkpoint was written by %d process%s, resuming on %d: the global sample "
+                "order continues at sample %d of the epoch",
+                written,
+                "" if written == 1 else "es",
+                order.world_size,
+                int(saved["samples"]),
+            )
+        return int(saved["samples"]) // (order.batch_size * order.world_size)
 
     def __len__(self) -> int:
         return self.order.batches_per_epoch
@@ -100,7 +155,17 @@ def follow_global_order(
             f"training data's {order.num_samples} samples"
         )
         raise ConfigError([ConfigIssue("loop.grad_accum_steps", message)])
-    return _rebuild(loader, GlobalBatchSampler(order, rank)), None
+    fingerprint = {
+        "dataset": type(loader.dataset).__qualname__,
+        "num_samples": order.num_samples,
+        "shuffle": order.shuffle,
+        "seed": order.seed,
+    }
+    return _rebuild(loader, GlobalBatchSampler(order, rank, fingerprint)), None
+
+
+def _describe(fingerprint: Mapping[str, Any]) -> str:
+    return ", ".join(f"{key} {value!r}" for key, value in sorted(fingerprint.items()))
 
 
 def _rebuild(loader: DataLoader[Any], batch_sampler: GlobalBatchSampler) -> DataLoader[Any]:

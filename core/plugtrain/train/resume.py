@@ -10,6 +10,7 @@ import torch
 
 from plugtrain.errors import TrainingError
 from plugtrain.train.batches import batch_size
+from plugtrain.train.global_sampler import GlobalBatchSampler
 
 __all__ = ["DataStream", "rng_state", "seed_everything", "set_rng_state"]
 
@@ -58,7 +59,11 @@ class DataStream:
     """Endless batches over epochs, resumable exactly.
 
     It records the RNG at each epoch start and how many batches of the epoch were consumed, and
-    counts the examples it hands out (``samples``; not part of its position).
+    counts the examples it hands out (``samples``; not part of its position). A loader that
+    follows the global sample order (:mod:`.global_sampler`) also records the global sample
+    position, the world size, the global batch and the data's fingerprint, and resumes there
+    without loading a batch, at any world size; any other loader resumes by replaying the
+    consumed batches of the epoch.
     """
 
     def __init__(
@@ -103,10 +108,17 @@ class DataStream:
         if self.generator is not None and "generator" in position["epoch_rng"]:
             self.generator.set_state(position["epoch_rng"]["generator"])
         self.epoch = int(position["epoch"])
-        self._start_epoch()
-        for _ in range(int(position["consumed"])):
-            next(self._iterator)  # type: ignore[arg-type]
-        self.consumed = int(position["consumed"])
+        sampler = getattr(self.loader, "batch_sampler", None)
+        if isinstance(sampler, GlobalBatchSampler) and "order" in position:
+            consumed = sampler.resume_batches(position["order"])
+            sampler.start_at(consumed)  # no batch is loaded to find the place
+            self._start_epoch()
+        else:
+            consumed = int(position["consumed"])
+            self._start_epoch()
+            for _ in range(consumed):
+                next(self._iterator)  # type: ignore[arg-type]
+        self.consumed = consumed
         torch.set_rng_state(current)
 
     def next(self) -> Any:
@@ -134,4 +146,8 @@ class DataStream:
         """Where the stream is, for a checkpoint."""
         if self._iterator is None:
             self._start_epoch()
-        return {"epoch": self.epoch, "consumed": self.consumed, "epoch_rng": self._epoch_rng}
+        position = {"epoch": self.epoch, "consumed": self.consumed, "epoch_rng": self._epoch_rng}
+        sampler = getattr(self.loader, "batch_sampler", None)
+        if isinstance(sampler, GlobalBatchSampler):
+            position["order"] = sampler.position(self.consumed)
+        return position
