@@ -205,7 +205,7 @@ def plugtrain_register_optimizers(registry):
 '''
 
 RUN = """\
-plugins: [order_recorder]
+plugins: {plugins}
 trainer:
   init:
     {backend}
@@ -224,7 +224,14 @@ TWO = "backend: {backend_type: CPU, num_processes: 2}"
 
 
 def _fit(
-    tmp_path: Path, name: str, backend: str, batch: int, steps: int = 20, model_dir: str = ""
+    tmp_path: Path,
+    name: str,
+    backend: str,
+    batch: int,
+    steps: int = 20,
+    model_dir: str = "",
+    plugins: str = "[order_recorder]",
+    ok: bool = True,
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """Run ``plugtrain fit`` in ``tmp_path/name``; its records folder and the process."""
     folder = tmp_path / name
@@ -234,7 +241,12 @@ def _fit(
     run = folder / "run.yaml"
     where = tmp_path / model_dir if model_dir else folder / "model"
     text = RUN.format(
-        backend=backend, model_dir=where, batch=batch, examples=NUM_SAMPLES, steps=steps
+        backend=backend,
+        model_dir=where,
+        batch=batch,
+        examples=NUM_SAMPLES,
+        steps=steps,
+        plugins=plugins,
     )
     run.write_text(text)
     environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
@@ -249,7 +261,8 @@ def _fit(
         timeout=240,
         check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    if ok:
+        assert done.returncode == 0, done.stderr[-3000:]
     return records, done
 
 
@@ -365,3 +378,63 @@ def test_a_resume_loads_no_batch_to_find_its_place(tmp_path):
     assert len(loaded) == 2 * 4  # steps 7 and 8 only
     for name, value in straight.model.state_dict().items():
         assert torch.equal(value, resumed.model.state_dict()[name]), name
+
+
+def test_ranks_that_loaded_different_checkpoints_are_named_with_their_files():
+    from plugtrain.train.agreement import disagreement
+
+    def name(step: int) -> str:
+        return f"checkpoint_{step}.mdl"
+
+    same = {"step/0": 20.0, "step/1": 20.0, "failed/0": 0.0, "failed/1": 0.0}
+    assert disagreement(same, 20.0, name) is None
+    fresh = {"step/0": -1.0, "step/1": -1.0, "failed/0": 0.0, "failed/1": 0.0}
+    assert disagreement(fresh, -1.0, name) is None
+    failed = {"step/0": 20.0, "step/1": -1.0, "failed/0": 0.0, "failed/1": 1.0}
+    assert disagreement(failed, 20.0, name) == (
+        "the processes did not resume from the same checkpoint, so no step was run: "
+        "rank 0: checkpoint_20.mdl (step 20); rank 1: could not load checkpoint_20.mdl (step 20)"
+    )
+    other = {"step/0": 20.0, "step/1": 12.0, "failed/0": 0.0, "failed/1": 0.0}
+    assert "rank 1: checkpoint_12.mdl (step 12)" in disagreement(other, 20.0, name)
+
+
+@pytest.mark.slow
+def test_a_rank_that_cannot_load_rank_0s_checkpoint_stops_every_rank_before_step_1(tmp_path):
+    _fit(tmp_path, "before", ONE, 16, steps=3, model_dir="shared")
+    folder = tmp_path / "after"
+    folder.mkdir()
+    (folder / "hidden.py").write_text(HIDE_ON_RANK_1)
+    records, done = _fit(
+        tmp_path,
+        "after",
+        TWO,
+        8,
+        steps=6,
+        model_dir="shared",
+        plugins="[order_recorder, hidden]",
+        ok=False,
+    )
+    assert done.returncode != 0
+    assert (
+        "the processes did not resume from the same checkpoint, so no step was run: "
+        "rank 0: checkpoint_3.mdl (step 3); rank 1: could not load checkpoint_3.mdl (step 3)"
+    ) in done.stderr
+    assert _ids(records) == []  # no batch loaded, no step taken
+    assert not (tmp_path / "shared" / "checkpoint_6.mdl").exists()
+
+
+HIDE_ON_RANK_1 = """\
+\"\"\"Test double: on rank 1 the checkpoints are not there (a per-node model_dir).\"\"\"
+
+import os
+
+from plugtrain.train import checkpointer
+
+if os.environ.get("RANK") == "1":
+
+    def missing(self, path):
+        raise FileNotFoundError(f"{path} is not on this node")
+
+    checkpointer.FileCheckpointer.load = missing
+"""
