@@ -31,6 +31,12 @@ class ParallelStrategy:
     :param backend: the backend that owns it.
     """
 
+    global_sample_order = False
+    """Whether the backend's ``prepare_dataloader`` accepts a training loader that already
+    follows the global sample order (its ``batch_sampler`` has ``sharded = True`` and yields
+    this process's share) and leaves it as it is; only then does ``loop.sample_order: global``
+    apply."""
+
     def __init__(self, backend: Any) -> None:
         self.backend = backend
 

@@ -62,8 +62,9 @@ class DataStream:
     counts the examples it hands out (``samples``; not part of its position). A loader that
     follows the global sample order (:mod:`.global_sampler`) also records the global sample
     position, the world size, the global batch and the data's fingerprint, and resumes there
-    without loading a batch, at any world size; any other loader resumes by replaying the
-    consumed batches of the epoch.
+    without loading a batch, at any world size; a stateful loader (``state_dict`` and
+    ``load_state_dict``) saves its state and resumes itself; any other loader resumes by
+    replaying the consumed batches of the epoch.
     """
 
     def __init__(
@@ -113,6 +114,10 @@ class DataStream:
             consumed = sampler.resume_batches(position["order"])
             sampler.start_at(consumed)  # no batch is loaded to find the place
             self._start_epoch()
+        elif "loader_state" in position and _stateful(self.loader):
+            consumed = int(position["consumed"])
+            self.loader.load_state_dict(position["loader_state"])  # type: ignore[attr-defined]
+            self._start_epoch()  # the loader's own state says where its iteration continues
         else:
             consumed = int(position["consumed"])
             self._start_epoch()
@@ -150,4 +155,13 @@ class DataStream:
         sampler = getattr(self.loader, "batch_sampler", None)
         if isinstance(sampler, GlobalBatchSampler):
             position["order"] = sampler.position(self.consumed)
+        elif _stateful(self.loader):
+            position["loader_state"] = self.loader.state_dict()  # type: ignore[attr-defined]
         return position
+
+
+def _stateful(loader: Any) -> bool:
+    """Whether ``loader`` saves and restores its own place (``state_dict``/``load_state_dict``)."""
+    return callable(getattr(loader, "state_dict", None)) and callable(
+        getattr(loader, "load_state_dict", None)
+    )

@@ -413,9 +413,17 @@ class Trainer:
     def _ordered(self, loader: Iterable[Any]) -> Iterable[Any]:
         """The training loader following ``loop.sample_order`` (see :mod:`.global_sampler`)."""
         assert self.loop is not None
+        strategy = self.strategy
         if self.loop.sample_order != "global":
             return loader
-        strategy = self.strategy
+        if not getattr(strategy, "global_sample_order", False):
+            _say_once(
+                "sample_order:backend",
+                f"the {self.backend.backend_type} backend's parallel strategy does not take "
+                "training data in the global sample order (global_sample_order), so "
+                "loop.sample_order global does not apply: the data loader's own order is used",
+            )
+            return loader
         ordered, reason = follow_global_order(
             loader,
             rank=getattr(strategy, "rank", 0),
