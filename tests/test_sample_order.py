@@ -438,3 +438,25 @@ if os.environ.get("RANK") == "1":
 
     checkpointer.FileCheckpointer.load = missing
 """
+
+
+def test_the_fingerprint_holds_the_loader_name_and_arguments_but_not_how_it_loads(tmp_path):
+    from plugtrain.builtin.data import synthetic_loader
+    from plugtrain.errors import TrainingError
+
+    first = _resumable(tmp_path, 2)
+    first.data_description = {"name": "Synthetic", "arguments": {"batch_size": 4, "seed": 0}}
+    first.fit(synthetic_loader(batch_size=4, num_examples=40))
+    again = _resumable(tmp_path, 4)  # another number of workers: the same data
+    again.data_description = {
+        "name": "Synthetic",
+        "arguments": {"batch_size": 4, "seed": 0, "num_workers": 2},
+    }
+    again.fit(synthetic_loader(batch_size=4, num_examples=40))
+    assert again.global_step == 4
+    other = _resumable(tmp_path, 6)
+    other.data_description = {"name": "Synthetic", "arguments": {"batch_size": 4, "seed": 1}}
+    with pytest.raises(TrainingError) as info:
+        other.fit(synthetic_loader(batch_size=4, num_examples=40))
+    assert "arguments {'seed': 0}" in str(info.value)
+    assert "arguments {'seed': 1}" in str(info.value)

@@ -125,12 +125,27 @@ def _why_not(loader: Any) -> str | None:
     return None
 
 
+LOADING_ARGUMENTS = frozenset(
+    {"batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers"}
+)
+"""Loader arguments left out of the data fingerprint: how the data is loaded, not which (the
+per-process batch changes with the world size; the global batch is checked on its own)."""
+
+
 def follow_global_order(
-    loader: Iterable[Any], *, rank: int, world_size: int, grad_accum_steps: int, seed: int | None
+    loader: Iterable[Any],
+    *,
+    rank: int,
+    world_size: int,
+    grad_accum_steps: int,
+    seed: int | None,
+    description: Mapping[str, Any] | None = None,
 ) -> tuple[Iterable[Any], str | None]:
     """``loader`` rebuilt to follow the global order, or ``loader`` and why it cannot.
 
     :param seed: the Trainer's seed, used when the loader has no generator.
+    :param description: the loader's ``name`` and ``arguments`` from the run file, for the
+        data fingerprint (without :data:`LOADING_ARGUMENTS`).
     :raises ConfigError: the global batch is larger than the dataset.
     """
     reason = _why_not(loader)
@@ -155,12 +170,18 @@ def follow_global_order(
             f"training data's {order.num_samples} samples"
         )
         raise ConfigError([ConfigIssue("loop.grad_accum_steps", message)])
-    fingerprint = {
+    fingerprint: dict[str, Any] = {
         "dataset": type(loader.dataset).__qualname__,
         "num_samples": order.num_samples,
         "shuffle": order.shuffle,
         "seed": order.seed,
     }
+    if description is not None:
+        fingerprint["loader"] = description["name"]
+        arguments = dict(description.get("arguments") or {})
+        fingerprint["arguments"] = {
+            key: value for key, value in arguments.items() if key not in LOADING_ARGUMENTS
+        }
     return _rebuild(loader, GlobalBatchSampler(order, rank, fingerprint)), None
 
 

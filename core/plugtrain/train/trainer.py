@@ -127,6 +127,10 @@ class Trainer:
     :param config: the resolved run configuration, stored in checkpoints' metadata.
     """
 
+    data_description: dict[str, Any] | None = None
+    """The training data loader's name and arguments as a run file gives them (set by
+    ``plugtrain fit``); part of the data fingerprint a resume by position checks."""
+
     def __init__(
         self,
         *,
@@ -430,6 +434,7 @@ class Trainer:
             world_size=getattr(strategy, "world_size", 1),
             grad_accum_steps=self.loop.grad_accum_steps,
             seed=self.seed,
+            description=self.data_description,
         )
         if reason is not None:
             _say_once(
