@@ -93,12 +93,16 @@ class _Stream(IterableDataset):
 
 
 def test_loaders_that_cannot_follow_keep_their_order_and_say_why():
+    data = TensorDataset(torch.arange(8))
     cases = {
         "its dataset is an IterableDataset": DataLoader(_Stream(), batch_size=2),
         "it has its own batch_sampler": DataLoader(
             TensorDataset(torch.arange(8)), batch_sampler=[[0, 1], [2, 3]]
         ),
         "it is a list, not a torch DataLoader": [torch.zeros(2)],
+        "its RandomSampler draws with replacement or a num_samples": DataLoader(
+            data, batch_size=2, sampler=torch.utils.data.RandomSampler(data, replacement=True)
+        ),
     }
     for expected, loader in cases.items():
         same, reason = follow_global_order(loader, rank=0, world_size=2, grad_accum_steps=1, seed=0)

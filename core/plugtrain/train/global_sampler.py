@@ -119,7 +119,7 @@ def _why_not(loader: Any) -> str | None:
     if not isinstance(loader.sampler, RandomSampler | SequentialSampler):
         return f"it has its own sampler ({type(loader.sampler).__name__})"
     if isinstance(loader.sampler, RandomSampler) and (
-        loader.sampler.replacement or loader.sampler._num_samples is not None
+        loader.sampler.replacement or loader.sampler.num_samples != len(loader.dataset)
     ):
         return "its RandomSampler draws with replacement or a num_samples"
     return None
