@@ -162,10 +162,10 @@ def _reference_weights() -> list[list[torch.Tensor]]:
         batch_size=BATCH, num_examples=64, in_features=16, num_classes=4, shuffle=False
     )
     inputs, labels = data.dataset.tensors
-    shards = [torch.arange(64)[rank::2] for rank in range(2)]  # DistributedSampler, no shuffle
     weights = []
     for step in range(STEPS):
-        rows = torch.cat([shard[step * BATCH : (step + 1) * BATCH] for shard in shards])
+        # the global sample order, no shuffle: step s takes rows [s*G, (s+1)*G), G = 2 x BATCH
+        rows = torch.arange(step * 2 * BATCH, (step + 1) * 2 * BATCH)
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(inputs[rows]), labels[rows]).backward()
         optimizer.step()

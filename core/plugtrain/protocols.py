@@ -341,10 +341,17 @@ class DataLoader(Protocol):
     how each reaches the model).
 
     Each pass of ``iter()`` is one epoch. A ``len()`` (batches per epoch) is needed for
-    ``loop.num_epochs``. Exact resume replays the batches of an interrupted epoch, so iterating
-    must be deterministic once the global RNGs are seeded. A data-parallel backend shards a
-    ``torch.utils.data.DataLoader`` with a map-style dataset (or one that already has a
-    ``DistributedSampler``); other iterables run on one process.
+    ``loop.num_epochs``. A ``torch.utils.data.DataLoader`` over a map-style dataset with a
+    ``batch_size`` follows the global sample order (``loop.sample_order``: the same samples per
+    optimizer step at any number of processes; a resume continues at its global sample
+    position, at any world size, without loading a batch). Any other loader resumes exactly by
+    replaying the batches of an interrupted epoch, so iterating must be deterministic once the
+    global RNGs are seeded, unless it is stateful: optional ``state_dict()`` (plain values and
+    tensors) and ``load_state_dict(state)`` members (Model Zoo's restartable loaders have this
+    shape) are saved with each checkpoint's data position, and on resume ``load_state_dict`` is
+    called before the next ``iter()``, which must continue where the state was taken; nothing
+    is replayed. A data-parallel backend shards a map-style ``DataLoader`` (or one that already
+    has a ``DistributedSampler``); other iterables run on one process.
     """
 
     def __iter__(self) -> Iterator[Any]:

@@ -4,7 +4,8 @@ A backend owns its strategy; the Trainer's loop never branches on the kind of pa
 asks the strategy to wrap the model once, for a context around each micro-batch's forward and
 backward (``synchronize`` is true for the last micro-batch of an optimizer step only, so that a
 data-parallel strategy reduces gradients once per step), to reduce metric sums over the
-processes, and whether this process writes files.
+processes, how many processes a gradient synchronisation averages over, and whether this
+process writes files.
 
 A backend provides one through the optional member ``parallel_strategy()`` of
 :class:`plugtrain.protocols.Backend`; without it, :func:`strategy_of` builds the default
@@ -30,6 +31,12 @@ class ParallelStrategy:
     :param backend: the backend that owns it.
     """
 
+    global_sample_order = False
+    """Whether the backend's ``prepare_dataloader`` accepts a training loader that already
+    follows the global sample order (its ``batch_sampler`` has ``sharded = True`` and yields
+    this process's share) and leaves it as it is; only then does ``loop.sample_order: global``
+    apply."""
+
     def __init__(self, backend: Any) -> None:
         self.backend = backend
 
@@ -53,6 +60,20 @@ class ParallelStrategy:
     def reduce_sums(self, sums: Mapping[str, float]) -> dict[str, float]:
         """Each value summed over every process: the backend's ``reduce_sums``."""
         return dict(self.backend.reduce_sums(sums))
+
+    @property
+    def rank(self) -> int:
+        """The index of this process among the ``world_size`` ones (the backend's, else 0)."""
+        return int(getattr(self.backend, "rank", 0))
+
+    @property
+    def world_size(self) -> int:
+        """Processes whose gradients one synchronisation averages (the backend's, else 1).
+
+        The loop's ``loss_averaging: global`` relies on the synchronised gradient being the
+        mean over these processes (DDP's rule); a strategy that sums overrides this with 1.
+        """
+        return int(getattr(self.backend, "world_size", 1))
 
     @property
     def is_writer(self) -> bool:

@@ -55,6 +55,23 @@ class LoopSettings:
     )
     eval_steps: int | None = arg(None, help="batches per evaluation (None: the whole set)", gt=0)
     grad_accum_steps: int = arg(1, help="batches accumulated into one optimizer step", gt=0)
+    loss_averaging: str = arg(
+        "global",
+        choices=("global", "per_micro_batch"),
+        help="how an optimizer step's loss is averaged: global (over every example or token of "
+        "the step, across its micro-batches and processes: the gradient of one big batch, "
+        "Model Zoo's semantics) or per_micro_batch (the mean of the micro-batches' mean "
+        "losses)",
+    )
+    sample_order: str = arg(
+        "global",
+        choices=("global", "loader"),
+        help="global: one permutation per epoch from (seed, epoch) over the whole dataset, "
+        "each optimizer step a fixed slice of it, so the samples per step are the same at any "
+        "number of processes and accumulation split (map-style DataLoaders with a batch_size; "
+        "others keep their own order); loader: the data loader's own order (sharded by a "
+        "DistributedSampler on several processes)",
+    )
     nan_policy: str = arg(
         "stop",
         choices=("stop", "skip_step"),

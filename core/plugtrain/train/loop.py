@@ -2,7 +2,8 @@
 
 One optimizer step runs ``loop.grad_accum_steps`` micro-batches, each in the context the
 parallel strategy gives (:mod:`plugtrain.strategy`; only the last one synchronises gradients
-in a data-parallel run). The loss is summed on the device and read once per optimizer step
+in a data-parallel run). The losses are averaged as ``loop.loss_averaging`` says
+(:mod:`plugtrain.train.accumulation`), summed on the device and read once per optimizer step
 (for the NaN guard, which must decide before the next step).
 """
 
@@ -17,6 +18,7 @@ import torch
 
 from plugtrain.config.sections import LoopSettings
 from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.train.accumulation import StepLoss
 from plugtrain.train.batches import MetricSums
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted, signal_name
 from plugtrain.train.resume import DataStream
@@ -130,23 +132,21 @@ class TrainingLoop:
         trainer.optimizer.zero_grad(set_to_none=True)
         if trainer.sparsity is not None:
             trainer.sparsity.step_start()
-        loss_sum: torch.Tensor | None = None
+        mode = trainer.loop.loss_averaging if trainer.loop else "global"
+        strategy = trainer.strategy
+        step_loss = StepLoss(mode, accum, getattr(strategy, "world_size", 1))
         correct: Any = 0
         count = 0
         extra = MetricSums()
-        strategy = trainer.strategy
         for index in range(accum):
             with strategy.micro_batch_context(trainer.model, synchronize=index == accum - 1):
                 scored = trainer.forward(stream.next())
-                loss = scored.loss
-                trainer.precision.backward(loss if accum == 1 else loss / accum)
-            detached = loss.detach().to(torch.float64)
-            loss_sum = detached if loss_sum is None else loss_sum + detached
+                trainer.precision.backward(step_loss.to_backward(scored.loss, scored.weight))
+            step_loss.add(scored.loss, scored.weight)
             correct = correct + scored.correct
             count += scored.count
             extra.add(scored.metrics, scored.weight)
-        assert loss_sum is not None
-        total_loss = float(loss_sum) / accum
+        total_loss = step_loss.finish(strategy, self._step_gradients())
         if math.isfinite(total_loss):
             problem = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
         else:
@@ -158,6 +158,15 @@ class TrainingLoop:
             scheduler.step()
         trainer.global_step += 1
         return total_loss, correct, count, extra
+
+    def _step_gradients(self) -> list[torch.Tensor]:
+        """The gradients one optimizer step accumulated: the parameters' and sparsity's."""
+        trainer = self.trainer
+        groups = trainer.optimizer.param_groups
+        grads = [p.grad for group in groups for p in group["params"] if p.grad is not None]
+        if trainer.sparsity is not None:
+            grads.extend(trainer.sparsity.saved_gradients())
+        return grads
 
     def _before_optimizer_step(self) -> None:
         trainer = self.trainer

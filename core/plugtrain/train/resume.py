@@ -10,6 +10,7 @@ import torch
 
 from plugtrain.errors import TrainingError
 from plugtrain.train.batches import batch_size
+from plugtrain.train.global_sampler import GlobalBatchSampler
 
 __all__ = ["DataStream", "rng_state", "seed_everything", "set_rng_state"]
 
@@ -58,7 +59,12 @@ class DataStream:
     """Endless batches over epochs, resumable exactly.
 
     It records the RNG at each epoch start and how many batches of the epoch were consumed, and
-    counts the examples it hands out (``samples``; not part of its position).
+    counts the examples it hands out (``samples``; not part of its position). A loader that
+    follows the global sample order (:mod:`.global_sampler`) also records the global sample
+    position, the world size, the global batch and the data's fingerprint, and resumes there
+    without loading a batch, at any world size; a stateful loader (``state_dict`` and
+    ``load_state_dict``) saves its state and resumes itself; any other loader resumes by
+    replaying the consumed batches of the epoch.
     """
 
     def __init__(
@@ -85,10 +91,12 @@ class DataStream:
             self._resume(position)
 
     def _start_epoch(self) -> None:
-        # A DistributedSampler (data parallel) draws each epoch's permutation from its epoch.
-        set_epoch = getattr(getattr(self.loader, "sampler", None), "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(self.epoch)
+        # A DistributedSampler (data parallel) or the global order's batch sampler draws each
+        # epoch's permutation from its epoch.
+        for name in ("sampler", "batch_sampler"):
+            set_epoch = getattr(getattr(self.loader, name, None), "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(self.epoch)
         self._epoch_rng = {"torch": torch.get_rng_state()}
         if self.generator is not None:
             self._epoch_rng["generator"] = self.generator.get_state()
@@ -101,10 +109,21 @@ class DataStream:
         if self.generator is not None and "generator" in position["epoch_rng"]:
             self.generator.set_state(position["epoch_rng"]["generator"])
         self.epoch = int(position["epoch"])
-        self._start_epoch()
-        for _ in range(int(position["consumed"])):
-            next(self._iterator)  # type: ignore[arg-type]
-        self.consumed = int(position["consumed"])
+        sampler = getattr(self.loader, "batch_sampler", None)
+        if isinstance(sampler, GlobalBatchSampler) and "order" in position:
+            consumed = sampler.resume_batches(position["order"])
+            sampler.start_at(consumed)  # no batch is loaded to find the place
+            self._start_epoch()
+        elif "loader_state" in position and _stateful(self.loader):
+            consumed = int(position["consumed"])
+            self.loader.load_state_dict(position["loader_state"])  # type: ignore[attr-defined]
+            self._start_epoch()  # the loader's own state says where its iteration continues
+        else:
+            consumed = int(position["consumed"])
+            self._start_epoch()
+            for _ in range(consumed):
+                next(self._iterator)  # type: ignore[arg-type]
+        self.consumed = consumed
         torch.set_rng_state(current)
 
     def next(self) -> Any:
@@ -132,4 +151,17 @@ class DataStream:
         """Where the stream is, for a checkpoint."""
         if self._iterator is None:
             self._start_epoch()
-        return {"epoch": self.epoch, "consumed": self.consumed, "epoch_rng": self._epoch_rng}
+        position = {"epoch": self.epoch, "consumed": self.consumed, "epoch_rng": self._epoch_rng}
+        sampler = getattr(self.loader, "batch_sampler", None)
+        if isinstance(sampler, GlobalBatchSampler):
+            position["order"] = sampler.position(self.consumed)
+        elif _stateful(self.loader):
+            position["loader_state"] = self.loader.state_dict()  # type: ignore[attr-defined]
+        return position
+
+
+def _stateful(loader: Any) -> bool:
+    """Whether ``loader`` saves and restores its own place (``state_dict``/``load_state_dict``)."""
+    return callable(getattr(loader, "state_dict", None)) and callable(
+        getattr(loader, "load_state_dict", None)
+    )

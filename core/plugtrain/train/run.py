@@ -71,6 +71,7 @@ def run_plan(
         message = "nothing to do: no trainer has a validate_all section"
         raise ConfigError([ConfigIssue("", message, plan.source)])
     from plugtrain.train.assembly import build_trainer  # imports torch: not for check_run_file
+    from plugtrain.train.checkpoint import plain
 
     backends: dict[str, Any] = {}
     results: list[Any] = []
@@ -85,6 +86,8 @@ def run_plan(
         fit = trainer_plan.fit
         if mode == "fit" and fit is not None:
             train = build_component(registry, "dataloader", fit.train_dataloader)
+            spec = fit.train_dataloader
+            trainer.data_description = {"name": spec.name, "arguments": plain(spec.arguments)}
             val = (
                 build_component(registry, "dataloader", fit.val_dataloader)
                 if fit.val_dataloader

@@ -446,6 +446,10 @@ class Sparsity:
         self._gradients.clear()
         self._stepped = False
 
+    def saved_gradients(self) -> list[torch.Tensor]:
+        """The unmasked gradients saved for the algorithms in this step (to scale in place)."""
+        return list(self._gradients.values())
+
     def step_end(self) -> None:
         """After a training step: count it in every algorithm, update masks where due."""
         stepped, self._stepped = self._stepped, False

@@ -37,6 +37,7 @@ from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.checkpointer import Checkpointer, FileCheckpointer
 from plugtrain.train.console import console_logging
 from plugtrain.train.evaluation import UNSET, Evaluation
+from plugtrain.train.global_sampler import follow_global_order
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted
 from plugtrain.train.lock import ModelDirLock
 from plugtrain.train.loggers import DEFAULT_LOGGERS, Loggers, assemble
@@ -126,6 +127,10 @@ class Trainer:
         their loss (:mod:`plugtrain.train.batches`); default cross-entropy for class labels.
     :param config: the resolved run configuration, stored in checkpoints' metadata.
     """
+
+    data_description: dict[str, Any] | None = None
+    """The training data loader's name and arguments as a run file gives them (set by
+    ``plugtrain fit``); part of the data fingerprint a resume by position checks."""
 
     def __init__(
         self,
@@ -391,7 +396,7 @@ class Trainer:
         self.state.restore(ckpt_path)
         if self.sparsity is not None:
             self.sparsity.initialize()
-        train_dataloader = self.backend.prepare_dataloader(train_dataloader)
+        train_dataloader = self.backend.prepare_dataloader(self._ordered(train_dataloader))
         target = target_step(self.loop, self.global_step, train_dataloader)
         assert self.loop is not None
         self.target_step = target
@@ -411,6 +416,37 @@ class Trainer:
         finally:
             self.loggers_dispatch.close()
         return last_val
+
+    def _ordered(self, loader: Iterable[Any]) -> Iterable[Any]:
+        """The training loader following ``loop.sample_order`` (see :mod:`.global_sampler`)."""
+        assert self.loop is not None
+        strategy = self.strategy
+        if self.loop.sample_order != "global":
+            return loader
+        if not getattr(strategy, "global_sample_order", False):
+            _say_once(
+                "sample_order:backend",
+                f"the {self.backend.backend_type} backend's parallel strategy does not take "
+                "training data in the global sample order (global_sample_order), so "
+                "loop.sample_order global does not apply: the data loader's own order is used",
+            )
+            return loader
+        ordered, reason = follow_global_order(
+            loader,
+            rank=getattr(strategy, "rank", 0),
+            world_size=getattr(strategy, "world_size", 1),
+            grad_accum_steps=self.loop.grad_accum_steps,
+            seed=self.seed,
+            description=self.data_description,
+        )
+        if reason is not None:
+            _say_once(
+                f"sample_order:{reason}",
+                f"the training data loader cannot follow the global sample order ({reason}): "
+                "its samples per step depend on the number of processes, and a resume at "
+                "another number of processes is not exact",
+            )
+        return ordered
 
 
 def _is_empty(loader: Iterable[Any] | None) -> bool:

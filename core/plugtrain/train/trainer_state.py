@@ -18,6 +18,7 @@ import torch
 
 from plugtrain._version import __version__
 from plugtrain.errors import CheckpointMismatchError, TrainingError
+from plugtrain.train.agreement import restore_agreed
 from plugtrain.train.checkpoint import plain
 from plugtrain.train.checkpoint_fit import check_fits
 from plugtrain.train.checkpoint_parts import checkpoint_parts
@@ -151,6 +152,12 @@ class TrainerState:
             return None if ckpt_path is None else Path(ckpt_path)
         if not trainer.checkpoint.autoload_last_checkpoint:
             return None
+        if int(getattr(trainer.strategy, "world_size", 1)) > 1:
+            return restore_agreed(
+                trainer,
+                lambda: trainer.checkpointer.load_newest(trainer.load_checkpoint),
+                trainer.load_checkpoint,
+            )
         found: Path | None = trainer.checkpointer.load_newest(trainer.load_checkpoint)
         return found
 

@@ -20,6 +20,8 @@ class DataParallelStrategy(ParallelStrategy):
     the sum in one pass over the buckets.
     """
 
+    global_sample_order = True  # shard_train_loader leaves a sharded batch sampler alone
+
     def micro_batch_context(self, model: Any, *, synchronize: bool) -> Any:
         """``model.no_sync()`` before the last micro-batch of a step in a distributed run."""
         no_sync = getattr(model, "no_sync", None)

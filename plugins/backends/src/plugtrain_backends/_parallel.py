@@ -184,6 +184,8 @@ def shard_train_loader(loader: Any, rank: int, world_size: int) -> Any:
     """
     if isinstance(getattr(loader, "sampler", None), DistributedSampler):
         return loader
+    if getattr(getattr(loader, "batch_sampler", None), "sharded", False):
+        return loader  # the Trainer's global sample order: this process's share already
     if not isinstance(loader, DataLoader):
         message = (
             "data-parallel training shards a torch DataLoader; got "
