@@ -21,7 +21,7 @@ from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config import CheckpointSettings, load_yaml, plan_run
 from plugtrain.errors import ConfigError
-from plugtrain.train import trainer as trainer_module
+from plugtrain.train import console as console_module
 from plugtrain.train.assembly import build_trainer
 from plugtrain.train.checkpoint import (
     CheckpointError,
@@ -339,7 +339,7 @@ def test_strict_version_false_loads_it_with_a_warning(tmp_path, caplog):
 
 
 def test_csx_only_logging_keys_are_said_once_to_have_no_effect(tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr(trainer_module, "_SAID", set())
+    monkeypatch.setattr(console_module, "_SAID", set())
     settings = {"log_steps": 1, "wsc_log_level": {"crd": "DEBUG"}, "enable_act_frequency": True}
     with caplog.at_level(logging.INFO, logger="plugtrain"):
         _trainer(tmp_path, logging=settings)

@@ -6,8 +6,13 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-__all__ = ["console_logging"]
+from plugtrain.config.sections import LoggingSettings
+
+__all__ = ["console_logging", "say_inert_off_csx", "say_once"]
+
+log = logging.getLogger("plugtrain")
 
 
 @contextmanager
@@ -35,3 +40,32 @@ def console_logging(level: str | None) -> Iterator[None]:
         logger.removeHandler(handler)
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
+
+
+_SAID: set[str] = set()
+
+
+def say_once(key: str, message: str) -> None:
+    """Log ``message`` at INFO once per process for ``key``."""
+    if key not in _SAID:
+        _SAID.add(key)
+        log.info(message)
+
+
+def say_inert_off_csx(backend: Any, settings: LoggingSettings) -> None:
+    """Say once which logging settings only a cluster backend (CSX) acts on."""
+    if getattr(backend, "cluster_logging", False):
+        return
+    backend_type = backend.backend_type
+    if settings.wsc_log_level:
+        say_once(
+            "wsc_log_level",
+            f"logging.wsc_log_level has no effect on {backend_type}: it sets the log levels "
+            "of Wafer-Scale Cluster servers, which only a CSX run has",
+        )
+    if settings.enable_act_frequency:
+        say_once(
+            "enable_act_frequency",
+            f"logging.enable_act_frequency has no effect on {backend_type}: it spaces "
+            "activation transfers from a CS system, which only a CSX run has",
+        )

@@ -18,9 +18,10 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
 
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
+from plugtrain.train.console import say_once
 from plugtrain.train.sample_order import GlobalOrder
 
-__all__ = ["GlobalBatchSampler", "follow_global_order"]
+__all__ = ["GlobalBatchSampler", "follow_global_order", "in_global_order"]
 
 log = logging.getLogger("plugtrain")
 
@@ -203,3 +204,35 @@ def _rebuild(loader: DataLoader[Any], batch_sampler: GlobalBatchSampler) -> Data
     if loader.num_workers > 0:
         options["prefetch_factor"] = loader.prefetch_factor
     return DataLoader(loader.dataset, batch_sampler=batch_sampler, **options)
+
+
+def in_global_order(trainer: Any, loader: Iterable[Any]) -> Iterable[Any]:
+    """The trainer's training loader following ``loop.sample_order`` (else as it is)."""
+    assert trainer.loop is not None
+    strategy = trainer.strategy
+    if trainer.loop.sample_order != "global":
+        return loader
+    if not getattr(strategy, "global_sample_order", False):
+        say_once(
+            "sample_order:backend",
+            f"the {trainer.backend.backend_type} backend's parallel strategy does not take "
+            "training data in the global sample order (global_sample_order), so "
+            "loop.sample_order global does not apply: the data loader's own order is used",
+        )
+        return loader
+    ordered, reason = follow_global_order(
+        loader,
+        rank=getattr(strategy, "rank", 0),
+        world_size=getattr(strategy, "world_size", 1),
+        grad_accum_steps=trainer.loop.grad_accum_steps,
+        seed=trainer.seed,
+        description=trainer.data_description,
+    )
+    if reason is not None:
+        say_once(
+            f"sample_order:{reason}",
+            f"the training data loader cannot follow the global sample order ({reason}): "
+            "its samples per step depend on the number of processes, and a resume at "
+            "another number of processes is not exact",
+        )
+    return ordered

@@ -35,9 +35,9 @@ from plugtrain.train.backends import backend as make_backend
 from plugtrain.train.batches import Scored, move_batch, score_batch
 from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.checkpointer import Checkpointer, FileCheckpointer
-from plugtrain.train.console import console_logging
+from plugtrain.train.console import console_logging, say_inert_off_csx
 from plugtrain.train.evaluation import UNSET, Evaluation
-from plugtrain.train.global_sampler import follow_global_order
+from plugtrain.train.global_sampler import in_global_order
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted
 from plugtrain.train.lock import ModelDirLock
 from plugtrain.train.loggers import DEFAULT_LOGGERS, Loggers, assemble
@@ -166,7 +166,7 @@ class Trainer:
         self.logging: LoggingSettings = _settings(
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
-        _say_inert_off_csx(self.backend, self.logging)
+        say_inert_off_csx(self.backend, self.logging)
         self.callbacks: list[Any] = assemble("callback", callbacks, {})
         self.loggers: list[Any] = assemble(
             "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
@@ -396,7 +396,7 @@ class Trainer:
         self.state.restore(ckpt_path)
         if self.sparsity is not None:
             self.sparsity.initialize()
-        train_dataloader = self.backend.prepare_dataloader(self._ordered(train_dataloader))
+        train_dataloader = self.backend.prepare_dataloader(in_global_order(self, train_dataloader))
         target = target_step(self.loop, self.global_step, train_dataloader)
         assert self.loop is not None
         self.target_step = target
@@ -417,37 +417,6 @@ class Trainer:
             self.loggers_dispatch.close()
         return last_val
 
-    def _ordered(self, loader: Iterable[Any]) -> Iterable[Any]:
-        """The training loader following ``loop.sample_order`` (see :mod:`.global_sampler`)."""
-        assert self.loop is not None
-        strategy = self.strategy
-        if self.loop.sample_order != "global":
-            return loader
-        if not getattr(strategy, "global_sample_order", False):
-            _say_once(
-                "sample_order:backend",
-                f"the {self.backend.backend_type} backend's parallel strategy does not take "
-                "training data in the global sample order (global_sample_order), so "
-                "loop.sample_order global does not apply: the data loader's own order is used",
-            )
-            return loader
-        ordered, reason = follow_global_order(
-            loader,
-            rank=getattr(strategy, "rank", 0),
-            world_size=getattr(strategy, "world_size", 1),
-            grad_accum_steps=self.loop.grad_accum_steps,
-            seed=self.seed,
-            description=self.data_description,
-        )
-        if reason is not None:
-            _say_once(
-                f"sample_order:{reason}",
-                f"the training data loader cannot follow the global sample order ({reason}): "
-                "its samples per step depend on the number of processes, and a resume at "
-                "another number of processes is not exact",
-            )
-        return ordered
-
 
 def _is_empty(loader: Iterable[Any] | None) -> bool:
     """Whether ``loader`` is known to yield nothing (it has a length of 0)."""
@@ -455,31 +424,3 @@ def _is_empty(loader: Iterable[Any] | None) -> bool:
         return loader is not None and len(loader) == 0  # type: ignore[arg-type]
     except TypeError:
         return False
-
-
-_SAID: set[str] = set()
-
-
-def _say_once(key: str, message: str) -> None:
-    if key not in _SAID:
-        _SAID.add(key)
-        log.info(message)
-
-
-def _say_inert_off_csx(backend: Any, settings: LoggingSettings) -> None:
-    """Say once which logging settings only a cluster backend (CSX) acts on."""
-    if getattr(backend, "cluster_logging", False):
-        return
-    backend_type = backend.backend_type
-    if settings.wsc_log_level:
-        _say_once(
-            "wsc_log_level",
-            f"logging.wsc_log_level has no effect on {backend_type}: it sets the log levels "
-            "of Wafer-Scale Cluster servers, which only a CSX run has",
-        )
-    if settings.enable_act_frequency:
-        _say_once(
-            "enable_act_frequency",
-            f"logging.enable_act_frequency has no effect on {backend_type}: it spaces "
-            "activation transfers from a CS system, which only a CSX run has",
-        )
