@@ -571,6 +571,19 @@ def test_an_optimizer_without_lr_gets_model_zoos_default_in_run_files(tmp_path):
     assert "lr" not in written.trainers[0].optimizer.spec.arguments  # the alias, as written
 
 
+def test_no_lr_is_not_said_where_an_untagged_lr_scheduler_sets_every_group(tmp_path):
+    base = _run(tmp_path).replace("SGD: {lr: 0.1}", "SGD: {momentum: 0.9}")
+    schedules = (
+        "    schedulers:\n"
+        "      - LinearLR: {initial_learning_rate: 0.1, end_learning_rate: 0.01, total_iters: 4"
+    )
+    untagged = base.replace("    loop:", schedules + "}\n    loop:")
+    assert _plan(untagged, tmp_path).warnings == ()
+    tagged = base.replace("    loop:", schedules + ", param_group_tags: some}\n    loop:")
+    (warning,) = [str(w) for w in _plan(tagged, tmp_path).warnings]
+    assert "no lr written: Model Zoo's default 0.1 is used" in warning
+
+
 def test_python_optimizer_mappings_keep_the_plugins_own_default():
     from plugtrain.config.validate import plan_component
 

@@ -52,8 +52,9 @@ def test_it_checks_with_the_model_zoo_warnings_at_their_positions(trained):
     assert checked.returncode == 0, checked.stderr
     assert "modelzoo_gpt_shape.yaml: OK (1 trainer)" in checked.stdout
     assert "trainer: backend CPU; fit, validate, validate_all" in checked.stdout
-    line = RUN.read_text().splitlines().index("      AdamW:") + 1
-    assert f"{RUN}:{line}:7: trainer.init.optimizer.AdamW: no lr written" in checked.stderr
+    # Model Zoo's file writes no lr: its untagged SequentialLR sets every group's, so the
+    # default is never used and nothing is said about it.
+    assert "no lr written" not in checked.stderr
 
 
 def test_it_trains_with_bf16_clipping_and_compute_norm(trained):

@@ -266,8 +266,8 @@ class Checker:
         filled = _without(arguments, ())
         filled["lr"] = MODEL_ZOO_DEFAULT_LR
         message = (
-            f"no lr written: Model Zoo's default {MODEL_ZOO_DEFAULT_LR} is used (the schedulers "
-            "usually set the learning rate)"
+            f"no lr written: Model Zoo's default {MODEL_ZOO_DEFAULT_LR} is used where no LR "
+            "scheduler sets the learning rate"
         )
         self.warn(path, message, spec, path[-1])
         return filled

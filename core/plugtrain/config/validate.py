@@ -37,7 +37,7 @@ from plugtrain.config.sections import (
 )
 from plugtrain.config.sparsity import SparsitySection, sparsity_section
 from plugtrain.config.yaml_loader import location_of
-from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
 from plugtrain.registry import Registry
 from plugtrain.schema import (
     check_arguments,
@@ -132,7 +132,46 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
     if checker.issues:
         raise ConfigError(checker.issues)
     modules = data.get("plugins") or ()
-    return RunPlan(source, tuple(plans), tuple(str(m) for m in modules), tuple(checker.warnings))
+    warnings = _without_covered_lr_warnings(checker.warnings, plans, registry)
+    return RunPlan(source, tuple(plans), tuple(str(m) for m in modules), tuple(warnings))
+
+
+NO_LR_WRITTEN = "no lr written"
+"""How the warning about an optimizer without a learning rate begins (see ``default_lr``)."""
+
+
+def _without_covered_lr_warnings(
+    warnings: Sequence[ConfigIssue], plans: Sequence[TrainerPlan], registry: Registry
+) -> list[ConfigIssue]:
+    """Drop "no lr written" where an LR scheduler sets every group's rate anyway.
+
+    Model Zoo's files write no ``lr`` because an untagged LR scheduler sets it from the first
+    step; the default is then never used, and saying so on every run is noise.
+    """
+    covered = {
+        f"{plan.path}.init.optimizer"
+        for plan in plans
+        if any(_sets_every_lr(spec, registry) for spec in plan.schedulers)
+    }
+    return [
+        warning
+        for warning in warnings
+        if not (
+            warning.message.startswith(NO_LR_WRITTEN)
+            and any(warning.path.startswith(prefix) for prefix in covered)
+        )
+    ]
+
+
+def _sets_every_lr(spec: Any, registry: Registry) -> bool:
+    """Whether a scheduler spec writes ``lr`` into every param group (no tags)."""
+    if not isinstance(spec, ComponentSpec) or spec.arguments.get("param_group_tags") is not None:
+        return False
+    try:
+        schema = registry.lookup("scheduler", spec.name).schema_class
+    except (UnknownNameError, DuplicateNameError):
+        return False
+    return getattr(schema, "schedule_key", "lr") == "lr"
 
 
 def plan_component(registry: Registry, kind: str, spec: Any, path: str = "") -> ComponentSpec:
