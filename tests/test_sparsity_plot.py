@@ -35,20 +35,25 @@ def test_the_gpt3_rigl_file_plots_sparsity_and_drop_fraction_beside_the_lr(
 ) -> None:
     (trainer,) = plan_run(load_run_file(RIGL), registry, str(RIGL)).trainers
     specs = [spec.to_mapping() for spec in trainer.schedulers]
-    curves = schedule_curves(specs, [0, 1792, 3584, 4777], registry, sparsity=trainer.sparsity)
+    curves = schedule_curves(
+        specs, [0, 1792, 3500, 3584, 4777], registry, sparsity=trainer.sparsity
+    )
     assert [(c.name, c.key) for c in curves] == [
         ("SequentialLR", "lr"),
         ("RigL (sparsity)", "sparsity"),
         ("RigL (sparsity)", "drop_fraction"),
     ]
     _, target, drop = curves
-    assert target.values == (0.75, 0.75, 0.75, 0.75)
+    assert target.values == (0.75,) * 5
     assert drop.values[0] == pytest.approx(0.3, abs=1e-15)
     assert drop.values[1] == pytest.approx(0.15, abs=1e-15)
-    assert drop.values[2] == pytest.approx(0.0, abs=1e-15)
-    # Cosine is periodic and not clamped: past half_period it rises again.
-    expected = 0.15 + 0.15 * math.cos(math.pi * 4777 / 3584)
-    assert drop.values[3] == pytest.approx(expected, rel=1e-12)
+    # The last update (update: {freq: 100, stop: 3584}) is step 3500: the cosine's value there.
+    expected = 0.15 + 0.15 * math.cos(math.pi * 3500 / 3584)
+    assert drop.values[2] == pytest.approx(expected, rel=1e-12)
+    # After it no update drops anything: the drop fraction is not drawn (NaN), where the
+    # periodic cosine would rise again.
+    assert math.isnan(drop.values[3])
+    assert math.isnan(drop.values[4])
 
 
 def test_a_gmp_schedule_and_a_cycling_list_follow_their_update_steps(registry: Registry) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -361,10 +362,16 @@ def check_file(raw: bytes) -> Outcome:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _baseline() -> Iterator[None]:
-    """Warm up once and remember which canary modules were already imported."""
+def _baseline(stdlib_gpt_root: Path) -> Iterator[None]:
+    """Warm up once and remember which canary modules were already imported.
+
+    The module runs in a folder holding the data the Model Zoo-shaped examples read (their
+    ``data_dir`` must exist when they are checked).
+    """
     from plugtrain import plugins
 
+    previous_cwd = Path.cwd()
+    os.chdir(stdlib_gpt_root)
     saved = plugins.current_settings(), plugins.current_extra()
     # What earlier tests in this process imported (matplotlib brings colorsys) is no finding.
     _modules_before.update(m for m in CANARY_MODULES if m in sys.modules)
@@ -373,6 +380,7 @@ def _baseline() -> Iterator[None]:
     _modules_before.update(m for m in CANARY_MODULES if m in sys.modules)
     yield
     plugins.reset(saved[0], extra=saved[1])
+    os.chdir(previous_cwd)
     shutil.rmtree(_WORKDIR, ignore_errors=True)
 
 

@@ -172,13 +172,19 @@ def _two_process_fit(folder: Path, *overrides: str) -> subprocess.Popen[str]:
     return start_plugtrain("fit", str(folder / "run.yaml"), *args, env=env, cwd=folder)
 
 
+def _pid_text(folder: Path, rank: str) -> str:
+    """The pid a worker wrote, or "" while the file is missing or not yet written."""
+    path = folder / "records" / f"pid_{rank}"
+    return path.read_text().strip() if path.exists() else ""
+
+
 def _pid(folder: Path, rank: str) -> int:
-    return int((folder / "records" / f"pid_{rank}").read_text())
+    return int(_pid_text(folder, rank))
 
 
 def _targets(folder: Path, process: subprocess.Popen[str], whom: str) -> list[int]:
-    def workers_started() -> bool:
-        return all((folder / "records" / f"pid_{r}").exists() for r in ("0", "1"))
+    def workers_started() -> bool:  # a file can exist before its pid is written
+        return all(_pid_text(folder, r).isdigit() for r in ("0", "1"))
 
     wait_until(workers_started, process)
     workers = [_pid(folder, "0"), _pid(folder, "1")]

@@ -99,6 +99,7 @@ class _Builder:
         # Indexes over each kind's names, built once: asking them per component was quadratic.
         self._lowered: dict[str, dict[str, set[str]]] = {}
         self._name_counts: dict[str, dict[str, int]] = {}
+        self._owners: dict[str, dict[str, list[Component]]] = {}
 
     def lowered(self, kind: str) -> dict[str, set[str]]:
         """``kind``'s names (and aliases) by their lower case."""
@@ -344,9 +345,13 @@ class _Builder:
 
     def caseless_owners(self, kind: str, lowered: str) -> list[Component]:
         """The components a bare name of this lower case may mean (deferring ones give way)."""
-        matching = [
-            c for c in self.components[kind] if lowered in {n.lower() for n in (c.name, *c.aliases)}
-        ]
+        if kind not in self._owners:
+            index: dict[str, list[Component]] = {}
+            for component in self.components[kind]:
+                for name in {n.lower() for n in (component.name, *component.aliases)}:
+                    index.setdefault(name, []).append(component)
+            self._owners[kind] = index
+        matching = self._owners[kind].get(lowered, [])
         firm = [c for c in matching if not c.defer]
         return firm or matching
 

@@ -26,6 +26,20 @@ def _sequence_length(loader: Any) -> int | None:
     return None
 
 
+def _batch_size(loader: Any) -> int | None:
+    """Samples per micro-batch of this process: the loader's, else its batch sampler's."""
+    size = getattr(loader, "batch_size", None)
+    if isinstance(size, int):
+        return size
+    sampler = getattr(loader, "batch_sampler", None)
+    size = getattr(sampler, "batch_size", None)
+    if isinstance(size, int):
+        return size
+    order = getattr(sampler, "order", None)  # the global sample order's sampler
+    size = getattr(order, "batch_size", None)
+    return size if isinstance(size, int) else None
+
+
 def _precision(trainer: Any) -> str:
     precision = trainer.precision
     dtype = getattr(precision, "dtype", None)
@@ -47,7 +61,7 @@ def describe_fit(trainer: Any, loader: Any) -> str:
     parameters = sum(p.numel() for p in model.parameters())
     processes = int(getattr(trainer.backend, "world_size", 1) or 1)
     accum = trainer.loop.grad_accum_steps if trainer.loop else 1
-    batch = getattr(loader, "batch_size", None)
+    batch = _batch_size(loader)
     parts = [f"{type(model).__name__} {_count(parameters)} parameters"]
     if isinstance(batch, int):
         length = _sequence_length(loader)
