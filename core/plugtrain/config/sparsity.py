@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from plugtrain._suggest import did_you_mean
+from plugtrain.config.checker import render_path
 from plugtrain.config.plan import ComponentSpec, SparsityGroupSpec, plain
 from plugtrain.config.yaml_loader import LocatedDict, LocatedList, location_of
 from plugtrain.errors import ConfigIssue, DuplicateNameError, UnknownNameError
@@ -284,7 +285,7 @@ def _group(
         algorithm=str(algorithm.name),
         arguments=written,
         param_filter=param_filter,
-        path=_render(path),
+        path=render_path(path),
         location=location_of(parent, key) if parent is not None else location_of(entry),
     )
 
@@ -389,14 +390,4 @@ def _log_sparsity(checker: _Checker, path: Path, container: Any) -> ComponentSpe
         checker.add(path, f"{SUMMARIES_KEY} switches on LogSparsity: {exc}", container)
         return None
     where = location_of(container, SUMMARIES_KEY)
-    return ComponentSpec("callback", str(found.name), {}, _render(path), where)
-
-
-def _render(path: Path) -> str:
-    text = ""
-    for part in path:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
+    return ComponentSpec("callback", str(found.name), {}, render_path(path), where)
