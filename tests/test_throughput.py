@@ -97,9 +97,11 @@ def test_the_default_throughput_is_silent_without_tokens(tmp_path: Path) -> None
 def test_decoder_flops_equal_flop_counters_with_accumulation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from plugtrain.train.peak_flops import cpu_peak_flops
     from plugtrain_models.gpt import GPT
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cpu_peak_flops.cache_clear()  # probe again, into this test's cache folder
     torch.manual_seed(0)
     model = GPT(vocab_size=50, n_layer=2, n_head=2, n_embd=16, block_size=8)
     reference = copy.deepcopy(model)

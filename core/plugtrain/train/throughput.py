@@ -4,10 +4,12 @@ Tokens: a model may declare ``num_tokens(batch) -> int`` (since plugin API 1.1);
 mapping batch with an ``input_ids`` tensor counts its elements; other batches count none. The
 Trainer's data stream counts them as it hands batches out (:func:`token_counter`).
 
-FLOPs: counted once, by :class:`torch.utils.flop_counter.FlopCounterMode` over the forward and
-backward passes of the fit's second optimizer step (all its micro-batches; the first step is
-often a warm-up or a compilation), then scaled by the tokens (else the samples) of later
-windows. With activation checkpointing, the recomputed forward passes are counted too.
+FLOPs (on CPU and CUDA devices): counted once, by :class:`torch.utils.flop_counter.FlopCounterMode`
+over the forward and backward passes of the fit's second optimizer step (all its micro-batches;
+the first step is often a warm-up or a compilation), then scaled by the tokens (else the
+samples) of later windows. That step runs eagerly (``torch.compiler.set_stance``
+``("force_eager")``: compiled kernels escape the counter). With activation checkpointing, the
+recomputed forward passes are counted too.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class Throughput:
         self._active = True
         self._count_step = -1
         self._counter: Any = None
+        self._eager: Any = None
         self._at_count = (0, 0)
         self._last = 0.0
         self._last_units = (0, 0)
@@ -73,7 +76,8 @@ class Throughput:
     def on_fit_start(self, trainer: Any) -> None:
         """Start the clock; the step after this fit's first is the one whose FLOPs are counted."""
         self._active = True
-        self._count_step = trainer.global_step + 2 if self.mfu else -1
+        counts = self.mfu and trainer.device.type in _COUNTED_DEVICES
+        self._count_step = trainer.global_step + 2 if counts else -1
         self._last = time.perf_counter()
         self._last_units = _units(trainer)
         self._paused = 0.0
@@ -90,6 +94,7 @@ class Throughput:
         from torch.utils.flop_counter import FlopCounterMode
 
         self._at_count = _units(trainer)
+        self._eager = torch.compiler.set_stance("force_eager")  # set from here to its exit
         self._counter = FlopCounterMode(display=False)
         self._counter.__enter__()
 
@@ -101,6 +106,7 @@ class Throughput:
     def _stop_counting(self, trainer: Any) -> None:
         counter, self._counter = self._counter, None
         counter.__exit__(None, None, None)
+        self._eager.__exit__(None, None, None)
         self.flops_per_step = int(counter.get_total_flops())
         tokens, samples = _units(trainer)
         self.step_tokens = tokens - self._at_count[0]
@@ -158,6 +164,10 @@ class Throughput:
                 self.peak_flops = device_peak_flops(trainer.device, dtype)
             self.peak_flops = self.peak_flops or 0.0
         return self.peak_flops
+
+
+_COUNTED_DEVICES = ("cpu", "cuda")
+"""Where FLOPs are counted: a compiling backend's device (CSX) runs no eager ops to count."""
 
 
 def _units(trainer: Any) -> tuple[int, int]:
