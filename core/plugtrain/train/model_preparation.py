@@ -99,7 +99,7 @@ def _blocks(model: nn.Module, option: str, value: str) -> list[nn.Module]:
     blocks = repeated_blocks(model)
     if not blocks:
         message = (
-            f"{option}: {value} needs the model's repeated blocks, and "
+            f"{value} needs the model's repeated blocks, and "
             f"{type(model).__name__} declares none (a repeated_blocks() method) and has no "
             "nn.ModuleList of two or more modules of one class"
         )
