@@ -137,3 +137,24 @@ def test_token_counts() -> None:
     assert tokens_in({"input_ids": ids}) == 15
     assert tokens_in((ids, ids)) == 0
     assert token_counter(MLP(in_features=4, out_features=2)) is tokens_in
+
+
+def test_a_counted_step_that_skips_its_update_stops_counting_at_the_end(tmp_path: Path) -> None:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    torch.manual_seed(0)
+    batches = [(torch.randn(4, 64), torch.randint(0, 10, (4,))) for _ in range(2)]
+    batches[1][0][0, 0] = float("nan")  # step 2, the counted one: no optimizer step
+    throughput = Throughput(peak_flops=1e12)
+    trainer = Trainer(
+        model=MLP(in_features=64, out_features=10, hidden=8),
+        optimizer=_sgd,
+        loop={"max_steps": 2, "nan_policy": "skip_step"},
+        logging={"log_steps": 1},
+        model_dir=tmp_path,
+        callbacks=[throughput],
+    )
+    trainer.fit(batches)
+    assert _get_current_dispatch_mode() is None
+    assert throughput.flops_per_step is not None
+    assert throughput.flops_per_step > 0

@@ -103,6 +103,11 @@ class Throughput:
         if self._counter is not None:
             self._stop_counting(trainer)
 
+    def on_fit_end(self, trainer: Any) -> None:
+        """Stop counting if the counted step never reached its optimizer step."""
+        if self._counter is not None:
+            self._stop_counting(trainer)
+
     def _stop_counting(self, trainer: Any) -> None:
         counter, self._counter = self._counter, None
         counter.__exit__(None, None, None)
