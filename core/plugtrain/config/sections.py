@@ -14,6 +14,7 @@ from typing import Any, Literal
 import attrs
 
 from plugtrain.config.precision import PrecisionSettings
+from plugtrain.config.speed import ACTIVATION_CHECKPOINTING, COMPILE, ProfileSettings
 from plugtrain.schema import Problem, about, arg
 
 __all__ = [
@@ -225,6 +226,24 @@ class InitSection:
         None,
         help="weight sparsity: a level (one Static group), a group {algorithm, sparsity, "
         "param_filter, ...} or a list of groups; null: dense",
+    )
+    compile: str = arg(
+        "off",
+        choices=COMPILE,
+        help="torch.compile the model: off, regional (each repeated block, such as a "
+        "decoder's layers) or full (the whole model)",
+    )
+    activation_checkpointing: str = arg(
+        "off",
+        choices=ACTIVATION_CHECKPOINTING,
+        help="recompute activations in the backward pass: off, full (every repeated block) or "
+        "selective (every block, keeping the matmuls' and attention's outputs)",
+    )
+    profile: dict[str, Any] | None = arg(
+        None,
+        section=ProfileSettings,
+        help="a torch.profiler window: {start_step, steps, memory}; a Chrome trace under "
+        "model_dir/profile",
     )
 
     @staticmethod

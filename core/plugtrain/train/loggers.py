@@ -16,8 +16,16 @@ from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.kinds import KINDS
 from plugtrain.train.metrics import MetricsLog, Progress
 from plugtrain.train.summary import describe_fit
+from plugtrain.train.throughput import Throughput
 
-__all__ = ["DEFAULT_LOGGERS", "Loggers", "MetricsFilesLogger", "ProgressLogger", "assemble"]
+__all__ = [
+    "DEFAULT_CALLBACKS",
+    "DEFAULT_LOGGERS",
+    "Loggers",
+    "MetricsFilesLogger",
+    "ProgressLogger",
+    "assemble",
+]
 
 log = logging.getLogger("plugtrain")
 
@@ -103,6 +111,12 @@ DEFAULT_LOGGERS: dict[str, Callable[[], Any]] = {
 }
 """The loggers every trainer has unless removed, by registered name (``plugtrain.kinds``)."""
 
+DEFAULT_CALLBACKS: dict[str, Callable[[], Any]] = {
+    "Throughput": lambda: Throughput(only_with_tokens=True),
+}
+"""The callbacks every trainer has unless removed (after the given ones): ``Throughput``, which
+reports only for models whose batches hold tokens."""
+
 
 class Loggers:
     """Every logger of a trainer: each record goes to each, in order (main process only)."""
@@ -149,6 +163,8 @@ def assemble(
     entries: Sequence[Any] | None,
     defaults: Mapping[str, Callable[[], Any]],
     required: Sequence[str] = (),
+    *,
+    defaults_last: bool = False,
 ) -> list[Any]:
     """The objects of a trainer's ``callbacks`` or ``loggers`` list, defaults first.
 
@@ -157,6 +173,8 @@ def assemble(
         like a default replaces that default.
     :param defaults: factories of the defaults, by registered name.
     :param required: methods each object must have (a logger's ``log_metrics`` and ``close``).
+    :param defaults_last: put the defaults after the given objects (the default callbacks, so
+        that the given callbacks keep their positions in checkpoints' callback states).
     :raises ConfigError: for a removal naming no default, or an object lacking a method.
     """
     plural = KINDS[kind].plural
@@ -181,4 +199,4 @@ def assemble(
         given.append(item)
     replaced = {type(entry).__name__ for entry in given}
     built = [factory() for name, factory in defaults.items() if name not in removed | replaced]
-    return built + given
+    return given + built if defaults_last else built + given

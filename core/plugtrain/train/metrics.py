@@ -153,7 +153,13 @@ def _display(values: dict[str, float]) -> dict[str, float]:
             shown["steps/s" if name == "steps_per_second" else name] = value
         elif base == "lr" and "lr" not in shown:
             shown["lr"] = value
+        elif name in _DEVICE_RATES:
+            shown[_DEVICE_RATES[name]] = value
     return shown
+
+
+_DEVICE_RATES = {"device/tokens_per_sec": "tokens/s", "device/mfu": "mfu"}
+"""The Throughput callback's metrics that log lines show, and their short names."""
 
 
 BAR_FORMAT = "{n_fmt}/{total_fmt} |{bar:16}| {rate_fmt} eta {remaining}{postfix}"

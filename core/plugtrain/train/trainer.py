@@ -27,6 +27,7 @@ from plugtrain.config.sections import (
     LoggingSettings,
     LoopSettings,
 )
+from plugtrain.config.speed import ProfileSettings
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
 from plugtrain.scheduler import scheduler_groups, scheduler_key
 from plugtrain.schema import validated_arguments
@@ -40,12 +41,15 @@ from plugtrain.train.evaluation import UNSET, Evaluation
 from plugtrain.train.global_sampler import in_global_order
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted
 from plugtrain.train.lock import ModelDirLock
-from plugtrain.train.loggers import DEFAULT_LOGGERS, Loggers, assemble
+from plugtrain.train.loggers import DEFAULT_CALLBACKS, DEFAULT_LOGGERS, Loggers, assemble
 from plugtrain.train.loop import TrainingLoop, group_values, steps_per_epoch, target_step
+from plugtrain.train.model_preparation import prepare_model
 from plugtrain.train.nan_guard import NonFiniteGuard
 from plugtrain.train.precision import Precision
+from plugtrain.train.profiling import profiler_callbacks
 from plugtrain.train.resume import DataStream, seed_everything
 from plugtrain.train.sparsity import Sparsity, sparsity_groups
+from plugtrain.train.throughput import token_counter
 from plugtrain.train.trainer_state import TrainerState
 
 __all__ = ["Trainer", "TrainingError", "TrainingInterrupted"]
@@ -118,7 +122,8 @@ class Trainer:
         :class:`plugtrain.train.sparsity.SparsityGroup` objects; see
         :mod:`plugtrain.train.sparsity`.
     :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`,
-        or ``{Name: {arguments}}`` of registered callbacks; called in list order.
+        or ``{Name: {arguments}}`` of registered callbacks; called in list order, then the
+        default ``Throughput`` (``{Name: None}`` removes it).
     :param loggers: :class:`plugtrain.protocols.Logger` objects or ``{Name: {arguments}}``, in
         addition to the defaults ``ProgressLogger`` and ``MetricsFilesLogger``; ``{Name: None}``
         removes a default, and an object of a default's class replaces it.
@@ -126,6 +131,9 @@ class Trainer:
     :param loss_fn: ``loss_fn(outputs, targets)`` for models that return outputs rather than
         their loss (:mod:`plugtrain.train.batches`); default cross-entropy for class labels.
     :param config: the resolved run configuration, stored in checkpoints' metadata.
+    :param compile: ``off``, ``regional`` or ``full`` (:mod:`.model_preparation`).
+    :param activation_checkpointing: ``off``, ``full`` or ``selective`` (the same module).
+    :param profile: a profiler window (:mod:`plugtrain.train.profiling`) or its mapping.
     """
 
     data_description: dict[str, Any] | None = None
@@ -151,6 +159,9 @@ class Trainer:
         seed: int | None = None,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         config: Mapping[str, Any] | None = None,
+        compile: str = "off",  # noqa: A002 - the run file's key
+        activation_checkpointing: str = "off",
+        profile: ProfileSettings | Mapping[str, Any] | None = None,
     ) -> None:
         if device is not None and backend is not None:
             raise ValueError(MUTUALLY_EXCLUSIVE)
@@ -167,7 +178,9 @@ class Trainer:
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
         say_inert_off_csx(self.backend, self.logging)
-        self.callbacks: list[Any] = assemble("callback", callbacks, {})
+        self.callbacks: list[Any] = assemble(
+            "callback", callbacks, DEFAULT_CALLBACKS, defaults_last=True
+        ) + profiler_callbacks(_settings(ProfileSettings, profile, "profile"))
         self.loggers: list[Any] = assemble(
             "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
         )
@@ -188,6 +201,9 @@ class Trainer:
         groups = sparsity_groups(sparsity)
         self.sparsity: Sparsity | None = Sparsity(groups, built, seed=seed or 0) if groups else None
         """The model's weight sparsity (masks and algorithms); ``None`` without."""
+        built = prepare_model(
+            built, compile=compile, activation_checkpointing=activation_checkpointing
+        )
         self.model: nn.Module = self.strategy.wrap_model(built)
         self.optimizer = self._make_optimizer(optimizer)
         if self.sparsity is not None and self.optimizer is not None:
@@ -403,7 +419,10 @@ class Trainer:
         epoch_steps = self.loop.steps_per_epoch and steps_per_epoch(self.loop, train_dataloader)
         batches = epoch_steps * self.loop.grad_accum_steps if epoch_steps else None
         stream = self.stream = DataStream(
-            train_dataloader, self.stream_position, batches_per_epoch=batches
+            train_dataloader,
+            self.stream_position,
+            batches_per_epoch=batches,
+            count_tokens=token_counter(self.unwrapped_model),
         )
         last_val: dict[str, float] = {}
         try:
