@@ -175,6 +175,11 @@ class LoggingSettings:
         False,
         help="CSX: fetch activations only every log_steps steps; no effect elsewhere (said once)",
     )
+    on_error: Literal["stop", "continue"] | dict[str, Literal["stop", "continue"]] = arg(
+        "stop",
+        help="when a logger raises: stop (save the last completed step, then stop naming it) "
+        "or continue without that logger; one value for all, or {logger name: value}",
+    )
 
 
 @attrs.frozen

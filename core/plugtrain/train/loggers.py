@@ -14,6 +14,7 @@ from typing import Any
 
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.kinds import KINDS
+from plugtrain.train.failures import Failures
 from plugtrain.train.metrics import MetricsLog, Progress
 from plugtrain.train.summary import describe_fit
 
@@ -107,20 +108,29 @@ DEFAULT_LOGGERS: dict[str, Callable[[], Any]] = {
 class Loggers:
     """Every logger of a trainer: each record goes to each, in order (main process only)."""
 
-    def __init__(self, loggers: Sequence[Any]) -> None:
+    def __init__(self, loggers: Sequence[Any], failures: Failures | None = None) -> None:
         self.loggers = list(loggers)
+        self.failures = failures or Failures()
+        """Which loggers may fail without stopping the fit (shared with the callbacks)."""
 
     def log_metrics(self, step: int, split: str, metrics: Mapping[str, float]) -> None:
-        """Hand ``metrics`` to every logger."""
+        """Hand ``metrics`` to every logger.
+
+        :raises ComponentFailedError: naming the logger that raised.
+        """
+        failures = self.failures
         for logger in self.loggers:
-            logger.log_metrics(step, split, metrics)
+            if failures.active(logger):
+                with failures.blamed(logger, "log_metrics"):
+                    logger.log_metrics(step, split, metrics)
 
     def close(self) -> None:
         """Close every logger; the first failure is raised after all were closed."""
         failure: BaseException | None = None
         for logger in self.loggers:
             try:
-                logger.close()
+                with self.failures.blamed(logger, "close"):
+                    logger.close()
             except Exception as exc:  # noqa: BLE001 - the others must still close
                 failure = failure or exc
         if failure is not None:

@@ -17,9 +17,10 @@ from typing import Any
 import torch
 
 from plugtrain.config.sections import LoopSettings
-from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.errors import ComponentFailedError, ConfigError, ConfigIssue
 from plugtrain.train.accumulation import StepLoss
 from plugtrain.train.batches import MetricSums
+from plugtrain.train.failures import stop_after_failure
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted, signal_name
 from plugtrain.train.resume import DataStream
 
@@ -179,7 +180,24 @@ class TrainingLoop:
         target: int,
         interrupt: InterruptRequest | None = None,
     ) -> dict[str, float]:
-        """Train until ``target``, evaluating and saving as the settings say; the last metrics."""
+        """Train until ``target``, evaluating and saving as the settings say; the last metrics.
+
+        :raises ComponentFailedError: a callback or logger raised; the last completed step was
+            saved first (:func:`~plugtrain.train.failures.stop_after_failure`).
+        """
+        try:
+            return self._run(stream, val_dataloader, target, interrupt)
+        except ComponentFailedError as failure:
+            stop_after_failure(self.trainer, stream, failure)
+            raise  # not reached: stop_after_failure raises
+
+    def _run(
+        self,
+        stream: DataStream,
+        val_dataloader: Iterable[Any] | None,
+        target: int,
+        interrupt: InterruptRequest | None,
+    ) -> dict[str, float]:
         trainer = self.trainer
         loop = trainer.loop
         assert loop is not None

@@ -9,7 +9,6 @@ each scheduler an instance or a callable taking the optimizer.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,9 +36,10 @@ from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.checkpointer import Checkpointer, FileCheckpointer
 from plugtrain.train.console import console_logging, say_inert_off_csx
 from plugtrain.train.evaluation import UNSET, Evaluation
+from plugtrain.train.failures import allow_failures
 from plugtrain.train.global_sampler import in_global_order
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted
-from plugtrain.train.lock import ModelDirLock
+from plugtrain.train.lock import run_locks
 from plugtrain.train.loggers import DEFAULT_LOGGERS, Loggers, assemble
 from plugtrain.train.loop import TrainingLoop, group_values, steps_per_epoch, target_step
 from plugtrain.train.nan_guard import NonFiniteGuard
@@ -172,8 +172,11 @@ class Trainer:
             "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
         )
         main = self.is_main_process  # loggers (and their callback methods) run there only
-        self.loggers_dispatch = Loggers(self.loggers if main else [])
         self.callbacks_dispatch = Callbacks(self.callbacks + (self.loggers if main else []))
+        self.loggers_dispatch = Loggers(
+            self.loggers if main else [], self.callbacks_dispatch.failures
+        )
+        allow_failures(self.callbacks_dispatch.failures, self.loggers, self.logging.on_error)
         self.target_step: int | None = None
         """The step the current (or last) ``fit`` ends at; ``None`` before any fit."""
         self.seed = seed
@@ -200,7 +203,7 @@ class Trainer:
         self.loaded_step: int | None = None
         """The global step stored in the checkpoint loaded last (``None``: none loaded)."""
         self.checkpointer: Checkpointer = FileCheckpointer(
-            self.checkpoint_dir, self.checkpoint.checkpoint_name
+            self.checkpoint_dir, self.checkpoint.checkpoint_name, owner=self.model_dir
         )
         """Writes, finds and reads this trainer's checkpoints."""
         self.stream_position: dict[str, Any] | None = None
@@ -383,7 +386,7 @@ class Trainer:
         if _is_empty(val_dataloader):
             message = "the evaluation data (val_dataloader) is empty: it yields no example"
             raise TrainingError(message)
-        lock = ModelDirLock(self.model_dir) if self.is_main_process else contextlib.nullcontext()
+        lock = run_locks(self.model_dir, self.checkpoint_dir, self.is_main_process)
         with lock, console_logging(self.logging.log_level):
             return self._fit(train_dataloader, val_dataloader, ckpt_path)
 
@@ -391,6 +394,7 @@ class Trainer:
         self, train_dataloader: Iterable[Any], val_dataloader: Iterable[Any] | None, ckpt_path: Any
     ) -> dict[str, float]:
         if self.is_main_process:
+            self.checkpointer.claim()
             for stale in self.checkpointer.clean_up():
                 log.info("removed %s, left by an interrupted save", stale)
         self.state.restore(ckpt_path)
