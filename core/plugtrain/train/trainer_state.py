@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from plugtrain._version import __version__
-from plugtrain.errors import CheckpointMismatchError, TrainingError
+from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingError
 from plugtrain.train.agreement import restore_agreed
 from plugtrain.train.checkpoint import plain
 from plugtrain.train.checkpoint_fit import check_fits
@@ -25,6 +25,7 @@ from plugtrain.train.checkpoint_parts import checkpoint_parts
 from plugtrain.train.disk import reserve
 from plugtrain.train.evaluation import UNSET
 from plugtrain.train.resume import DataStream, rng_state, set_rng_state
+from plugtrain.train.state_check import RULE, plain_problems
 
 __all__ = ["TrainerState", "check_version"]
 
@@ -75,25 +76,41 @@ class TrainerState:
         trainer.nan_guard.check_weights_before_save()
         path = None
         checkpointer = trainer.checkpointer
+        left_out: list[tuple[str, str]] = []
         if trainer.strategy.is_writer:
             state = self.state_dict()
+            owners = self._owners()
+            state, left_out = _plain_state(trainer, state, owners)
             path = checkpointer.save(trainer.global_step, state)
-            if not self.verified:  # every state must load with weights_only=True
-                owners: dict[str, Any] = {
-                    "model": trainer.unwrapped_model,
-                    "optimizer": trainer.optimizer,
-                    "callbacks": trainer.callbacks_dispatch.callbacks,
-                    "schedulers": trainer.schedulers,
-                }
-                if trainer.sparsity is not None:
-                    owners["sparsity"] = trainer.sparsity.algorithms
+            if not self.verified:  # the exact rule, once: the file loads with weights_only=True
                 checkpointer.verify(path, state, owners)
                 self.verified = True
         trainer.saved_step = trainer.global_step
         trainer.last_good_checkpoint = checkpointer.path(trainer.global_step)
+        if left_out:
+            described = "; ".join(f"{where} ({problem})" for where, problem in left_out)
+            message = (
+                f"{path}: saved without the state of {described}, which would not load with "
+                f"weights_only=True; training stopped (a resumed fit starts that callback "
+                f"fresh). {RULE[0].upper()}{RULE[1:]}."
+            )
+            raise CheckpointError(message)
         if path is not None:
             trainer.callbacks_dispatch.on_save_checkpoint(trainer, path)
         return path
+
+    def _owners(self) -> dict[str, Any]:
+        """The object behind each part of the state, named in errors."""
+        trainer = self.trainer
+        owners: dict[str, Any] = {
+            "model": trainer.unwrapped_model,
+            "optimizer": trainer.optimizer,
+            "callbacks": trainer.callbacks_dispatch.callbacks,
+            "schedulers": trainer.schedulers,
+        }
+        if trainer.sparsity is not None:
+            owners["sparsity"] = trainer.sparsity.algorithms
+        return owners
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore a checkpoint (see ``Trainer.load_checkpoint``)."""
@@ -195,6 +212,37 @@ class TrainerState:
             for state in trainer.optimizer.state.values():
                 tensors.extend(v for v in state.values() if isinstance(v, torch.Tensor))
         return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _plain_state(
+    trainer: Any, state: dict[str, Any], owners: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """``state`` with unloadable callback states left out, and what was left out.
+
+    Every save checks (cheaply, :func:`~plugtrain.train.state_check.plain_problems`) that the
+    state loads back with ``weights_only=True``. A callback's state that would not is left out
+    so that the step's work is saved (the caller then stops, naming it); any other part stops
+    the save, since no run could resume from the checkpoint.
+
+    :raises CheckpointError: a part other than a callback's state would not load.
+    """
+    problems = plain_problems(state, owners)
+    fatal = [(w, p) for w, p in problems if not w.startswith("callbacks[")]
+    if fatal:
+        described = "; ".join(f"{where} ({problem})" for where, problem in fatal)
+        newest = trainer.last_good_checkpoint
+        message = (
+            f"the checkpoint of step {trainer.global_step} was not written: {described} would "
+            "not load with weights_only=True, so no run could resume from it; training stopped; "
+            f"the newest checkpoint is {newest}. {RULE[0].upper()}{RULE[1:]}."
+        )
+        raise CheckpointError(message)
+    if problems:
+        callbacks = list(state["callbacks"])
+        for where, _problem in problems:
+            callbacks[int(where[len("callbacks[") : -1])] = None
+        state = {**state, "callbacks": callbacks}
+    return state, problems
 
 
 def _version_of(text: str) -> tuple[int, int] | None:
