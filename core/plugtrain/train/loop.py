@@ -9,6 +9,7 @@ in a data-parallel run). The losses are averaged as ``loop.loss_averaging`` says
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,8 @@ from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted, sig
 from plugtrain.train.resume import DataStream
 
 __all__ = ["TrainingLoop", "eval_period", "group_values", "steps_per_epoch", "target_step"]
+
+log = logging.getLogger("plugtrain")
 
 
 def eval_period(frequency: int | float | None, total_steps: int) -> int:
@@ -148,11 +151,15 @@ class TrainingLoop:
             count += scored.count
             extra.add(scored.metrics, scored.weight)
         total_loss = step_loss.finish(strategy, self._step_gradients())
-        if math.isfinite(total_loss):
+        finite = trainer.nan_guard.agreed_finite(math.isfinite(total_loss))
+        if finite:
             problem = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+        elif math.isfinite(total_loss):
+            problem = "the loss is not finite on another process"
+            total_loss = math.nan  # this step counts as skipped here too
         else:
             problem = f"the loss is {total_loss}"
-        trainer.nan_guard.step_done(problem, math.isfinite(total_loss))
+        trainer.nan_guard.step_done(problem, finite)
         if trainer.sparsity is not None:
             trainer.sparsity.step_end()  # masks change only if the optimizer applied the step
         for scheduler in trainer.schedulers:
@@ -185,6 +192,15 @@ class TrainingLoop:
         :raises ComponentFailedError: a callback or logger raised; the last completed step was
             saved first (:func:`~plugtrain.train.failures.stop_after_failure`).
         """
+        trainer = self.trainer
+        if trainer.global_step >= target and trainer.loaded_step is not None:
+            log.warning(
+                "nothing to train: the fit resumed at step %d and ends at step %d (loop.max_steps "
+                "is already reached); raise loop.max_steps, or use num_steps, to train further",
+                trainer.global_step,
+                target,
+            )
+            return {}
         try:
             return self._run(stream, val_dataloader, target, interrupt)
         except ComponentFailedError as failure:

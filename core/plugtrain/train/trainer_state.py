@@ -119,6 +119,8 @@ class TrainerState:
         trainer.loaded_step = int(state["global_step"])
         check_version(path, state, trainer.checkpoint.strict_version)
         parts = checkpoint_parts(state)
+        if trainer.optimizer is None:  # evaluation only: the weights (and masks) and the step
+            parts = {k: v for k, v in parts.items() if k in _EVALUATION_PARTS}
         trainer.callbacks_dispatch.on_before_load_checkpoint(trainer, parts)
         kept = {**parts, "metadata": state.get("metadata")}
         strict = not trainer.checkpoint.disable_strict_checkpoint_loading
@@ -214,6 +216,10 @@ class TrainerState:
         return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
+_EVALUATION_PARTS = frozenset({"model", "sparsity", "global_step"})
+"""What a trainer without an optimizer (``validate`` only) loads from a checkpoint."""
+
+
 def _plain_state(
     trainer: Any, state: dict[str, Any], owners: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
@@ -253,14 +259,44 @@ def _version_of(text: str) -> tuple[int, int] | None:
         return None
 
 
+def _is_prerelease(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text).is_prerelease
+    except InvalidVersion:
+        return False
+
+
 def check_version(path: Any, state: Mapping[str, Any], strict: bool) -> None:
     """Refuse a checkpoint of another plugtrain major.minor version (``strict_version``).
 
-    With ``strict_version: false`` it is a warning (Model Zoo's rule for its own version).
+    With ``strict_version: false`` it is a warning (Model Zoo's rule for its own version). A
+    checkpoint without a version, or written by a pre-release (``0.2.0rc1``, ``0.2.0.dev3``)
+    of the same major.minor, loads with a warning saying so.
     """
     written = str((state.get("metadata") or {}).get("plugtrain") or "")
+    if not written:
+        log.warning(
+            "%s: no plugtrain version recorded (written by hand or by another program); "
+            "loading it as if written by plugtrain %s",
+            path,
+            __version__,
+        )
+        return
     theirs, ours = _version_of(written), _version_of(__version__)
-    if theirs is None or ours is None or theirs == ours:
+    if theirs is None or ours is None:
+        log.warning("%s: written by plugtrain %r, not a version; loading it anyway", path, written)
+        return
+    if theirs == ours:
+        if written != __version__ and _is_prerelease(written) != _is_prerelease(__version__):
+            log.warning(
+                "%s: written by plugtrain %s, this is plugtrain %s (a pre-release and a release "
+                "of the same version); loading it",
+                path,
+                written,
+                __version__,
+            )
         return
     message = (
         f"{path}: written by plugtrain {written}, this is plugtrain {__version__} "
