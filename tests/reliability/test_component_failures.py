@@ -111,3 +111,53 @@ def test_i13_a_failure_in_the_middle_of_a_step_names_the_newest_checkpoint(tmp_p
         "it and run the same command again to resume"
     )
     assert sorted(p.name for p in model_dir.glob("checkpoint_*")) == ["checkpoint_5.mdl"]
+
+
+def test_i15_tensorboard_on_a_full_disk_saves_and_names_the_logger_without_a_thread_trace(
+    tmp_path, capfd
+):
+    pytest.importorskip("tensorboard")
+    import contextlib
+    import os
+    import shutil
+    import subprocess
+
+    import plugtrain
+
+    if not shutil.which("mount") or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+
+        class FillDisk:
+            def on_train_step_end(self, trainer: Any, metrics: Any) -> None:
+                if trainer.global_step == 4:
+                    with contextlib.suppress(OSError), (disk / "filler").open("wb") as handle:
+                        while True:
+                            handle.write(b"\0" * 4096)
+                            handle.flush()
+
+        board = plugtrain.resolve("logger", "TensorBoardLogger")(summary_dir=str(disk / "tb"))
+        model_dir = tmp_path / "run"
+        trainer = small_trainer(model_dir, callbacks=[FillDisk()], loggers=[board])
+        with pytest.raises(ComponentFailedError) as stopped:
+            trainer.fit(small_data())
+        message = str(stopped.value)
+        assert message.startswith("logger 'TensorBoardLogger' from plugtrain-callbacks "), message
+        assert "No space left on device" in message
+        step = trainer.global_step
+        assert f"training stopped; checkpoint of step {step} saved to " in message
+        assert load_checkpoint(model_dir / f"checkpoint_{step}.mdl")["global_step"] == step
+        err = capfd.readouterr().err
+        assert "Exception in thread" not in err  # was: the writer thread's raw traceback
+        assert "Traceback" not in err
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -97,3 +97,37 @@ def test_r09_pre_release_and_missing_versions_are_said(tmp_path, fitted, caplog,
         trainer.load_checkpoint(path)  # was: loaded without a word
     assert warning in caplog.text
     assert trainer.global_step == 5
+
+
+def _steps(path: Path) -> list[int]:
+    import json
+
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
+def test_r10_fine_tuning_into_the_same_folder_keeps_the_earlier_rows(tmp_path, fitted):
+    model_dir = tmp_path / "run"
+    small_trainer(model_dir, max_steps=6, checkpoint_steps=3).fit(small_data())
+    assert _steps(model_dir / "metrics.jsonl") == [1, 2, 3, 4, 5, 6]
+    tuned = small_trainer(
+        model_dir,
+        max_steps=14,
+        checkpoint_steps=7,
+        schedulers=[lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=3)],
+    )
+    tuned.fit(small_data(), ckpt_path=fitted / "checkpoint_10.mdl")  # another folder's
+    (kept,) = model_dir.glob("metrics.before-*.jsonl")
+    assert _steps(kept) == [1, 2, 3, 4, 5, 6]  # was: removed ("rows after step 10" kept only)
+    assert len(list(model_dir.glob("metrics.before-*.csv"))) == 1
+    assert _steps(model_dir / "metrics.jsonl") == [11, 12, 13, 14]
+    # resuming this folder's own checkpoint still cuts the replayed rows back (R01)
+    again = small_trainer(
+        model_dir,
+        max_steps=16,
+        checkpoint_steps=7,
+        schedulers=[lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=3)],
+    )
+    again.fit(small_data())
+    assert again.loaded_step == 14
+    assert _steps(model_dir / "metrics.jsonl") == [11, 12, 13, 14, 15, 16]
+    assert len(list(model_dir.glob("metrics.before-*.jsonl"))) == 1

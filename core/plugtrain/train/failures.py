@@ -46,14 +46,16 @@ class Failures:
     def __init__(self) -> None:
         self.go_on: set[int] = set()
         self.dropped: set[int] = set()
+        self.failed: set[int] = set()
+        """Those that raised and stopped the fit: closing them may raise again, quietly."""
 
     def allow(self, owner: Any) -> None:
         """Let the fit go on without ``owner`` when it raises (``logging.on_error: continue``)."""
         self.go_on.add(id(owner))
 
     def active(self, owner: Any) -> bool:
-        """Whether ``owner`` is still called (it has not failed and been dropped)."""
-        return id(owner) not in self.dropped
+        """Whether ``owner`` is still called (it has not failed)."""
+        return id(owner) not in self.dropped and id(owner) not in self.failed
 
     @contextlib.contextmanager
     def blamed(self, owner: Any, hook: str) -> Iterator[None]:
@@ -68,6 +70,10 @@ class Failures:
         except Exception as exc:
             described = describe_failure(owner, hook, exc)
             if id(owner) not in self.go_on:
+                if id(owner) in self.failed:  # its first failure is the one reported
+                    log.debug("%s (again, after its first failure)", described)
+                    return
+                self.failed.add(id(owner))
                 raise ComponentFailedError(described, owner, hook) from exc
             self.dropped.add(id(owner))
             log.warning("%s; going on without it (logging.on_error: continue)", described)

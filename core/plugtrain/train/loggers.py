@@ -15,7 +15,7 @@ from typing import Any
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.kinds import KINDS
 from plugtrain.train.failures import Failures
-from plugtrain.train.metrics import MetricsLog, Progress
+from plugtrain.train.metrics import MetricsLog, Progress, set_aside_metrics
 from plugtrain.train.summary import describe_fit
 
 __all__ = ["DEFAULT_LOGGERS", "Loggers", "MetricsFilesLogger", "ProgressLogger", "assemble"]
@@ -75,10 +75,22 @@ class MetricsFilesLogger:
         self._directory: Path | None = None
 
     def on_fit_start(self, trainer: Any) -> None:
-        """Open the files, dropping rows after the step the fit starts from."""
+        """Open the files, dropping rows after the step the fit resumes from.
+
+        A fit that does not resume from a checkpoint of its own folder (from scratch, or
+        fine-tuning from another folder's) sets the earlier files aside instead
+        (:func:`~plugtrain.train.metrics.set_aside_metrics`).
+        """
         self.close()
-        self._directory = Path(trainer.model_dir)
-        self._log = MetricsLog(self._directory, resume_step=trainer.global_step)
+        directory = self._directory = Path(trainer.model_dir)
+        loaded = trainer.last_good_checkpoint if trainer.loaded_step is not None else None
+        own = Path(trainer.checkpoint_dir).resolve()
+        if loaded is not None and Path(loaded).resolve().parent == own:
+            self._log = MetricsLog(directory, resume_step=trainer.global_step)
+            return
+        for moved in set_aside_metrics(directory):
+            log.info("metrics: the earlier run's rows are kept in %s", moved)
+        self._log = MetricsLog(directory)
 
     def on_validate_start(self, trainer: Any) -> None:
         """Open the files for a ``validate`` (no rows dropped)."""
