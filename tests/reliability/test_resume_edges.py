@@ -131,3 +131,39 @@ def test_r10_fine_tuning_into_the_same_folder_keeps_the_earlier_rows(tmp_path, f
     assert again.loaded_step == 14
     assert _steps(model_dir / "metrics.jsonl") == [11, 12, 13, 14, 15, 16]
     assert len(list(model_dir.glob("metrics.before-*.jsonl"))) == 1
+
+
+def test_r11_mlflow_with_its_default_store_resumes_and_a_copy_logs_into_its_own(
+    tmp_path, monkeypatch
+):
+    pytest.importorskip("mlflow")
+    import shutil
+
+    import plugtrain
+
+    mlflow_logger = plugtrain.resolve("logger", "MLflowLogger")
+
+    def fit(model_dir: Path, steps: int) -> Any:
+        monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)  # as in a new process
+        logger = mlflow_logger()
+        small_trainer(model_dir, max_steps=steps, loggers=[logger]).fit(small_data())
+        return logger
+
+    def history(model_dir: Path, run_id: str) -> list[int]:
+        from mlflow.tracking import MlflowClient
+
+        monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        client = MlflowClient((model_dir.resolve() / "mlruns").as_uri())
+        return sorted(m.step for m in client.get_metric_history(run_id, "train/loss"))
+
+    original = tmp_path / "a"
+    first = fit(original, 5)
+    second = fit(original, 10)  # was: "the file store is in maintenance mode"
+    assert second.run_id == first.run_id
+    assert history(original, first.run_id) == list(range(1, 11))
+    copy = tmp_path / "b"
+    shutil.copytree(original, copy)
+    third = fit(copy, 15)
+    assert third.tracking_uri == (copy.resolve() / "mlruns").as_uri()
+    assert history(original, first.run_id) == list(range(1, 11))  # was: the copy logged here
+    assert history(copy, third.run_id) == list(range(1, 16))
