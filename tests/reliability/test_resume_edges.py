@@ -167,3 +167,32 @@ def test_r11_mlflow_with_its_default_store_resumes_and_a_copy_logs_into_its_own(
     assert third.tracking_uri == (copy.resolve() / "mlruns").as_uri()
     assert history(original, first.run_id) == list(range(1, 11))  # was: the copy logged here
     assert history(copy, third.run_id) == list(range(1, 16))
+
+
+def test_r12_a_renamed_optimizer_state_key_blames_the_checkpoint(tmp_path):
+    import plugtrain
+    from plugtrain.errors import CheckpointMismatchError
+
+    adamw = plugtrain.resolve("optimizer", "AdamW")
+    model_dir = tmp_path / "run"
+
+    def trainer(steps: int) -> Any:
+        return small_trainer(
+            model_dir,
+            max_steps=steps,
+            optimizer=lambda model: adamw(model.parameters(), lr=0.01),
+        )
+
+    trainer(5).fit(small_data())
+    path = model_dir / "checkpoint_5.mdl"
+    state = load_checkpoint(path)
+    for per_parameter in state["optimizer"]["state"].values():
+        per_parameter["exp_avg_renamed"] = per_parameter.pop("exp_avg")
+    save_checkpoint(path, state)
+    with pytest.raises(CheckpointMismatchError) as refused:
+        trainer(10).fit(small_data())
+    # was: "resumed", then "optimizer 'AdamW' from plugtrain-optimizers raised KeyError"
+    assert str(refused.value).startswith(
+        f"{path}: does not fit this run: optimizer: its state failed at the first step after "
+        "loading it (KeyError: 'exp_avg'); a state key AdamW needs is missing or renamed"
+    ), str(refused.value)

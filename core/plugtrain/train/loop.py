@@ -18,7 +18,13 @@ from typing import Any
 import torch
 
 from plugtrain.config.sections import LoopSettings
-from plugtrain.errors import ComponentFailedError, ConfigError, ConfigIssue
+from plugtrain.errors import (
+    CheckpointMismatchError,
+    ComponentFailedError,
+    ConfigError,
+    ConfigIssue,
+    PlugtrainError,
+)
 from plugtrain.train.accumulation import StepLoss
 from plugtrain.train.batches import MetricSums
 from plugtrain.train.failures import stop_after_failure
@@ -153,7 +159,7 @@ class TrainingLoop:
         total_loss = step_loss.finish(strategy, self._step_gradients())
         finite = trainer.nan_guard.agreed_finite(math.isfinite(total_loss))
         if finite:
-            problem = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+            problem = self._optimizer_step()
         elif math.isfinite(total_loss):
             problem = "the loss is not finite on another process"
             total_loss = math.nan  # this step counts as skipped here too
@@ -175,6 +181,32 @@ class TrainingLoop:
         if trainer.sparsity is not None:
             grads.extend(trainer.sparsity.saved_gradients())
         return grads
+
+    def _optimizer_step(self) -> str | None:
+        """The optimizer's step; the first one after loading a checkpoint blames its state.
+
+        A state the optimizer cannot use (a key renamed or missing, another version of the
+        optimizer wrote it) is found only when the optimizer reads it, at that step.
+        """
+        trainer = self.trainer
+        step: str | None
+        if trainer.loaded_step is None or trainer.global_step != trainer.loaded_step:
+            step = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+            return step
+        try:
+            step = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+        except PlugtrainError:
+            raise
+        except (KeyError, IndexError, ValueError, TypeError, RuntimeError) as exc:
+            written = type(trainer.optimizer).__name__
+            message = (
+                f"{trainer.last_good_checkpoint}: does not fit this run: optimizer: its state "
+                f"failed at the first step after loading it ({type(exc).__name__}: {exc}); a "
+                f"state key {written} needs is missing or renamed (was the checkpoint written by "
+                "another version of the optimizer?)"
+            )
+            raise CheckpointMismatchError(message) from exc
+        return step
 
     def _before_optimizer_step(self) -> None:
         trainer = self.trainer
