@@ -98,7 +98,7 @@ def test_p13_a_closed_pipe_exits_quietly():
         assert process.returncode == 141  # 128 + SIGPIPE, as a shell reports a closed pipe
 
 
-def test_p14_the_csx_advice_runs_as_written_when_the_file_has_backend(tmp_path):
+def test_p14_the_csx_advice_runs_as_written_when_the_file_has_backend(tmp_path, keep_registry):
     run = write_train_run(
         tmp_path, steps=2, every=2, backend="backend: {backend_type: CSX, compile_dir: /tmp/x}"
     )
@@ -106,7 +106,7 @@ def test_p14_the_csx_advice_runs_as_written_when_the_file_has_backend(tmp_path):
     assert outcome.status == 1, outcome
     advice = re.search(r"run the same command with (--set \S+ --set \S+)", outcome.err)
     assert advice, outcome.err  # was: "use device: CPU or GPU", refused next to backend:
-    followed = run_subprocess("fit", str(run), *advice.group(1).split(), env=subprocess_env())
+    followed = run_cli("fit", str(run), *advice.group(1).split())  # CPU, as the other tests
     assert followed.status == 0, followed
     assert (Path(tmp_path) / "model" / "checkpoint_2.mdl").exists()
 
