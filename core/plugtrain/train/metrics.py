@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["CSV_HEADER", "MetricsLog", "Progress", "truncate_metrics"]
+__all__ = ["CSV_HEADER", "MetricsLog", "Progress", "set_aside_metrics", "truncate_metrics"]
 
 log = logging.getLogger("plugtrain")
 
@@ -111,6 +111,30 @@ def _csv_step(line: str) -> int | None:
         return int(row[0]) if len(row) == len(CSV_HEADER) else None
     except (ValueError, csv.Error):
         return None
+
+
+def set_aside_metrics(directory: Path) -> list[Path]:
+    """Rename the metrics files of an earlier run to ``metrics.before-YYYYmmdd-HHMMSS.*``.
+
+    A fit that does not continue this folder's own checkpoint (it starts from scratch, or
+    fine-tunes from another folder's) begins a new series of steps; the earlier rows keep
+    their own files instead of being cut or mixed with the new ones. Returns the new paths.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved = []
+    for name in ("metrics.jsonl", "metrics.csv"):
+        path = directory / name
+        if not path.exists() or path.stat().st_size == 0:
+            continue
+        suffix = "".join(path.suffixes)
+        target = directory / f"metrics.before-{stamp}{suffix}"
+        index = 1
+        while target.exists():
+            index += 1
+            target = directory / f"metrics.before-{stamp}-{index}{suffix}"
+        path.rename(target)
+        moved.append(target)
+    return moved
 
 
 def truncate_metrics(directory: Path, step: int) -> int:

@@ -9,7 +9,6 @@ each scheduler an instance or a callable taking the optimizer.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,9 +37,10 @@ from plugtrain.train.callbacks import Callbacks
 from plugtrain.train.checkpointer import Checkpointer, FileCheckpointer
 from plugtrain.train.console import console_logging, say_inert_off_csx
 from plugtrain.train.evaluation import UNSET, Evaluation
+from plugtrain.train.failures import allow_failures
 from plugtrain.train.global_sampler import in_global_order
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted
-from plugtrain.train.lock import ModelDirLock
+from plugtrain.train.lock import run_locks
 from plugtrain.train.loggers import DEFAULT_CALLBACKS, DEFAULT_LOGGERS, Loggers, assemble
 from plugtrain.train.loop import TrainingLoop, group_values, steps_per_epoch, target_step
 from plugtrain.train.model_preparation import prepare_model
@@ -178,15 +178,7 @@ class Trainer:
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
         say_inert_off_csx(self.backend, self.logging)
-        self.callbacks: list[Any] = assemble(
-            "callback", callbacks, DEFAULT_CALLBACKS, defaults_last=True
-        ) + profiler_callbacks(_settings(ProfileSettings, profile, "profile"))
-        self.loggers: list[Any] = assemble(
-            "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
-        )
-        main = self.is_main_process  # loggers (and their callback methods) run there only
-        self.loggers_dispatch = Loggers(self.loggers if main else [])
-        self.callbacks_dispatch = Callbacks(self.callbacks + (self.loggers if main else []))
+        self._attach_callbacks(callbacks, loggers, profile)
         self.target_step: int | None = None
         """The step the current (or last) ``fit`` ends at; ``None`` before any fit."""
         self.seed = seed
@@ -216,7 +208,7 @@ class Trainer:
         self.loaded_step: int | None = None
         """The global step stored in the checkpoint loaded last (``None``: none loaded)."""
         self.checkpointer: Checkpointer = FileCheckpointer(
-            self.checkpoint_dir, self.checkpoint.checkpoint_name
+            self.checkpoint_dir, self.checkpoint.checkpoint_name, owner=self.model_dir
         )
         """Writes, finds and reads this trainer's checkpoints."""
         self.stream_position: dict[str, Any] | None = None
@@ -227,6 +219,21 @@ class Trainer:
         """The newest checkpoint known to be sound."""
         self.stream: DataStream | None = None
         self._attach_parts()
+
+    def _attach_callbacks(self, callbacks: Any, loggers: Any, profile: Any) -> None:
+        """The callbacks and loggers, and their dispatchers (loggers run on the main process)."""
+        self.callbacks: list[Any] = assemble(
+            "callback", callbacks, DEFAULT_CALLBACKS, defaults_last=True
+        ) + profiler_callbacks(_settings(ProfileSettings, profile, "profile"))
+        self.loggers: list[Any] = assemble(
+            "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
+        )
+        main = self.is_main_process
+        self.callbacks_dispatch = Callbacks(self.callbacks + (self.loggers if main else []))
+        self.loggers_dispatch = Loggers(
+            self.loggers if main else [], self.callbacks_dispatch.failures
+        )
+        allow_failures(self.callbacks_dispatch.failures, self.loggers, self.logging.on_error)
 
     def _attach_parts(self) -> None:
         """The parts with one job each that the facade delegates to."""
@@ -399,7 +406,7 @@ class Trainer:
         if _is_empty(val_dataloader):
             message = "the evaluation data (val_dataloader) is empty: it yields no example"
             raise TrainingError(message)
-        lock = ModelDirLock(self.model_dir) if self.is_main_process else contextlib.nullcontext()
+        lock = run_locks(self.model_dir, self.checkpoint_dir, self.is_main_process)
         with lock, console_logging(self.logging.log_level):
             return self._fit(train_dataloader, val_dataloader, ckpt_path)
 
@@ -407,6 +414,7 @@ class Trainer:
         self, train_dataloader: Iterable[Any], val_dataloader: Iterable[Any] | None, ckpt_path: Any
     ) -> dict[str, float]:
         if self.is_main_process:
+            self.checkpointer.claim()
             for stale in self.checkpointer.clean_up():
                 log.info("removed %s, left by an interrupted save", stale)
         self.state.restore(ckpt_path)
