@@ -26,6 +26,7 @@ from plugtrain.launching import LaunchedProcess, exit_after_atexit_handlers, lau
 __all__ = [
     "GLOO_EXIT_SWITCH",
     "ProcessGroup",
+    "attempt_store",
     "gloo_exit_workaround",
     "shard_eval_batches",
     "shard_train_loader",
@@ -83,11 +84,15 @@ class ProcessGroup:
         options: dict[str, Any] = {}
         if device_id is not None:
             options["device_id"] = device_id
+        timeout = datetime.timedelta(seconds=self.timeout)
         try:
+            store = None if self.init_method else attempt_store(timeout)
+            if store is not None:
+                options["store"] = store
             dist.init_process_group(
                 backend=self.dist_backend,
                 init_method=self.init_method,
-                timeout=datetime.timedelta(seconds=self.timeout),
+                timeout=timeout,
                 world_size=self.world_size,
                 rank=self.rank,
                 **options,
@@ -133,6 +138,34 @@ class ProcessGroup:
             name: type(original)(total)
             for (name, original), total in zip(sums.items(), reduced, strict=True)
         }
+
+
+def attempt_store(
+    timeout: datetime.timedelta, environ: Mapping[str, str] | None = None
+) -> dist.Store | None:
+    """The store of this restart attempt of a torchrun run, or ``None`` for torch's ``env://``.
+
+    torchrun's agents share one TCPStore (at ``MASTER_ADDR:MASTER_PORT``) for the whole run: its
+    workers connect to it as clients on every restart attempt (``TORCHELASTIC_USE_AGENT_STORE``),
+    and torch's ``env://`` rendezvous no longer prefixes their keys per attempt. The restarted
+    workers then find the keys the failed attempt left (the process group's rank addresses,
+    barrier counters) and may connect to dead peers or pass barriers early, so the group does not
+    form. Here each attempt gets its own namespace, ``plugtrain/<run id>/attempt_<restart
+    count>/``, as torch's own code once did.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(
+        host_name=environ["MASTER_ADDR"],
+        port=int(environ["MASTER_PORT"]),
+        world_size=int(environ["WORLD_SIZE"]),
+        is_master=False,
+        timeout=timeout,
+    )
+    attempt = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    run_id = environ.get("TORCHELASTIC_RUN_ID", "none")
+    return dist.PrefixStore(f"plugtrain/{run_id}/attempt_{attempt}", store)
 
 
 GLOO_EXIT_SWITCH = "PLUGTRAIN_GLOO_EXIT_WORKAROUND"
