@@ -182,7 +182,8 @@ def _assert_one_writer_and_rank0_logs(place: Path, out: str) -> None:
 
 
 def test_two_nodes_slurm_tasks_and_a_restarted_group_end_bit_equal(tmp_path):
-    # A missing peer: node 0 of 2 waits rdzv_timeout, then names the endpoint (runs meanwhile).
+    # Three runs at once: a missing peer (node 0 of 2 waits rdzv_timeout, then names the
+    # endpoint), a standalone run whose rank 1 is killed once, and two nodes.
     lonely_port = _free_port()
     lonely, lonely_run = _job(
         tmp_path,
@@ -190,6 +191,10 @@ def test_two_nodes_slurm_tasks_and_a_restarted_group_end_bit_equal(tmp_path):
         f"num_nodes: 2, rdzv_endpoint: '127.0.0.1:{lonely_port}', rdzv_timeout: 3",
     )
     alone = _start(lonely, [str(lonely_run)], NODE_RANK="0")
+
+    # max_restarts: 1, rank 1 SIGKILLed after step 5: the group restarts from checkpoint 3.
+    elastic, elastic_run = _job(tmp_path, "elastic", "num_processes: 2, max_restarts: 1")
+    restarted = _start(elastic, [str(elastic_run)], ACT="kill", ACT_STEP="5")
 
     # Two nodes of one process each, node ranks from the environment and from --set.
     port = _free_port()
@@ -209,9 +214,7 @@ def test_two_nodes_slurm_tasks_and_a_restarted_group_end_bit_equal(tmp_path):
         f"did not meet at the rendezvous 127.0.0.1:{lonely_port} within rdzv_timeout (3 s)" in err
     )
 
-    # max_restarts: 1, rank 1 SIGKILLed after step 5: the group restarts from checkpoint 3.
-    elastic, elastic_run = _job(tmp_path, "elastic", "num_processes: 2, max_restarts: 1")
-    status, out, err = _finish(_start(elastic, [str(elastic_run)], ACT="kill", ACT_STEP="5"))
+    status, out, err = _finish(restarted)
     assert status == 0, err[-3000:]
     assert "checkpoint_3.mdl at step 3" in err  # "resumed from .../checkpoint_3.mdl at step 3"
     _assert_one_writer_and_rank0_logs(elastic, out)

@@ -145,6 +145,15 @@ def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> 
         variables = cluster.torchrun_variables(os.environ)
         os.environ.update(variables)
         log.debug("SLURM task: %s", variables)
+        count = processes_wanted(plan.trainers, registry)
+        if count > 1 and variables["RANK"] == "0":
+            log.warning(
+                "SLURM started %s tasks, one process each; the backend asks for %d processes "
+                "per machine: start one task per process (srun --ntasks-per-node=%d)",
+                variables["WORLD_SIZE"],
+                count,
+                count,
+            )
         return None
     if environment == "torchrun":
         return None
