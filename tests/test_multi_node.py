@@ -327,3 +327,58 @@ def test_torchrun_gets_the_c10d_rendezvous_for_several_nodes(monkeypatch):
     monkeypatch.setenv("NODE_RANK", "5")
     with pytest.raises(BackendError, match="NODE_RANK='5' must be a node index below"):
         torchrun_arguments(1, NodeSettings(num_nodes=2, rdzv_endpoint="n0:1"))
+
+
+def test_check_places_bad_node_keys_in_the_run_file(tmp_path, capsys):
+    from plugtrain.cli import main
+
+    run = tmp_path / "run.yaml"
+    run.write_text(
+        "trainer:\n"
+        "  init:\n"
+        "    backend: {backend_type: GPU, num_nodes: 2, node_rank: 2,\n"
+        "              rdzv_endpoint: node0, requeue_signal: SIGKILL}\n"
+        "    model: {MLP: {in_features: 4, out_features: 2}}\n"
+        "  validate:\n"
+        "    val_dataloader: {Synthetic: {batch_size: 2, in_features: 4, num_classes: 2}}\n"
+    )
+    assert main(["check", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run}:4:53: trainer.init.backend.requeue_signal: must be one of 'SIGUSR1'" in err
+    run.write_text(run.read_text().replace(", requeue_signal: SIGKILL", ""))
+    assert main(["check", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run}:4:15: trainer.init.backend.rdzv_endpoint: rdzv_endpoint must look like" in err
+    assert f"{run}:3:48: trainer.init.backend.node_rank: node_rank must be below num_nodes" in err
+    assert f"{run}:3:34: trainer.init.backend.num_nodes: num_nodes above 1 needs" in err
+    fixed = run.read_text().replace("node_rank: 2", "enable_distributed: true, nnodes: 2")
+    run.write_text(fixed.replace("node0", "node0:29400").replace("num_nodes: 2, ", ""))
+    assert main(["check", str(run)]) == 0
+
+
+def test_each_restart_attempt_of_an_outside_torchrun_gets_its_own_store_namespace():
+    import datetime
+
+    import torch.distributed as dist
+
+    from plugtrain_backends._parallel import attempt_store
+
+    server = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True)
+    torchrun = {
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RUN_ID": "job",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(server.port),
+        "WORLD_SIZE": "1",
+        "RANK": "0",
+    }
+    timeout = datetime.timedelta(seconds=10)
+    for attempt in ("0", "1"):
+        store = attempt_store(timeout, {**torchrun, "TORCHELASTIC_RESTART_COUNT": attempt})
+        assert store is not None
+        store.set("rank_0", f"address of attempt {attempt}")
+    assert server.get("plugtrain/job/attempt_0/rank_0") == b"address of attempt 0"
+    assert server.get("plugtrain/job/attempt_1/rank_0") == b"address of attempt 1"
+    # plugtrain fit's own torchrun makes a fresh store per round; several machines: no prefix
+    assert attempt_store(timeout, {**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "False"}) is None
+    assert attempt_store(timeout, {**torchrun, "GROUP_WORLD_SIZE": "2"}) is None

@@ -204,6 +204,11 @@ def _checkpoint_places(trainers: Sequence[Any]) -> list[tuple[str, str]]:
 
 _TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
+_FRESH_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+"""With ``1``, torchrun's rank-0 worker hosts a new TCPStore on a new port in every rendezvous
+round, instead of every round's workers sharing the agents' one store (torch's default since
+2.4), where a restarted group finds the keys its failed predecessor left and may not form."""
+
 
 def torchrun_arguments(nproc_per_node: int, nodes: NodeSettings) -> list[str]:
     """The torchrun options for ``nproc_per_node`` processes here and the run's node settings.
@@ -274,6 +279,8 @@ def torchrun(
     else:
         log.info("starting %d processes with torchrun", nproc_per_node)
     handlers = {name: signal.getsignal(getattr(signal, name)) for name in _TORCHRUN_SIGNALS}
+    # A fresh store per rendezvous round: restarted workers never see a failed round's keys.
+    os.environ.setdefault(_FRESH_STORE_SWITCH, "1")
     try:
         torch_run.run(torch_run.parse_args(arguments))
     except RendezvousError as exc:

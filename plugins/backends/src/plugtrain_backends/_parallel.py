@@ -143,18 +143,30 @@ class ProcessGroup:
 def attempt_store(
     timeout: datetime.timedelta, environ: Mapping[str, str] | None = None
 ) -> dist.Store | None:
-    """The store of this restart attempt of a torchrun run, or ``None`` for torch's ``env://``.
+    """The store of this restart attempt of a one-machine torchrun run, else ``None`` (env://).
 
-    torchrun's agents share one TCPStore (at ``MASTER_ADDR:MASTER_PORT``) for the whole run: its
-    workers connect to it as clients on every restart attempt (``TORCHELASTIC_USE_AGENT_STORE``),
-    and torch's ``env://`` rendezvous no longer prefixes their keys per attempt. The restarted
-    workers then find the keys the failed attempt left (the process group's rank addresses,
-    barrier counters) and may connect to dead peers or pass barriers early, so the group does not
-    form. Here each attempt gets its own namespace, ``plugtrain/<run id>/attempt_<restart
-    count>/``, as torch's own code once did.
+    torchrun's agents share one TCPStore (at ``MASTER_ADDR:MASTER_PORT``) for the whole run
+    unless ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (which ``plugtrain fit`` sets when it starts
+    torchrun itself): the workers of every restart attempt connect to it as clients
+    (``TORCHELASTIC_USE_AGENT_STORE=True``), and torch's ``env://`` rendezvous no longer prefixes
+    their keys per attempt. Restarted workers then find the keys the failed attempt left (the
+    process group's rank addresses, barrier counters), connect to dead peers or pass barriers
+    early, and the group does not form. Under an outside torchrun on one machine each attempt
+    gets its own namespace here, ``plugtrain/<run id>/attempt_<restart count>/``. On several
+    machines the restart counts of the agents differ (a node restarted because another failed
+    does not count a restart), so no per-attempt name is common to all ranks: a warning asks
+    for ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` when restarts are allowed.
     """
     environ = os.environ if environ is None else environ
     if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    if environ.get("GROUP_WORLD_SIZE", "1") != "1":
+        if environ.get("TORCHELASTIC_MAX_RESTARTS", "0") != "0" and environ.get("RANK") == "0":
+            log.warning(
+                "torchrun shares one rendezvous store over restarts: a restarted group may find "
+                "the failed attempt's keys and not form; start torchrun with "
+                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment (plugtrain fit does)"
+            )
         return None
     store = dist.TCPStore(
         host_name=environ["MASTER_ADDR"],
