@@ -294,6 +294,9 @@ def test_slurm_variables_become_torchruns_and_one_task_is_not_a_distributed_job(
         "MASTER_ADDR": "gpu007",
         "MASTER_PORT": "22891",
     }
+    assert cluster.tasks_per_node(step) is None
+    assert cluster.tasks_per_node({**step, "SLURM_NNODES": "2"}) == 2
+    assert cluster.tasks_per_node({**step, "SLURM_NTASKS_PER_NODE": "4"}) == 4
     auto = NodeSettings()
     assert cluster_environment(auto, step) == "slurm"
     assert cluster_environment(auto, {**step, "SLURM_NTASKS": "1"}) == "none"

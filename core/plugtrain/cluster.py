@@ -27,6 +27,7 @@ __all__ = [
     "is_torchrun_process",
     "requeue_job",
     "slurm_port",
+    "tasks_per_node",
     "torchrun_variables",
 ]
 
@@ -146,6 +147,17 @@ def torchrun_variables(environ: Mapping[str, str]) -> dict[str, str]:
     if per_node.isdigit():
         variables["LOCAL_WORLD_SIZE"] = per_node
     return variables
+
+
+def tasks_per_node(environ: Mapping[str, str]) -> int | None:
+    """Tasks of the job step on each machine (``None`` when SLURM does not say it simply)."""
+    per_node = environ.get("SLURM_NTASKS_PER_NODE", "")
+    if per_node.isdigit():
+        return int(per_node)
+    tasks, nodes = environ.get("SLURM_NTASKS", ""), environ.get("SLURM_NNODES", "")
+    if tasks.isdigit() and nodes.isdigit() and int(nodes) > 0:
+        return int(tasks) // int(nodes)
+    return None
 
 
 def requeue_job(job_id: str) -> None:

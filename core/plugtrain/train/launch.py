@@ -146,11 +146,12 @@ def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> 
         os.environ.update(variables)
         log.debug("SLURM task: %s", variables)
         count = processes_wanted(plan.trainers, registry)
-        if count > 1 and variables["RANK"] == "0":
+        per_node = cluster.tasks_per_node(os.environ)
+        if per_node is not None and per_node < count and variables["RANK"] == "0":
             log.warning(
-                "SLURM started %s tasks, one process each; the backend asks for %d processes "
-                "per machine: start one task per process (srun --ntasks-per-node=%d)",
-                variables["WORLD_SIZE"],
+                "SLURM started %d task(s) per machine, one process each; the backend asks for "
+                "%d processes per machine: start one task per process (srun --ntasks-per-node=%d)",
+                per_node,
                 count,
                 count,
             )
