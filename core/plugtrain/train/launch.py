@@ -305,11 +305,13 @@ def torchrun(
 
 
 def _rendezvous_failed(nodes: NodeSettings, error: BaseException) -> str:
-    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    cause = type(error).__name__
+    if str(error).strip():
+        cause += ": " + str(error).strip().splitlines()[0].rstrip(".")
     where = nodes.rdzv_endpoint or "the local rendezvous"
     return (
         f"the {nodes.num_nodes} machine(s) did not meet at the rendezvous {where} within "
-        f"rdzv_timeout ({nodes.rdzv_timeout:g} s): {type(error).__name__}: {cause}. Check "
+        f"rdzv_timeout ({nodes.rdzv_timeout:g} s): {cause}. Check "
         "that rdzv_endpoint is node 0's host and a free port every machine can reach, and "
         "that every machine runs the same command with the same num_nodes and rdzv_id"
     )
