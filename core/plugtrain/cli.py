@@ -283,7 +283,7 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     if status is not None:
         return status
     with launching.exit_worker_when_done():
-        with launch.collective_errors():
+        with launch.requeue_on_signal(plan), launch.collective_errors():
             results = run_plan(
                 plan, run_registry, mode=args.command, after_fit=_schedule_plot_drawer(run_registry)
             )

@@ -14,6 +14,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -23,6 +25,7 @@ __all__ = [
     "InterruptRequest",
     "StoppedAtOnce",
     "TrainingInterrupted",
+    "also_stop_on",
     "is_distributed",
     "signal_name",
 ]
@@ -33,6 +36,18 @@ step that takes longer): a collective per step would slow small models down by a
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals that stop ``fit`` after the current step."""
+
+_ALSO_STOP_ON: list[int] = []
+
+
+@contextmanager
+def also_stop_on(signal_number: int) -> Iterator[None]:
+    """While the block runs, ``signal_number`` stops ``fit`` too (SLURM's requeue signal)."""
+    _ALSO_STOP_ON.append(int(signal_number))
+    try:
+        yield
+    finally:
+        _ALSO_STOP_ON.remove(int(signal_number))
 
 
 def signal_name(signal_number: int) -> str:
@@ -113,7 +128,7 @@ class InterruptRequest:
         self._distributed = is_distributed()
         if threading.current_thread() is not threading.main_thread():
             return self
-        for number in STOP_SIGNALS:
+        for number in dict.fromkeys((*STOP_SIGNALS, *_ALSO_STOP_ON)):
             previous = signal.getsignal(number)
             if previous is signal.SIG_IGN:
                 continue

@@ -8,6 +8,14 @@ torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and runs the file itself. A pr
 already has those variables (started by an outside ``torchrun``, possibly on several machines)
 is never launched again. Nothing here imports torch until a launch is needed.
 
+More than one machine (the backend's node keys, :class:`plugtrain.launching.NodeSettings`):
+with ``num_nodes`` above 1 the same command on every machine runs torchrun with the c10d
+rendezvous at ``rdzv_endpoint`` instead of ``--standalone``; ``max_restarts`` restarts the
+workers after a failure (they resume from the newest checkpoint). A task of a SLURM job step
+(``srun plugtrain fit``) takes its place from SLURM's variables (:mod:`plugtrain.cluster`) and
+is not launched again; under SLURM the ``requeue_signal`` saves the step, requeues the job and
+exits (:func:`requeue_on_signal`).
+
 SIGTERM, SIGINT or SIGHUP to the launcher is forwarded by torchrun to every worker; the workers
 agree on a step, save it once and stop, and the launcher exits ``128 + signal`` naming the newest
 checkpoint. torchrun kills workers that take longer than its shutdown timeout (30 s, or
@@ -17,25 +25,32 @@ checkpoint. torchrun kills workers that take longer than its shutdown timeout (3
 from __future__ import annotations
 
 import logging
+import math
+import os
 import signal
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from plugtrain import cluster
 from plugtrain.config.sections import CheckpointSettings
 from plugtrain.errors import BackendError, ConfigError, ConfigIssue
-from plugtrain.launching import launched_process
+from plugtrain.launching import NodeSettings, is_main_rank, launched_process
 
 if TYPE_CHECKING:
     from plugtrain.config.plan import RunPlan, TrainerPlan
     from plugtrain.registry import Registry
 
 __all__ = [
+    "cluster_environment",
     "collective_errors",
     "launch_if_needed",
+    "node_settings",
     "processes_wanted",
+    "requeue_on_signal",
     "torchrun",
+    "torchrun_arguments",
 ]
 
 log = logging.getLogger("plugtrain")
@@ -70,8 +85,53 @@ def processes_wanted(plans: Iterable[TrainerPlan], registry: Registry) -> int:
     return next(iter(wanted), 1)
 
 
+def node_settings(plans: Iterable[TrainerPlan]) -> NodeSettings:
+    """The node keys of the run's backends (every trainer must say the same).
+
+    :raises ConfigError: when two trainers' backends disagree.
+    """
+    found: dict[NodeSettings, str] = {}
+    for plan in plans:
+        found.setdefault(NodeSettings.from_arguments(plan.backend.call_arguments()), plan.path)
+    if len(found) > 1:
+        listed = "; ".join(f"{path}: {settings}" for settings, path in found.items())
+        message = f"every trainer of a run file must use the same node settings: {listed}"
+        raise ConfigError([ConfigIssue("trainer", message)])
+    return next(iter(found), NodeSettings())
+
+
+def cluster_environment(nodes: NodeSettings, environ: Any = None) -> str:
+    """``torchrun``, ``slurm`` or ``none``: who placed this process (``cluster_environment``).
+
+    :raises BackendError: when the environment named explicitly has not placed it.
+    """
+    environ = os.environ if environ is None else environ
+    chosen = nodes.cluster_environment
+    if chosen == "torchrun" and not cluster.is_torchrun_process(environ):
+        message = (
+            "cluster_environment: torchrun, but RANK and WORLD_SIZE are not set: start the "
+            "program with torchrun, or use cluster_environment: auto"
+        )
+        raise BackendError(message)
+    if chosen == "slurm" and "SLURM_PROCID" not in environ:
+        message = (
+            "cluster_environment: slurm, but SLURM_PROCID is not set: start the run with "
+            "`srun plugtrain fit RUN.yaml` inside a SLURM job, or use cluster_environment: auto"
+        )
+        raise BackendError(message)
+    if chosen in ("torchrun", "slurm"):
+        return chosen
+    if cluster.is_torchrun_process(environ):
+        return "torchrun"
+    if chosen == "auto" and cluster.is_slurm_job_step(environ):
+        return "slurm"
+    return "none"
+
+
 def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> int | None:
     """Start the run under torchrun when it asks for several processes and nobody launched it.
+
+    A task of a SLURM job step gets torchrun's variables from SLURM's and runs the file itself.
 
     :param plan: the validated run; each worker validates the file again on its own.
     :param registry: the registry the plan was validated with.
@@ -79,12 +139,59 @@ def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> 
     :returns: ``None`` when this process should run the file itself, else the exit status.
     :raises BackendError: when a worker fails, naming each failed rank and how it ended.
     """
-    if launched_process() is not None:
+    nodes = node_settings(plan.trainers)
+    environment = cluster_environment(nodes)
+    if environment == "slurm":
+        variables = cluster.torchrun_variables(os.environ)
+        os.environ.update(variables)
+        log.debug("SLURM task: %s", variables)
+        count = processes_wanted(plan.trainers, registry)
+        per_node = cluster.tasks_per_node(os.environ)
+        if per_node is not None and per_node < count and variables["RANK"] == "0":
+            log.warning(
+                "SLURM started %d task(s) per machine, one process each; the backend asks for "
+                "%d processes per machine: start one task per process (srun --ntasks-per-node=%d)",
+                per_node,
+                count,
+                count,
+            )
+        return None
+    if environment == "torchrun":
         return None
     count = processes_wanted(plan.trainers, registry)
-    if count <= 1:
+    if count <= 1 and nodes.num_nodes == 1 and nodes.max_restarts == 0:
         return None
-    return torchrun(count, ["-m", "plugtrain", *argv], _checkpoint_places(plan.trainers))
+    return torchrun(
+        count, ["-m", "plugtrain", *argv], _checkpoint_places(plan.trainers), nodes=nodes
+    )
+
+
+@contextmanager
+def requeue_on_signal(plan: RunPlan) -> Iterator[None]:
+    """Under SLURM, ``requeue_signal`` stops the run after saving; rank 0 requeues the job.
+
+    The signal joins SIGINT, SIGTERM and SIGHUP as a stop signal of ``fit``: every rank agrees on
+    the step, the checkpoint of that step is written, then rank 0 runs ``scontrol requeue
+    $SLURM_JOB_ID`` and every process exits ``128 + signal``. Outside a SLURM job (no
+    ``SLURM_JOB_ID``) or without a ``requeue_signal`` the signal is left alone.
+    """
+    number = node_settings(plan.trainers).signal_number()
+    job = os.environ.get("SLURM_JOB_ID")
+    if number is None or not job:
+        yield
+        return
+    from plugtrain.train.interrupt import TrainingInterrupted, also_stop_on
+
+    with also_stop_on(number):
+        try:
+            yield
+        except TrainingInterrupted as exc:
+            if exc.signal_number != number:
+                raise
+            if is_main_rank():
+                cluster.requeue_job(job)
+            message = f"{exc}; SLURM job {job} was requeued (scontrol requeue) and will resume"
+            raise TrainingInterrupted(message, number) from None
 
 
 def _checkpoint_places(trainers: Sequence[Any]) -> list[tuple[str, str]]:
@@ -99,27 +206,87 @@ def _checkpoint_places(trainers: Sequence[Any]) -> list[tuple[str, str]]:
 
 _TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
+_FRESH_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+"""With ``1``, torchrun's rank-0 worker hosts a new TCPStore on a new port in every rendezvous
+round, instead of every round's workers sharing the agents' one store (torch's default since
+2.4), where a restarted group finds the keys its failed predecessor left and may not form."""
+
+
+def torchrun_arguments(nproc_per_node: int, nodes: NodeSettings) -> list[str]:
+    """The torchrun options for ``nproc_per_node`` processes here and the run's node settings.
+
+    One machine: ``--standalone``. Several: the c10d rendezvous at ``rdzv_endpoint`` under
+    ``rdzv_id``, with ``rdzv_timeout`` as its join and read timeouts; node 0 (``node_rank``,
+    else ``$NODE_RANK``) hosts the rendezvous store, the others connect to it.
+
+    :raises BackendError: when several machines are asked for without an ``rdzv_endpoint``.
+    """
+    restarts = [f"--nproc-per-node={nproc_per_node}", f"--max-restarts={nodes.max_restarts}"]
+    if nodes.num_nodes == 1:
+        return ["--standalone", *restarts]
+    if nodes.rdzv_endpoint is None:
+        message = (
+            f"num_nodes={nodes.num_nodes} needs rdzv_endpoint, the host:port of node 0 that "
+            "every machine can reach (e.g. --set trainer.init.backend.rdzv_endpoint=node0:29400)"
+        )
+        raise BackendError(message)
+    timeout = math.ceil(nodes.rdzv_timeout)
+    conf = f"join_timeout={timeout},read_timeout={timeout}"
+    node_rank = nodes.resolved_node_rank()
+    if node_rank is not None:
+        conf += f",is_host={'true' if node_rank == 0 else 'false'}"
+    run_id = nodes.rdzv_id or os.environ.get("SLURM_JOB_ID") or "plugtrain"
+    return [
+        f"--nnodes={nodes.num_nodes}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={nodes.rdzv_endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--rdzv-conf={conf}",
+        *restarts,
+    ]
+
 
 def torchrun(
-    nproc_per_node: int, command: Sequence[str], checkpoints: Sequence[tuple[str, str]] = ()
+    nproc_per_node: int,
+    command: Sequence[str],
+    checkpoints: Sequence[tuple[str, str]] = (),
+    *,
+    nodes: NodeSettings | None = None,
 ) -> int:
     """Run ``command`` (torchrun's script arguments) on ``nproc_per_node`` local processes.
 
     :param checkpoints: ``(model_dir, checkpoint_name)`` of the run's trainers, named in the
         message when the run is stopped by a signal.
+    :param nodes: the run's node settings (default: one machine, no restarts).
     :raises TrainingInterrupted: when a signal stopped the run (after the workers saved).
+    :raises BackendError: when the machines do not meet within ``rdzv_timeout`` (naming the
+        endpoint), or when a worker fails and no restart is left (the last attempt's failure).
     """
     from torch.distributed import run as torch_run
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
 
     from plugtrain.train.interrupt import TrainingInterrupted
 
-    arguments = ["--standalone", f"--nproc-per-node={nproc_per_node}", *command]
-    log.info("starting %d processes with torchrun", nproc_per_node)
+    nodes = nodes or NodeSettings()
+    arguments = [*torchrun_arguments(nproc_per_node, nodes), *command]
+    if nodes.num_nodes > 1:
+        log.info(
+            "starting %d processes with torchrun, one of %d machines meeting at %s",
+            nproc_per_node,
+            nodes.num_nodes,
+            nodes.rdzv_endpoint,
+        )
+    else:
+        log.info("starting %d processes with torchrun", nproc_per_node)
     handlers = {name: signal.getsignal(getattr(signal, name)) for name in _TORCHRUN_SIGNALS}
+    # A fresh store per rendezvous round: restarted workers never see a failed round's keys.
+    os.environ.setdefault(_FRESH_STORE_SWITCH, "1")
     try:
         torch_run.run(torch_run.parse_args(arguments))
+    except RendezvousError as exc:
+        raise BackendError(_rendezvous_failed(nodes, exc)) from None
     except SignalException as exc:  # torchrun forwarded it to the workers, which saved
         message = _stopped(exc.sigval, f"the {nproc_per_node} processes", checkpoints)
         raise TrainingInterrupted(message, exc.sigval) from None
@@ -128,11 +295,27 @@ def torchrun(
         if stopped is not None:  # the workers themselves were signalled and stopped cleanly
             message = _stopped(stopped, f"the {nproc_per_node} processes", checkpoints)
             raise TrainingInterrupted(message, stopped) from None
-        raise BackendError(_describe_failures(nproc_per_node, exc)) from None
+        failed = _describe_failures(nproc_per_node, exc)
+        if nodes.max_restarts:
+            failed += f" (the last of {nodes.max_restarts + 1} attempts)"
+        raise BackendError(failed) from None
     finally:
         for name, handler in handlers.items():
             signal.signal(getattr(signal, name), signal.SIG_DFL if handler is None else handler)
     return 0
+
+
+def _rendezvous_failed(nodes: NodeSettings, error: BaseException) -> str:
+    cause = type(error).__name__
+    if str(error).strip():
+        cause += ": " + str(error).strip().splitlines()[0].rstrip(".")
+    where = nodes.rdzv_endpoint or "the local rendezvous"
+    return (
+        f"the {nodes.num_nodes} machine(s) did not meet at the rendezvous {where} within "
+        f"rdzv_timeout ({nodes.rdzv_timeout:g} s): {cause}. Check "
+        "that rdzv_endpoint is node 0's host and a free port every machine can reach, and "
+        "that every machine runs the same command with the same num_nodes and rdzv_id"
+    )
 
 
 def _stopped_by_signal(error: Any) -> int | None:

@@ -26,6 +26,7 @@ from plugtrain.launching import LaunchedProcess, exit_after_atexit_handlers, lau
 __all__ = [
     "GLOO_EXIT_SWITCH",
     "ProcessGroup",
+    "attempt_store",
     "gloo_exit_workaround",
     "shard_eval_batches",
     "shard_train_loader",
@@ -83,11 +84,15 @@ class ProcessGroup:
         options: dict[str, Any] = {}
         if device_id is not None:
             options["device_id"] = device_id
+        timeout = datetime.timedelta(seconds=self.timeout)
         try:
+            store = None if self.init_method else attempt_store(timeout)
+            if store is not None:
+                options["store"] = store
             dist.init_process_group(
                 backend=self.dist_backend,
                 init_method=self.init_method,
-                timeout=datetime.timedelta(seconds=self.timeout),
+                timeout=timeout,
                 world_size=self.world_size,
                 rank=self.rank,
                 **options,
@@ -133,6 +138,46 @@ class ProcessGroup:
             name: type(original)(total)
             for (name, original), total in zip(sums.items(), reduced, strict=True)
         }
+
+
+def attempt_store(
+    timeout: datetime.timedelta, environ: Mapping[str, str] | None = None
+) -> dist.Store | None:
+    """The store of this restart attempt of a one-machine torchrun run, else ``None`` (env://).
+
+    torchrun's agents share one TCPStore (at ``MASTER_ADDR:MASTER_PORT``) for the whole run
+    unless ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (which ``plugtrain fit`` sets when it starts
+    torchrun itself): the workers of every restart attempt connect to it as clients
+    (``TORCHELASTIC_USE_AGENT_STORE=True``), and torch's ``env://`` rendezvous no longer prefixes
+    their keys per attempt. Restarted workers then find the keys the failed attempt left (the
+    process group's rank addresses, barrier counters), connect to dead peers or pass barriers
+    early, and the group does not form. Under an outside torchrun on one machine each attempt
+    gets its own namespace here, ``plugtrain/<run id>/attempt_<restart count>/``. On several
+    machines the restart counts of the agents differ (a node restarted because another failed
+    does not count a restart), so no per-attempt name is common to all ranks: a warning asks
+    for ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` when restarts are allowed.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    if environ.get("GROUP_WORLD_SIZE", "1") != "1":
+        if environ.get("TORCHELASTIC_MAX_RESTARTS", "0") != "0" and environ.get("RANK") == "0":
+            log.warning(
+                "torchrun shares one rendezvous store over restarts: a restarted group may find "
+                "the failed attempt's keys and not form; start torchrun with "
+                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment (plugtrain fit does)"
+            )
+        return None
+    store = dist.TCPStore(
+        host_name=environ["MASTER_ADDR"],
+        port=int(environ["MASTER_PORT"]),
+        world_size=int(environ["WORLD_SIZE"]),
+        is_master=False,
+        timeout=timeout,
+    )
+    attempt = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    run_id = environ.get("TORCHELASTIC_RUN_ID", "none")
+    return dist.PrefixStore(f"plugtrain/{run_id}/attempt_{attempt}", store)
 
 
 GLOO_EXIT_SWITCH = "PLUGTRAIN_GLOO_EXIT_WORKAROUND"

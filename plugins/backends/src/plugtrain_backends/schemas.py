@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.launching import node_args, node_problems
 from plugtrain.schema import Problem, about, arg, check_arguments, validated_arguments
 
 __all__ = ["CPUArgs", "CSXArgs", "ClusterConfig", "GPUArgs"]
@@ -36,6 +37,10 @@ def _timeout_arg() -> Any:
     )
 
 
+_CPU_NODES = node_args()
+_GPU_NODES = node_args()
+
+
 @attrs.frozen
 class CPUArgs:
     """Run on the host CPU: one process, or data parallel over gloo on several."""
@@ -47,6 +52,19 @@ class CPUArgs:
         gt=0,
     )
     dist_timeout: float = _timeout_arg()
+    num_nodes: int = _CPU_NODES["num_nodes"]
+    node_rank: int | None = _CPU_NODES["node_rank"]
+    rdzv_endpoint: str | None = _CPU_NODES["rdzv_endpoint"]
+    rdzv_id: str | None = _CPU_NODES["rdzv_id"]
+    rdzv_timeout: float = _CPU_NODES["rdzv_timeout"]
+    max_restarts: int = _CPU_NODES["max_restarts"]
+    cluster_environment: str = _CPU_NODES["cluster_environment"]
+    requeue_signal: str | None = _CPU_NODES["requeue_signal"]
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
+        """The node keys together (``host:port``, ``node_rank`` below ``num_nodes``)."""
+        return node_problems(arguments)
 
 
 @attrs.frozen
@@ -64,6 +82,22 @@ class GPUArgs:
     )
     sync_batchnorm: bool = arg(False, help="convert BatchNorm layers to SyncBatchNorm")
     dist_timeout: float = _timeout_arg()
+    num_nodes: int = _GPU_NODES["num_nodes"]
+    node_rank: int | None = _GPU_NODES["node_rank"]
+    rdzv_endpoint: str | None = _GPU_NODES["rdzv_endpoint"]
+    rdzv_id: str | None = _GPU_NODES["rdzv_id"]
+    rdzv_timeout: float = _GPU_NODES["rdzv_timeout"]
+    max_restarts: int = _GPU_NODES["max_restarts"]
+    cluster_environment: str = _GPU_NODES["cluster_environment"]
+    requeue_signal: str | None = _GPU_NODES["requeue_signal"]
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
+        """The node keys together; several machines need ``enable_distributed``."""
+        yield from node_problems(arguments)
+        if arguments["num_nodes"] > 1 and not arguments["enable_distributed"]:
+            message = "num_nodes above 1 needs enable_distributed: true (one process per GPU)"
+            yield about(("num_nodes", "enable_distributed"), message)
 
 
 def _problems_of_format(arguments: Mapping[str, Any]) -> Iterator[Problem]:
