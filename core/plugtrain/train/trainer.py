@@ -43,6 +43,7 @@ from plugtrain.train.lock import ModelDirLock
 from plugtrain.train.loggers import DEFAULT_LOGGERS, Loggers, assemble
 from plugtrain.train.loop import TrainingLoop, group_values, steps_per_epoch, target_step
 from plugtrain.train.nan_guard import NonFiniteGuard
+from plugtrain.train.optimizer_mode import evaluation_mode, training_mode
 from plugtrain.train.precision import Precision
 from plugtrain.train.resume import DataStream, seed_everything
 from plugtrain.train.sparsity import Sparsity, sparsity_groups
@@ -294,7 +295,8 @@ class Trainer:
         Accuracy for class labels the Trainer scored, the model's own metrics (weighted by each
         batch's count), and ``perplexity`` for a model with ``report_perplexity``.
         """
-        return self.evaluation.evaluate(dataloader, max_batches)
+        with evaluation_mode(self.optimizer):
+            return self.evaluation.evaluate(dataloader, max_batches)
 
     def validate(
         self,
@@ -394,6 +396,7 @@ class Trainer:
             for stale in self.checkpointer.clean_up():
                 log.info("removed %s, left by an interrupted save", stale)
         self.state.restore(ckpt_path)
+        training_mode(self.optimizer)  # a checkpoint holds the optimizer in its eval() mode
         if self.sparsity is not None:
             self.sparsity.initialize()
         train_dataloader = self.backend.prepare_dataloader(in_global_order(self, train_dataloader))
