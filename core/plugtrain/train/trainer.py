@@ -28,7 +28,7 @@ from plugtrain.config.sections import (
     LoopSettings,
 )
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
-from plugtrain.scheduler import scheduler_groups, scheduler_key
+from plugtrain.scheduler import excluded_from_decay, scheduler_groups, scheduler_key
 from plugtrain.schema import validated_arguments
 from plugtrain.strategy import strategy_of
 from plugtrain.train.backends import backend as make_backend
@@ -90,6 +90,23 @@ def check_scheduler_overlap(schedulers: Sequence[Any]) -> None:
                 )
                 raise ConfigError([ConfigIssue("schedulers", message)])
             owner[key] = index
+        if scheduler_key(scheduler) == "weight_decay":
+            _warn_excluded(scheduler, index)
+
+
+def _warn_excluded(scheduler: Any, index: int) -> None:
+    """Warn about a weight-decay scheduler that writes zero-decay groups (not one of ours)."""
+    groups = scheduler.optimizer.param_groups
+    hit = [g for g in scheduler_groups(scheduler) if excluded_from_decay(groups[g])]
+    if hit:
+        log.warning(
+            "scheduler %d (%s) sets the weight decay of the zero-decay param groups %s (bias "
+            "and normalisation parameters); derive it from plugtrain.scheduler.Scheduler, or "
+            "skip groups where plugtrain.scheduler.excluded_from_decay(group) is true",
+            index,
+            type(scheduler).__name__,
+            hit,
+        )
 
 
 def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
