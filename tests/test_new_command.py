@@ -23,7 +23,7 @@ def test_several_kinds_make_one_package(tmp_path, capsys):
     assert project["name"] == "acme-plugtrain-mix"
     # the plugin is named after the distribution, not after its first component
     assert project["entry-points"]["plugtrain"] == {"acme_mix": "acme_plugtrain_mix.plugin"}
-    assert project["entry-points"]["plugtrain.api"] == {"1.0": "acme_plugtrain_mix.plugin"}
+    assert project["entry-points"]["plugtrain.api"] == {"1.1": "acme_plugtrain_mix.plugin"}
     assert "plugtrain>=0.1" in project["dependencies"]
     plugin = (folder / "src/acme_plugtrain_mix/plugin.py").read_text(encoding="utf-8")
     for hook, target in [

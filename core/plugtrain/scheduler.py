@@ -41,7 +41,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from plugtrain.curve import Curve
+from plugtrain.curve import Curve, as_curve
 from plugtrain.schema import (
     Problem,
     about,
@@ -217,7 +217,7 @@ class Scheduler:
         self.excluded_groups = [i for i in selected if skip and excluded_from_decay(groups[i])]
         """The selected groups left alone: zero-decay groups, for a weight-decay scheduler."""
         self.group_indices = [i for i in selected if i not in self.excluded_groups]
-        self.curve: Curve | None = self._build_curve()
+        self.curve: Curve | None = as_curve(self._build_curve(), lambda: _owner(self))
         self._factors = self._group_factors()
         # One value for every group: step() writes curve.at(e) directly, the fast path.
         self._at = self.curve.at if self.curve is not None and self._factors is None else None
@@ -450,11 +450,22 @@ def scheduler_groups(scheduler: Any) -> list[int]:
 
 
 def scheduler_curve(scheduler: Any) -> Curve | None:
-    """The closed form of ``scheduler`` (its ``curve`` with an ``at``), or ``None``."""
+    """The closed form of ``scheduler`` (its ``curve``), or ``None``.
+
+    A curve with ``at`` as it is; a plain callable of the step (plugin API 1.0) wrapped in a
+    :class:`~plugtrain.curve.Curve`; anything else counts as no closed form.
+    """
     curve = getattr(scheduler, "curve", None)
-    if curve is None or not callable(getattr(curve, "at", None)):
+    if curve is None or not (callable(curve) or callable(getattr(curve, "at", None))):
         return None
-    return curve  # type: ignore[no-any-return]
+    return as_curve(curve, lambda: _owner(scheduler))
+
+
+def _owner(scheduler: Any) -> str:
+    """``"scheduler 'WSD' from acme-plugtrain-wsd 0.1.0"`` (the class's name when unregistered)."""
+    from plugtrain.attribution import describe_owner
+
+    return describe_owner(scheduler)
 
 
 def scheduler_length(scheduler: Any) -> int | None:
