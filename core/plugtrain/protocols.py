@@ -139,7 +139,7 @@ class Scheduler(Protocol):
     - ``param_key: str``: ``"lr"`` or ``"weight_decay"`` (default ``"lr"``);
     - ``group_indices: Sequence[int]``: the indices in ``optimizer.param_groups`` of the groups
       it writes (default: the groups its ``param_group_tags`` select, else every group);
-    - ``param_group_tags``: the tags it was given (SPEC section 5; :mod:`plugtrain.tags`);
+    - ``param_group_tags``: the tags it was given (the rules of :mod:`plugtrain.tags`);
       wrappers push theirs down and refuse a child asking for others;
     - ``length: int | None``: its natural number of steps, from which ``SequentialLR`` defaults
       its milestones (default: its curve's length, else none);

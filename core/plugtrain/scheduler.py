@@ -19,7 +19,7 @@ arguments, its param-group key and its closed form) and a class deriving from
         schema = WarmupArgs
 
 The constructor signature is derived from the schema, arguments are validated as in a run file,
-``param_group_tags`` selects the groups exactly as SPEC section 5 says (:mod:`plugtrain.tags`),
+``param_group_tags`` selects the groups by the rules of :mod:`plugtrain.tags`,
 ``step()`` writes ``curve(e)`` into the targeted groups, and the state round-trips exactly and
 loads with ``weights_only=True``.
 
@@ -102,7 +102,7 @@ Show = Callable[[str], str]
 
 
 def tags_arg() -> Any:
-    """The ``param_group_tags`` argument every scheduler takes (SPEC section 5)."""
+    """The ``param_group_tags`` argument every scheduler takes (rules: :mod:`plugtrain.tags`)."""
     return arg(
         None,
         help="only update param groups carrying one of these tags (None: every group; "
@@ -436,7 +436,7 @@ def scheduler_key(scheduler: Any) -> str:
 def scheduler_groups(scheduler: Any) -> list[int]:
     """The indices of the groups ``scheduler`` writes.
 
-    Its ``group_indices``; else the groups its ``param_group_tags`` select (SPEC section 5);
+    Its ``group_indices``; else the groups its ``param_group_tags`` select (:mod:`plugtrain.tags`);
     else every group of its optimizer (a plain torch scheduler).
     """
     indices = getattr(scheduler, "group_indices", None)
