@@ -251,6 +251,17 @@ def test_a_natural_scheduler_passes_and_the_curve_does_not_apply():
     assert report.outcome("nests_in_sequential") == "passed"
 
 
+def test_nesting_fails_naming_plugtrain_schedulers_when_it_is_missing():
+    from plugtrain import plugins
+
+    with plugins.restored_afterwards():
+        plugins.reset(plugins.PluginSettings(blocked=frozenset({"schedulers"})))
+        report = check_scheduler(Halving, {"start": 0.1}, raise_on_failure=False)
+    assert report.outcome("nests_in_sequential") == "failed"
+    (result,) = [r for r in report.results if r.name == "nests_in_sequential"]
+    assert "install plugtrain-schedulers" in result.detail
+
+
 def test_a_scheduler_that_does_not_resume_fails():
     with pytest.raises(ConformanceError, match=r"state_round_trip: .*resume is not exact"):
         check_scheduler(ForgetfulHalving, {"start": 0.1})

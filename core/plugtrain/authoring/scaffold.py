@@ -365,6 +365,7 @@ def write_package(
     api = api or PLUGIN_API_VERSION
     entry = entry_point_name(package)
     described = ", ".join(f"the {s.name} {s.kind}" for s in specs)
+    kinds = {s.kind for s in specs}
     common = {
         "package": package,
         "module": module,
@@ -374,6 +375,8 @@ def write_package(
         "core_requirement": core_requirement(api),
         "description": f"{described[0].upper()}{described[1:]} for plugtrain",
         "keywords": "".join(f', "{k}"' for k in dict.fromkeys(s.kind for s in specs)),
+        # the kit nests a scheduler in plugtrain-schedulers' SequentialLR (tests only)
+        "test_extra": ', "plugtrain-schedulers"' if "scheduler" in kinds else "",
     }
     files: dict[str, str] = {}
     files["pyproject.toml"] = _fill("pyproject.toml", **common)
