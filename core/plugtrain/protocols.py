@@ -57,7 +57,10 @@ class Optimizer(Protocol):
     at the start of ``fit`` (after a checkpoint was restored, before ``on_fit_start``). Each
     must be idempotent (``eval()`` twice is one ``eval()``) and the mode must be part of
     ``state_dict()``: a checkpoint is saved in ``eval()`` mode and training resumes through
-    ``train()``. ``plugtrain.testing.check_optimizer`` checks both.
+    ``train()``. After ``fit`` the optimizer is back in ``train()`` mode (the model holds the
+    training weights, the last checkpoint the evaluation weights): call
+    ``trainer.optimizer.eval()`` to use the model itself. ``plugtrain.testing.check_optimizer``
+    checks both.
     """
 
     param_groups: list[dict[str, Any]]
