@@ -115,23 +115,63 @@ def test_hook_order_of_a_fit(tmp_path):
         ("on_fit_start", 0),
         ("on_train_step_start", 0),
         ("on_before_optimizer_step", 0),
+        ("on_after_optimizer_step", 0),
         ("on_train_step_start", 1),
         ("on_before_optimizer_step", 1),
+        ("on_after_optimizer_step", 1),
         ("on_train_step_end", 2),
         ("on_validate_start", 2),
         ("on_validate_end", 2),
+        ("on_before_save_checkpoint", 2),
         ("on_save_checkpoint", 2),
+        ("on_after_save_checkpoint", 2),
         ("on_train_step_start", 2),
         ("on_before_optimizer_step", 2),
+        ("on_after_optimizer_step", 2),
         ("on_train_step_start", 3),
         ("on_before_optimizer_step", 3),
+        ("on_after_optimizer_step", 3),
         ("on_train_step_end", 4),
         ("on_validate_start", 4),
         ("on_validate_end", 4),
+        ("on_before_save_checkpoint", 4),
         ("on_save_checkpoint", 4),
+        ("on_after_save_checkpoint", 4),
         ("on_fit_end", 4),
     ]
     assert recorder.calls == expected
+
+
+class Labelled:
+    """Appends ``(label, hook)`` to a shared list for every protocol call."""
+
+    def __init__(self, label, calls):
+        self.label, self.calls = label, calls
+
+    def __getattr__(self, name):
+        if name not in CALLBACK_HOOKS:
+            raise AttributeError(name)
+
+        def record(trainer, *args):
+            self.calls.append((name, self.label))
+
+        return record
+
+
+def test_closing_hooks_run_in_reverse_order(tmp_path):
+    calls = []
+    trainer = _trainer(tmp_path, callbacks=[Labelled("a", calls), Labelled("b", calls)])
+    trainer.fit(_data(), _data("val"))
+    order = {}
+    for name, label in calls:
+        order.setdefault(name, [])
+        if label not in order[name]:
+            order[name].append(label)
+    for name in CALLBACK_HOOKS:
+        if name in ("on_before_load_checkpoint", "on_load_checkpoint"):
+            continue  # a fit from scratch loads nothing
+        closing = name.endswith("_end") or name.startswith("on_after_")
+        assert order[name] == (["b", "a"] if closing else ["a", "b"]), name
 
 
 def test_hook_order_of_a_resume_and_a_validate(tmp_path):
@@ -418,3 +458,33 @@ def test_a_run_file_without_the_metrics_logger_writes_no_metrics(tmp_path, insta
     run_plan(plan, installed_registry)
     assert (tmp_path / "run" / "checkpoint_4.mdl").is_file()
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+class Other(Counter):
+    """A second stateful callback class."""
+
+
+def test_callback_state_is_matched_by_class_name_and_occurrence(tmp_path):
+    first, second, other = Counter(), Counter(), Other()
+    first.records, second.records, other.records = 10, 20, 30
+    trainer = _trainer(tmp_path, callbacks=[Recorder(), first, other, second])
+    trainer.fit(_data())
+    saved = trainer.checkpoint_path(4)
+    # the recorder and the Other removed, the order changed: every state still finds its owner
+    a, b = Counter(), Counter()
+    kept = Other()
+    resumed = _trainer(tmp_path, callbacks=[kept, a, b], loop={"max_steps": 4})
+    resumed.load_checkpoint(saved)
+    assert (a.loaded, b.loaded, kept.loaded) == (
+        {"records": first.records},
+        {"records": second.records},
+        {"records": other.records},
+    )
+
+
+def test_callback_state_saved_without_a_name_is_matched_by_position():
+    from plugtrain.train.callbacks import Callbacks
+
+    a, b = Counter(), Other()
+    Callbacks([a, b]).load_state_dict([None, {"state": {"records": 5}}])
+    assert (a.loaded, b.loaded) == (None, {"records": 5})

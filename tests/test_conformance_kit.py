@@ -115,7 +115,42 @@ class Ascends(PlainSGD):
 
 def test_a_sound_optimizer_passes_every_property():
     report = check_optimizer(PlainSGD, {"lr": 0.1})
-    assert [r.outcome for r in report.results] == ["passed"] * len(OPTIMIZER_PROPERTIES)
+    # the evaluation contract concerns only optimizers with train()/eval()
+    want = ["passed"] * (len(OPTIMIZER_PROPERTIES) - 1) + ["not applicable"]
+    assert [r.outcome for r in report.results] == want
+
+
+class OnlyEval(PlainSGD):
+    def eval(self) -> None:
+        pass
+
+
+class EvalTwice(PlainSGD):
+    """An averaging optimizer whose eval() moves the weights again when called twice."""
+
+    def train(self) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.data.mul_(2.0)
+
+    def eval(self) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.data.mul_(0.5)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "says"),
+    [
+        (OnlyEval, "only one of train() and eval()"),
+        (EvalTwice, "a second eval() changed the parameters again"),
+    ],
+)
+def test_the_evaluation_contract_is_checked(optimizer, says):
+    report = check_optimizer(optimizer, {"lr": 0.1}, raise_on_failure=False)
+    result = report.results[OPTIMIZER_PROPERTIES.index("evaluation_modes")]
+    assert result.outcome == "failed"
+    assert says in result.detail
 
 
 @pytest.mark.parametrize(
@@ -214,6 +249,17 @@ def test_a_natural_scheduler_passes_and_the_curve_does_not_apply():
     assert report.outcome("closed_form_matches_stepping") == "not applicable"
     assert report.outcome("tag_targeting") == "not applicable"
     assert report.outcome("nests_in_sequential") == "passed"
+
+
+def test_nesting_fails_naming_plugtrain_schedulers_when_it_is_missing():
+    from plugtrain import plugins
+
+    with plugins.restored_afterwards():
+        plugins.reset(plugins.PluginSettings(blocked=frozenset({"schedulers"})))
+        report = check_scheduler(Halving, {"start": 0.1}, raise_on_failure=False)
+    assert report.outcome("nests_in_sequential") == "failed"
+    (result,) = [r for r in report.results if r.name == "nests_in_sequential"]
+    assert "install plugtrain-schedulers" in result.detail
 
 
 def test_a_scheduler_that_does_not_resume_fails():

@@ -21,8 +21,9 @@ def test_several_kinds_make_one_package(tmp_path, capsys):
     assert "wrote 16 files of acme-plugtrain-mix" in capsys.readouterr().out
     project = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["name"] == "acme-plugtrain-mix"
-    assert project["entry-points"]["plugtrain"] == {"prodigy": "acme_plugtrain_mix.plugin"}
-    assert project["entry-points"]["plugtrain.api"] == {"1.0": "acme_plugtrain_mix.plugin"}
+    # the plugin is named after the distribution, not after its first component
+    assert project["entry-points"]["plugtrain"] == {"acme_mix": "acme_plugtrain_mix.plugin"}
+    assert project["entry-points"]["plugtrain.api"] == {"1.1": "acme_plugtrain_mix.plugin"}
     assert "plugtrain>=0.1" in project["dependencies"]
     plugin = (folder / "src/acme_plugtrain_mix/plugin.py").read_text(encoding="utf-8")
     for hook, target in [
@@ -74,21 +75,59 @@ def test_an_existing_folder_is_never_overwritten(tmp_path, capsys):
     assert (tmp_path / "keep.txt").read_text(encoding="utf-8") == "mine"
 
 
-def test_the_generated_code_is_lint_clean(tmp_path):
+@pytest.mark.slow
+def test_the_generated_code_is_lint_clean_and_strictly_typed(tmp_path):
+    """Every kind in one package: ``ruff check``, ``ruff format --check`` and ``mypy --strict``.
+
+    ruff runs with its defaults and the package's own settings (as an author's CI would);
+    mypy's cache lives in the checkout's ``.mypy_cache`` (torch's stubs take a minute cold).
+    """
     import subprocess
     import sys
+    from pathlib import Path
 
     folder = tmp_path / "all"
     kinds = ["optimizer", "scheduler", "callback", "logger", "backend", "model", "dataloader"]
     kinds.append("sparsity")
     words = [word for kind in kinds for word in (kind, f"My{kind.capitalize()}")]
+    words += ["scheduler", "MyDecayWD"]
     assert main(["new", *words, "--package", "acme-plugtrain-all", "--dir", str(folder)]) == 0
-    for command in (["check", "--select", "E,F,W,B,UP,I", "."], ["format", "--check", "."]):
+    cache = Path(__file__).resolve().parents[1] / ".mypy_cache" / "scaffold"
+    commands = (
+        ["ruff", "check", "."],
+        ["ruff", "format", "--check", "."],
+        ["mypy", "--strict", "--cache-dir", str(cache), "src", "tests", "conftest.py"],
+    )
+    for command in commands:
         done = subprocess.run(
-            [sys.executable, "-m", "ruff", *command],
+            [sys.executable, "-m", *command],
             cwd=folder,
             capture_output=True,
             text=True,
             check=False,
         )
-        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.returncode == 0, " ".join(command) + ":\n" + done.stdout + done.stderr
+
+
+def test_a_wd_scheduler_is_scaffolded_as_one(tmp_path):
+    folder = tmp_path / "wd"
+    assert main(["new", "scheduler", "CosineWD", "--dir", str(folder)]) == 0
+    schemas = (folder / "src/plugtrain_cosine_wd/schemas.py").read_text(encoding="utf-8")
+    assert 'schedule_key: ClassVar[str] = "weight_decay"' in schemas
+    assert "initial_weight_decay: float" in schemas
+    test = (folder / "tests/test_cosine_wd.py").read_text(encoding="utf-8")
+    assert 'param_groups[0]["weight_decay"]' in test
+    run = (folder / "examples/run.yaml").read_text(encoding="utf-8")
+    assert "initial_weight_decay: 0.01" in run
+    project = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["entry-points"]["plugtrain"] == {"cosine_wd": "plugtrain_cosine_wd.plugin"}
+
+
+def test_new_help_lists_every_kind(capsys):
+    from plugtrain.authoring.scaffold import SCAFFOLD_KINDS
+
+    with pytest.raises(SystemExit):
+        main(["new", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for kind in SCAFFOLD_KINDS:
+        assert kind in shown

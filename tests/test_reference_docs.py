@@ -172,6 +172,6 @@ def test_the_guides_pyproject_declares_the_entry_points_and_the_api():
 
     (pyproject,) = [b for b in _blocks("writing-plugins.md", "toml") if "[project]" in b]
     entry_points = tomllib.loads(pyproject)["project"]["entry-points"]
-    assert entry_points["plugtrain"] == {"prodigy": "acme_plugtrain_prodigy.plugin"}
+    assert entry_points["plugtrain"] == {"acme_prodigy": "acme_plugtrain_prodigy.plugin"}
     (declared,) = entry_points[API_GROUP]
     assert compatible(declared, plugtrain.PLUGIN_API_VERSION)

@@ -498,7 +498,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="KIND NAME",
         help="e.g. optimizer Prodigy scheduler WarmupLR (kinds: optimizer, scheduler, "
-        "callback, logger, backend, model, dataloader)",
+        "callback, logger, backend, model, dataloader, sparsity; a scheduler whose name ends "
+        "in WD schedules the weight decay)",
     )
     new.add_argument("--package", help="distribution name (default plugtrain-NAME)")
     new.add_argument("--dir", help="folder to write (default: the package name)")

@@ -35,7 +35,7 @@ __all__ = [
 API_GROUP = "plugtrain.api"
 """The entry-point group whose names are the plugin API versions a distribution supports."""
 
-FIRST_RELEASE: dict[str, str] = {"1.0": "0.1"}
+FIRST_RELEASE: dict[str, str] = {"1.0": "0.1", "1.1": "0.1"}
 """The first plugtrain release providing each plugin API minor version.
 
 A plugin declaring API ``V`` requires ``plugtrain>=FIRST_RELEASE[V]`` and no upper bound: the

@@ -21,7 +21,7 @@ from plugtrain.schema import validated_arguments
 if TYPE_CHECKING:
     from plugtrain.registry import Registry
 
-__all__ = ["ClosedForm", "Curve", "closed_form", "running_totals", "spec_parts"]
+__all__ = ["ClosedForm", "Curve", "as_curve", "closed_form", "running_totals", "spec_parts"]
 
 
 class Curve:
@@ -48,6 +48,38 @@ class Curve:
 
     def __repr__(self) -> str:
         return f"Curve(at={self.at!r}, length={self.length!r})"
+
+
+def as_curve(value: Any, owner: str | Callable[[], str]) -> Curve | None:
+    """A plugin's curve as the core uses it (:class:`plugtrain.protocols.Curve`), or ``None``.
+
+    A curve with ``at`` is returned as it is (given ``length = None`` when it has none). Under
+    plugin API 1.0 a curve could be a plain callable of the step (``curve(step)``, with an
+    optional ``length``); such a curve is wrapped in a :class:`Curve`, so 1.0 plugins keep
+    working.
+
+    :param owner: who provided it, for the error (``"scheduler 'WSD' from acme-wsd 0.1.0"``),
+        or a function giving it (called only for the error).
+    :raises PluginContractError: for anything else, naming ``owner``.
+    """
+    from plugtrain.errors import PluginContractError
+
+    if value is None or isinstance(value, Curve):
+        return value
+    at = getattr(value, "at", None)
+    if callable(at):
+        if hasattr(value, "length"):
+            return value  # type: ignore[no-any-return]
+        return Curve(at, None)
+    if callable(value):
+        return Curve(value, getattr(value, "length", None))
+    who = owner if isinstance(owner, str) else owner()
+    message = (
+        f"{who}: its curve is a {type(value).__name__}, which is not a "
+        "plugtrain.protocols.Curve (at(step) and length); return plugtrain.curve.Curve(at, "
+        "length) from the schema's curve()"
+    )
+    raise PluginContractError(message)
 
 
 def running_totals(lengths: Sequence[int | None]) -> list[int]:
@@ -124,6 +156,10 @@ def closed_form(registry: Registry, spec: Any, where: str = "scheduler") -> Clos
     def child_curve(child: Any) -> Curve:
         return closed_form(registry, child, f"{where}.{name}[{next(counter)}]").curve
 
-    curve = curve_of(arguments, child_curve)
+    owner = f"scheduler {name!r} from {registry.lookup('scheduler', name).provider}"
+    curve = as_curve(curve_of(arguments, child_curve), owner)
+    if curve is None:
+        message = f"{owner}: its schema's curve() returned None (raise NotImplementedError)"
+        raise NotImplementedError(message)
     key = str(getattr(schema, "schedule_key", "lr"))
     return ClosedForm(name, key, arguments, curve)

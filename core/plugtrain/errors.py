@@ -92,6 +92,14 @@ class ComponentFailedError(TrainingError):
         self.hook = hook
 
 
+class PluginContractError(PlugtrainError, TypeError):
+    """An object a plugin built does not meet its protocol (:mod:`plugtrain.protocols`).
+
+    Raised where the object crosses into the core, naming the providing distribution and what
+    it lacks, so that the mismatch is blamed on its provider rather than on plugtrain.
+    """
+
+
 class ComponentError(PlugtrainError, RuntimeError):
     """A plugin's own code raised while plugtrain ran it (``fit``, ``plot`` ...).
 

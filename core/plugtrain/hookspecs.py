@@ -138,7 +138,8 @@ def plugtrain_register_callbacks(registry: ComponentRegistrar) -> None:
     """Declare callbacks (``trainer.init.callbacks``); called once when a registry is built.
 
     A callback is constructed as ``Callback(**arguments)`` and defines any of the methods of
-    :class:`plugtrain.protocols.Callback`; the Trainer calls the ones it defines, in list order.
+    :class:`plugtrain.protocols.Callback`; the Trainer calls the ones it defines, in list order,
+    the closing ones (``*_end``, ``on_after_*``) in reverse list order.
 
     :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
         callback.

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALLBACK_HOOKS",
+    "REVERSED_HOOKS",
     "Backend",
     "Callback",
     "Curve",
@@ -46,6 +47,20 @@ class Optimizer(Protocol):
     ``(name, tensor)`` pairs, or of param-group dicts. Schedulers read and write the groups'
     ``"lr"`` and ``"weight_decay"`` and read their ``"tags"``; ``state_dict()`` must load with
     ``torch.load(..., weights_only=True)`` (plain containers, numbers, strings and tensors).
+
+    **Evaluation contract** (plugin API 1.1). An optimizer whose parameters during training are
+    not the weights to evaluate (Schedule-Free, averaging optimizers) defines two optional
+    methods, ``train()`` and ``eval()`` (both, or the Trainer calls neither), as Meta's
+    ``schedulefree`` optimizers do. The Trainer calls ``eval()`` before every evaluation
+    (``fit``'s, ``validate``, ``validate_all``, ``Trainer.evaluate``) and before a checkpoint is
+    written (so checkpoints hold the evaluation weights), and ``train()`` after each of them and
+    at the start of ``fit`` (after a checkpoint was restored, before ``on_fit_start``). Each
+    must be idempotent (``eval()`` twice is one ``eval()``) and the mode must be part of
+    ``state_dict()``: a checkpoint is saved in ``eval()`` mode and training resumes through
+    ``train()``. After ``fit`` the optimizer is back in ``train()`` mode (the model holds the
+    training weights, the last checkpoint the evaluation weights): call
+    ``trainer.optimizer.eval()`` to use the model itself. ``plugtrain.testing.check_optimizer``
+    checks both.
     """
 
     param_groups: list[dict[str, Any]]
@@ -127,7 +142,7 @@ class Scheduler(Protocol):
     - ``param_key: str``: ``"lr"`` or ``"weight_decay"`` (default ``"lr"``);
     - ``group_indices: Sequence[int]``: the indices in ``optimizer.param_groups`` of the groups
       it writes (default: the groups its ``param_group_tags`` select, else every group);
-    - ``param_group_tags``: the tags it was given (SPEC section 5; :mod:`plugtrain.tags`);
+    - ``param_group_tags``: the tags it was given (the rules of :mod:`plugtrain.tags`);
       wrappers push theirs down and refuse a child asking for others;
     - ``length: int | None``: its natural number of steps, from which ``SequentialLR`` defaults
       its milestones (default: its curve's length, else none);
@@ -373,15 +388,33 @@ CALLBACK_HOOKS = (
     "on_fit_start",
     "on_train_step_start",
     "on_before_optimizer_step",
+    "on_after_optimizer_step",
     "on_train_step_end",
     "on_validate_start",
     "on_validate_end",
+    "on_before_save_checkpoint",
     "on_save_checkpoint",
+    "on_after_save_checkpoint",
     "on_before_load_checkpoint",
     "on_load_checkpoint",
     "on_fit_end",
 )
 """The methods of :class:`Callback` the Trainer calls, in the order a ``fit`` calls them first."""
+
+REVERSED_HOOKS = frozenset(
+    {
+        "on_after_optimizer_step",
+        "on_train_step_end",
+        "on_validate_end",
+        "on_after_save_checkpoint",
+        "on_fit_end",
+    }
+)
+"""The hooks called in reverse list order (the closing half of a pair: ``*_end``, ``on_after_*``).
+
+A callback listed before another opens first and closes last, so callbacks that swap weights in
+and out (EMA, Schedule-Free, save/restore) nest like context managers.
+"""
 
 
 @runtime_checkable
@@ -391,15 +424,18 @@ class Callback(Protocol):
     Listed in a run file as ``callbacks: [{Name: {arguments}}]`` (registered through
     :func:`plugtrain.hookspecs.plugtrain_register_callbacks`) or given as objects:
     ``Trainer(callbacks=[...])``. Every method is optional: the Trainer reads which of these a
-    callback defines once, when it is created, and calls only those, in list order (deriving
-    from this class gives no-op defaults for the rest). A method named ``on_...`` that is none of
-    these is reported as a likely typo. Callbacks run on every process;
-    ``trainer.is_main_process`` tells the one that writes files.
+    callback defines once, when it is created, and calls only those: the opening hooks in list
+    order, the closing ones (``*_end`` and ``on_after_*``, :data:`REVERSED_HOOKS`) in reverse
+    list order, so that callbacks nest like context managers (deriving from this class gives
+    no-op defaults for the rest). A method named ``on_...`` that is none of these is reported as
+    a likely typo. Callbacks run on every process; ``trainer.is_main_process`` tells the one
+    that writes files. ``docs/plugin-hooks.md`` has the full order table.
 
     A callback with state defines ``state_dict()`` and ``load_state_dict(state)``: the state is
-    saved in every checkpoint (under ``callbacks``) and given back when one is loaded (matched
-    by position and class name; a mismatch starts the callback fresh, with a warning). It must
-    load with ``torch.load(..., weights_only=True)``.
+    saved in every checkpoint (under ``callbacks``) and given back when one is loaded, matched
+    by class name and occurrence (the second ``EMA`` gets the second saved ``EMA``'s state), by
+    position only for entries saved without a name; a callback with no saved state starts
+    fresh, with a warning. It must load with ``torch.load(..., weights_only=True)``.
 
     What a callback may read of the trainer: ``model``, ``optimizer``, ``schedulers``,
     ``backend``, ``model_dir``, ``loop``, ``checkpoint``, ``logging``, ``global_step``,
@@ -418,20 +454,51 @@ class Callback(Protocol):
     def on_before_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
         """After the backward pass, with the gradients final: unscaled and clipped."""
 
+    def on_after_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+        """After every optimizer step (every step, logged or not; reverse order).
+
+        Also after a step the NaN guard or dynamic loss scaling skipped: ``optimizer`` then left
+        the weights as they were. ``trainer.global_step`` is still the previous step's number;
+        the schedulers have not stepped yet. The place to update an EMA of the weights.
+        """
+
     def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
         """After each step whose training metrics are logged (every ``logging.log_steps``).
 
+        Reverse order. ``metrics``' ``lr/...`` and ``weight_decay/...`` entries are read after the
+        schedulers stepped: the values the *next* step (``global_step + 1``) uses.
         ``metrics`` is the record about to be logged; entries a callback adds are logged too.
         """
 
     def on_validate_start(self, trainer: Any) -> None:
-        """Before each evaluation (during ``fit`` and in ``validate``)."""
+        """Before each evaluation (``fit``'s, ``validate``, ``validate_all``).
+
+        The optimizer is already in its ``eval()`` mode (see :class:`Optimizer`).
+        """
 
     def on_validate_end(self, trainer: Any, metrics: dict[str, float]) -> None:
-        """After each evaluation with its metrics (entries a callback adds are logged too)."""
+        """After each evaluation with its metrics (entries a callback adds are logged too).
+
+        Reverse order; the optimizer returns to ``train()`` after the last of them.
+        """
+
+    def on_before_save_checkpoint(self, trainer: Any, step: int) -> None:
+        """Before the checkpoint of ``step`` is written, on every process.
+
+        The optimizer is already in its ``eval()`` mode. A callback may swap weights in here
+        (the checkpoint then holds them) and must swap them back in
+        :meth:`on_after_save_checkpoint`.
+        """
 
     def on_save_checkpoint(self, trainer: Any, path: Any) -> None:
         """After a checkpoint was written (atomically) to ``path``, on the main process."""
+
+    def on_after_save_checkpoint(self, trainer: Any, step: int) -> None:
+        """After the checkpoint of ``step`` was written, on every process (reverse order).
+
+        Called after :meth:`on_save_checkpoint`; the optimizer returns to ``train()`` after
+        the last of them.
+        """
 
     def on_before_load_checkpoint(self, trainer: Any, state: dict[str, Any]) -> None:
         """Before a checkpoint's contents are applied; removing a key from ``state`` skips it.
@@ -444,7 +511,7 @@ class Callback(Protocol):
         """After the checkpoint at ``path`` was restored."""
 
     def on_fit_end(self, trainer: Any) -> None:
-        """After ``fit`` finished training and saved its last checkpoint."""
+        """After ``fit`` finished training and saved its last checkpoint (reverse order)."""
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ arguments, its param-group key and its closed form) and a class deriving from
         schema = WarmupArgs
 
 The constructor signature is derived from the schema, arguments are validated as in a run file,
-``param_group_tags`` selects the groups exactly as SPEC section 5 says (:mod:`plugtrain.tags`),
+``param_group_tags`` selects the groups by the rules of :mod:`plugtrain.tags`,
 ``step()`` writes ``curve(e)`` into the targeted groups, and the state round-trips exactly and
 loads with ``weights_only=True``.
 
@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from plugtrain.curve import Curve
+from plugtrain.curve import Curve, as_curve
 from plugtrain.schema import (
     Problem,
     about,
@@ -51,14 +52,18 @@ from plugtrain.schema import (
 )
 from plugtrain.tags import select_param_groups, tag_problems
 
+_log = logging.getLogger("plugtrain")
+
 T = TypeVar("T")
 
 __all__ = [
+    "EXCLUDED_FROM_DECAY",
     "ChildCurve",
     "ScheduleSchema",
     "Scheduler",
     "Show",
     "build_nested",
+    "excluded_from_decay",
     "is_scheduler",
     "keep_group_values",
     "last_values",
@@ -72,6 +77,21 @@ __all__ = [
 SCHEDULED_KEYS = ("lr", "weight_decay")
 """The param-group keys schedulers write."""
 
+EXCLUDED_FROM_DECAY = "weight_decay_excluded"
+"""The param-group key marking a group excluded from weight decay.
+
+The Trainer's param groups put bias and normalisation parameters in a ``weight_decay: 0`` twin
+of their group (``exclude_from_weight_decay``, on by default) and mark it ``True`` here. A
+weight-decay scheduler leaves such groups alone (:func:`excluded_from_decay`); to schedule their
+decay too, turn ``exclude_from_weight_decay`` off.
+"""
+
+
+def excluded_from_decay(group: Mapping[str, Any]) -> bool:
+    """Whether ``group`` is a zero-decay group a weight-decay scheduler must leave alone."""
+    return bool(group.get(EXCLUDED_FROM_DECAY))
+
+
 ChildCurve = Callable[[Any], Curve]
 """Turns a nested scheduler (``{Name: {arguments}}`` or a built scheduler) into its curve."""
 
@@ -82,7 +102,7 @@ Show = Callable[[str], str]
 
 
 def tags_arg() -> Any:
-    """The ``param_group_tags`` argument every scheduler takes (SPEC section 5)."""
+    """The ``param_group_tags`` argument every scheduler takes (rules: :mod:`plugtrain.tags`)."""
     return arg(
         None,
         help="only update param groups carrying one of these tags (None: every group; "
@@ -191,8 +211,13 @@ class Scheduler:
         self.arguments: dict[str, Any] = validated_arguments(self.schema, arguments, owner=name)
         self.optimizer = self._optimizer
         self.param_group_tags = self.arguments.get("param_group_tags")
-        self.group_indices = select_param_groups(self.optimizer.param_groups, self.param_group_tags)
-        self.curve: Curve | None = self._build_curve()
+        selected = select_param_groups(self.optimizer.param_groups, self.param_group_tags)
+        groups = self.optimizer.param_groups
+        skip = self.param_key == "weight_decay"
+        self.excluded_groups = [i for i in selected if skip and excluded_from_decay(groups[i])]
+        """The selected groups left alone: zero-decay groups, for a weight-decay scheduler."""
+        self.group_indices = [i for i in selected if i not in self.excluded_groups]
+        self.curve: Curve | None = as_curve(self._build_curve(), lambda: _owner(self))
         self._factors = self._group_factors()
         # One value for every group: step() writes curve.at(e) directly, the fast path.
         self._at = self.curve.at if self.curve is not None and self._factors is None else None
@@ -319,6 +344,8 @@ class Scheduler:
         :raises ValueError: when the state was saved by a scheduler of other groups.
         """
         saved = state.get("group_indices")
+        if saved is not None and self._adopt_old_groups(list(saved)):
+            saved = self.group_indices
         if saved is not None and list(saved) != list(self.group_indices):
             message = (
                 f"{type(self).__name__} state targets param groups {list(saved)}, "
@@ -328,6 +355,29 @@ class Scheduler:
         self._restore(state)
         self.last_step = int(state["last_step"])
         self._apply()
+
+    def _adopt_old_groups(self, saved: list[int]) -> bool:
+        """Keep decaying the zero-decay groups a checkpoint written before API 1.1 decayed.
+
+        Before plugin API 1.1 a weight-decay scheduler wrote its zero-decay groups too; a run
+        resumed from such a checkpoint continues as it started, with a warning.
+        """
+        extra = set(saved) - set(self.group_indices)
+        if not extra or not extra <= set(self.excluded_groups):
+            return False
+        if set(self.group_indices) - set(saved):
+            return False
+        _log.warning(
+            "%s: the checkpoint's scheduler also decays the zero-decay param groups %s (as "
+            "weight-decay schedulers did before plugin API 1.1); the resumed run keeps doing so",
+            type(self).__name__,
+            sorted(extra),
+        )
+        self.group_indices = list(saved)
+        self.excluded_groups = [i for i in self.excluded_groups if i not in extra]
+        self._factors = self._group_factors()
+        self._at = self.curve.at if self.curve is not None and self._factors is None else None
+        return True
 
     def _restore(self, state: Mapping[str, Any]) -> None:
         """Restore what a subclass added to :meth:`state_dict` (before the value is written)."""
@@ -386,7 +436,7 @@ def scheduler_key(scheduler: Any) -> str:
 def scheduler_groups(scheduler: Any) -> list[int]:
     """The indices of the groups ``scheduler`` writes.
 
-    Its ``group_indices``; else the groups its ``param_group_tags`` select (SPEC section 5);
+    Its ``group_indices``; else the groups its ``param_group_tags`` select (:mod:`plugtrain.tags`);
     else every group of its optimizer (a plain torch scheduler).
     """
     indices = getattr(scheduler, "group_indices", None)
@@ -400,11 +450,22 @@ def scheduler_groups(scheduler: Any) -> list[int]:
 
 
 def scheduler_curve(scheduler: Any) -> Curve | None:
-    """The closed form of ``scheduler`` (its ``curve`` with an ``at``), or ``None``."""
+    """The closed form of ``scheduler`` (its ``curve``), or ``None``.
+
+    A curve with ``at`` as it is; a plain callable of the step (plugin API 1.0) wrapped in a
+    :class:`~plugtrain.curve.Curve`; anything else counts as no closed form.
+    """
     curve = getattr(scheduler, "curve", None)
-    if curve is None or not callable(getattr(curve, "at", None)):
+    if curve is None or not (callable(curve) or callable(getattr(curve, "at", None))):
         return None
-    return curve  # type: ignore[no-any-return]
+    return as_curve(curve, lambda: _owner(scheduler))
+
+
+def _owner(scheduler: Any) -> str:
+    """``"scheduler 'WSD' from acme-plugtrain-wsd 0.1.0"`` (the class's name when unregistered)."""
+    from plugtrain.attribution import describe_owner
+
+    return describe_owner(scheduler)
 
 
 def scheduler_length(scheduler: Any) -> int | None:

@@ -21,6 +21,7 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
         "optimizer": (
             "ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Lamb",
             "Lion", "Muon", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD",
+            "AdamWScheduleFree", "SGDScheduleFree",
         ),
     },
     "plugtrain-schedulers": {

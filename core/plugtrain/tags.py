@@ -1,6 +1,6 @@
 """Which param groups a scheduler targets, from its ``param_group_tags`` (no torch here).
 
-The rules of SPEC section 5, shared by every scheduler, built-in or not:
+The rules, shared by every scheduler, built-in or not (Model Zoo's ``param_group_tags``):
 
 - ``param_group_tags`` absent or ``None``: every group; a string ``s``: the tag set ``{s}``; a
   list or set: that set (a tag listed twice is an error, and so is a tag that is neither a string

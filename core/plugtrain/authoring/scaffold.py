@@ -65,6 +65,24 @@ class Spec:
         return f"{self.name}Args"
 
     @property
+    def schedule_key(self) -> str:
+        """What a scheduler writes: ``"weight_decay"`` for a name ending in ``WD``, else lr."""
+        return "weight_decay" if self.kind == "scheduler" and self.name.endswith("WD") else "lr"
+
+    @property
+    def values(self) -> dict[str, str]:
+        """The template values of this component."""
+        wd = self.schedule_key == "weight_decay"
+        return {
+            "Name": self.name,
+            "Args": self.args_class,
+            "snake": self.snake,
+            "key": self.schedule_key,
+            "suffix": "weight_decay" if wd else "learning_rate",
+            "quantity": "weight decay" if wd else "learning rate",
+        }
+
+    @property
     def target(self) -> str:
         """The attribute registered: the class, or the function of a data loader."""
         return self.snake if self.kind == "dataloader" else self.name
@@ -115,6 +133,16 @@ def default_package(specs: Sequence[Spec]) -> str:
     return "plugtrain-" + specs[0].snake.replace("_", "-")
 
 
+def entry_point_name(package: str) -> str:
+    """The plugin's name (its ``plugtrain`` entry point), from the distribution's name.
+
+    ``plugtrain-prodigy`` -> ``prodigy``, ``acme-plugtrain-tools`` -> ``acme_tools``: what
+    ``-p no:NAME`` blocks, the same for every component of the package.
+    """
+    words = [w for w in package.split("-") if w != "plugtrain"]
+    return "_".join(words) or package.replace("-", "_")
+
+
 def _template(name: str) -> string.Template:
     folder = resources.files("plugtrain.authoring") / "scaffold_templates"
     return string.Template((folder / f"{name}.tmpl").read_text(encoding="utf-8"))
@@ -136,6 +164,7 @@ _SCHEMA_IMPORTS: dict[str, tuple[tuple[str, str], ...]] = {
     "scheduler": (
         ("collections.abc", "Mapping"),
         ("typing", "Any"),
+        ("typing", "ClassVar"),
         ("plugtrain.curve", "Curve"),
         ("plugtrain.scheduler", "ChildCurve"),
         ("plugtrain.scheduler", "ScheduleSchema"),
@@ -149,13 +178,21 @@ _RUN_ARGUMENTS = {
     "optimizer": "{lr: 0.05, momentum: 0.9}",
     "scheduler": "{initial_learning_rate: 0.05, end_learning_rate: 0.005, total_iters: 60}",
 }
-_CONTRACT_ARGUMENTS = {
+_CONTRACT_ARGUMENTS: dict[str, dict[str, object]] = {
     "optimizer": {"lr": 0.05},
     "scheduler": {"initial_learning_rate": 0.1, "total_iters": 5},
     "model": {"in_features": 4, "out_features": 3},
     "dataloader": {"batch_size": 8},
     "sparsity": {"sparsity": 0.5},
 }
+
+
+def _contract_arguments(spec: Spec) -> dict[str, object]:
+    """The arguments the contract's round trip builds ``spec`` with."""
+    arguments = _CONTRACT_ARGUMENTS[spec.kind]
+    if spec.schedule_key == "weight_decay":
+        return {k.replace("learning_rate", "weight_decay"): v for k, v in arguments.items()}
+    return arguments
 
 
 def _imports(specs: Sequence[Spec]) -> str:
@@ -215,6 +252,10 @@ def _run_file(specs: Sequence[Spec], package: str) -> str:
 
     backend, model, optimizer = first("backend"), first("model"), first("optimizer")
     scheduler, data = first("scheduler"), first("dataloader")
+    scheduler_arguments = _RUN_ARGUMENTS["scheduler"]
+    if scheduler is not None and scheduler.schedule_key == "weight_decay":
+        scheduler_arguments = scheduler_arguments.replace("learning_rate", "weight_decay")
+        scheduler_arguments = scheduler_arguments.replace("0.05", "0.01").replace("0.005", "0.001")
     callbacks = [s for s in specs if s.kind == "callback"]
     loggers = [s for s in specs if s.kind == "logger"]
     sparsity = [s for s in specs if s.kind == "sparsity"]
@@ -238,7 +279,7 @@ def _run_file(specs: Sequence[Spec], package: str) -> str:
         else "      SGD: {lr: 0.05, momentum: 0.9}",
     ]
     if scheduler:
-        lines += ["    schedulers:", f"      - {scheduler.name}: {_RUN_ARGUMENTS['scheduler']}"]
+        lines += ["    schedulers:", f"      - {scheduler.name}: {scheduler_arguments}"]
     if sparsity:
         lines += [
             "    sparsity:",
@@ -322,8 +363,9 @@ def write_package(
         raise ScaffoldError(message)
     module = package.replace("-", "_")
     api = api or PLUGIN_API_VERSION
-    entry = specs[0].snake
+    entry = entry_point_name(package)
     described = ", ".join(f"the {s.name} {s.kind}" for s in specs)
+    kinds = {s.kind for s in specs}
     common = {
         "package": package,
         "module": module,
@@ -333,6 +375,8 @@ def write_package(
         "core_requirement": core_requirement(api),
         "description": f"{described[0].upper()}{described[1:]} for plugtrain",
         "keywords": "".join(f', "{k}"' for k in dict.fromkeys(s.kind for s in specs)),
+        # the kit nests a scheduler in plugtrain-schedulers' SequentialLR (tests only)
+        "test_extra": ', "plugtrain-schedulers"' if "scheduler" in kinds else "",
     }
     files: dict[str, str] = {}
     files["pyproject.toml"] = _fill("pyproject.toml", **common)
@@ -348,19 +392,16 @@ def write_package(
     )
     files[f"{source}/py.typed"] = ""
     files[f"{source}/plugin.py"] = _fill("plugin.py", **common, hooks=_hooks(specs, module))
-    classes = "\n\n\n".join(
-        _fill(f"{s.kind}.schema", **common, Name=s.name, Args=s.args_class, snake=s.snake).strip()
-        for s in specs
-    )
+    classes = "\n\n\n".join(_fill(f"{s.kind}.schema", **common, **s.values).strip() for s in specs)
     files[f"{source}/schemas.py"] = _fill(
         "schemas.py", **common, imports=_imports(specs), classes="\n" + classes
     )
     for s in specs:
-        values = {**common, "Name": s.name, "Args": s.args_class, "snake": s.snake}
+        values = {**common, **s.values}
         files[f"{source}/{s.snake}.py"] = _fill(f"{s.kind}.impl", **values)
         files[f"tests/test_{s.snake}.py"] = _fill(f"{s.kind}.test", **values)
-    arguments = {
-        s.name: _CONTRACT_ARGUMENTS[s.kind] for s in specs if s.kind in _CONTRACT_ARGUMENTS
+    arguments: dict[str, object] = {
+        s.name: _contract_arguments(s) for s in specs if s.kind in _CONTRACT_ARGUMENTS
     }
     files["tests/test_plugin.py"] = _fill(
         "test_plugin.py", **common, contract_arguments=_arguments_literal(arguments)

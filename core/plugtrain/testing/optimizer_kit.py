@@ -37,6 +37,7 @@ OPTIMIZER_PROPERTIES = (
     "foreach_agrees",
     "deterministic",
     "decreases_loss",
+    "evaluation_modes",
 )
 """The properties :func:`check_optimizer` tries, in order (the names ``skip`` takes)."""
 
@@ -390,6 +391,61 @@ class _OptimizerChecks:
             )
             raise PropertyFailed(message)
 
+    def evaluation_modes(self) -> None:
+        """The evaluation contract of :class:`plugtrain.protocols.Optimizer` (plugin API 1.1)."""
+        probe = self.make(_leaves(_start(torch.float64)))
+        has_train = callable(getattr(probe, "train", None))
+        has_eval = callable(getattr(probe, "eval", None))
+        if not (has_train or has_eval):
+            raise NotApplicable("the optimizer defines neither train() nor eval()")
+        if not (has_train and has_eval):
+            message = (
+                "the optimizer defines only one of train() and eval(); the Trainer calls them "
+                "as a pair, so it would call neither"
+            )
+            raise PropertyFailed(message)
+        params = _leaves(_start(torch.float64))
+        optimizer = self.make(params)
+        optimizer.train()
+        _run(optimizer, params, range(self.steps))
+        training = [p.detach().clone() for p in params]
+        optimizer.eval()
+        evaluating = [p.detach().clone() for p in params]
+        optimizer.eval()
+        _compare(params, evaluating, "a second eval() changed the parameters again")
+        saved = weights_only_copy(optimizer.state_dict())
+        optimizer.train()
+        _compare(
+            params,
+            training,
+            "eval() then train() does not give the training parameters back (rtol=1e-9)",
+            rtol=1e-9,
+            atol=1e-12,
+        )
+        optimizer.train()
+        _compare(
+            params,
+            training,
+            "a second train() changed the parameters again (rtol=1e-9)",
+            rtol=1e-9,
+            atol=1e-12,
+        )
+        # a checkpoint is written in eval() mode; a resumed fit calls train() on it
+        copies = _leaves(evaluating)
+        resumed = self.make(copies)
+        resumed.load_state_dict(saved)
+        resumed.train()
+        _run(optimizer, params, range(self.steps, 2 * self.steps))
+        _run(resumed, copies, range(self.steps, 2 * self.steps))
+        _compare(
+            copies,
+            params,
+            "a state_dict() saved in eval() mode, loaded with the evaluation parameters and put "
+            "back in train() mode, does not continue the run (rtol=1e-9)",
+            rtol=1e-9,
+            atol=1e-12,
+        )
+
 
 def check_optimizer(
     optimizer: Build,
@@ -427,6 +483,11 @@ def check_optimizer(
       (rtol 1e-9, atol 1e-12); not applicable without one.
     - ``deterministic``: two identical runs are bitwise equal.
     - ``decreases_loss``: ``descent_steps`` steps lower the convex loss.
+    - ``evaluation_modes``: for an optimizer with ``train()``/``eval()`` (the evaluation
+      contract of :class:`plugtrain.protocols.Optimizer`): it defines both; each is idempotent;
+      ``eval()`` then ``train()`` gives the training parameters back; a ``state_dict()`` taken in
+      ``eval()`` mode, loaded on the evaluation parameters and followed by ``train()``, continues
+      the run (float64, rtol 1e-9); not applicable to an optimizer with neither.
 
     :param arguments: the optimizer's arguments besides the parameters.
     :param skip: ``{property: reason}`` for properties that do not apply to this optimizer (the

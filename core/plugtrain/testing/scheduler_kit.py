@@ -192,9 +192,15 @@ class _SchedulerChecks:
         key = scheduler_key(probe)
         wrapper_name = {"lr": "SequentialLR", "weight_decay": "SequentialWD"}.get(key)
         registry = plugins.get_registry()
-        if wrapper_name is None or wrapper_name not in registry.names("scheduler"):
-            message = f"no {wrapper_name or 'Sequential wrapper for ' + key} is installed"
-            raise NotApplicable(message)
+        if wrapper_name is None:
+            raise NotApplicable(f"no Sequential wrapper schedules {key!r}")
+        if wrapper_name not in registry.names("scheduler"):
+            message = (
+                f"{wrapper_name} is not installed, so nesting cannot be tested: install "
+                "plugtrain-schedulers where the tests run (add it to the test extra), or opt out "
+                "with skip={'nests_in_sequential': reason}"
+            )
+            raise PropertyFailed(message)
         wrapper = registry.resolve("scheduler", wrapper_name)
         milestone = self.steps
         optimizer = _optimizer(None, *_tags_in(self.arguments))
@@ -243,8 +249,8 @@ def check_scheduler(
       :data:`REL_TOL`); not applicable without a closed form.
     - ``nests_in_sequential``: as both children of the installed ``SequentialLR`` (or
       ``SequentialWD``) with ``milestones=[steps]``, it gives its own values, restarted at the
-      milestone (not applicable when no such wrapper is installed or its schema says
-      ``nestable = False``).
+      milestone (not applicable when its schema says ``nestable = False``; failed, naming
+      plugtrain-schedulers, when that wrapper is not installed).
 
     :param arguments: the scheduler's arguments besides the optimizer.
     :param skip: ``{property: reason}`` for properties that do not apply (kept in the report).

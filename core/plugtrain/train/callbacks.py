@@ -1,10 +1,11 @@
 """Calling a Trainer's callbacks through :class:`plugtrain.protocols.Callback`.
 
 Which protocol methods each callback defines is read once, when the Trainer is created; the loop
-then calls the collected methods in the order the callbacks were given. Callbacks with state
+then calls the collected methods in the order the callbacks were given, the closing hooks
+(:data:`plugtrain.protocols.REVERSED_HOOKS`) in reverse. Callbacks with state
 (``state_dict``/``load_state_dict``) have it saved in checkpoints under ``callbacks``, one entry
-per callback in list order (then per logger, on the main process), matched back by position and
-class name.
+per callback in list order (then per logger, on the main process), matched back by class name
+and occurrence (position only for entries without a name).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from plugtrain._suggest import did_you_mean
-from plugtrain.protocols import CALLBACK_HOOKS
+from plugtrain.protocols import CALLBACK_HOOKS, REVERSED_HOOKS
 from plugtrain.train.failures import Failures
 
 __all__ = ["Callbacks"]
@@ -40,9 +41,11 @@ class Callbacks:
                 if callable(method):
                     self.hooks[name].append(method)
             _warn_unknown_hooks(callback)
+        for name in REVERSED_HOOKS:
+            self.hooks[name].reverse()
 
     def call(self, hook: str, *args: Any) -> None:
-        """Call every callback's ``hook(*args)``, in list order.
+        """Call every callback's ``hook(*args)``, in list order (a closing hook in reverse).
 
         :raises ComponentFailedError: naming the callback and hook that raised.
         """
@@ -65,6 +68,10 @@ class Callbacks:
         """Call every ``on_before_optimizer_step(trainer, optimizer)``."""
         self.call("on_before_optimizer_step", trainer, optimizer)
 
+    def on_after_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+        """Call every ``on_after_optimizer_step(trainer, optimizer)`` (reverse order)."""
+        self.call("on_after_optimizer_step", trainer, optimizer)
+
     def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
         """Call every ``on_train_step_end(trainer, metrics)``."""
         self.call("on_train_step_end", trainer, metrics)
@@ -77,9 +84,17 @@ class Callbacks:
         """Call every ``on_validate_end(trainer, metrics)``."""
         self.call("on_validate_end", trainer, metrics)
 
+    def on_before_save_checkpoint(self, trainer: Any, step: int) -> None:
+        """Call every ``on_before_save_checkpoint(trainer, step)``."""
+        self.call("on_before_save_checkpoint", trainer, step)
+
     def on_save_checkpoint(self, trainer: Any, path: Path) -> None:
         """Call every ``on_save_checkpoint(trainer, path)``."""
         self.call("on_save_checkpoint", trainer, path)
+
+    def on_after_save_checkpoint(self, trainer: Any, step: int) -> None:
+        """Call every ``on_after_save_checkpoint(trainer, step)`` (reverse order)."""
+        self.call("on_after_save_checkpoint", trainer, step)
 
     def on_before_load_checkpoint(self, trainer: Any, state: dict[str, Any]) -> None:
         """Call every ``on_before_load_checkpoint(trainer, state)``."""
@@ -108,24 +123,47 @@ class Callbacks:
         return states
 
     def load_state_dict(self, states: Sequence[Any] | None, source: Any = "checkpoint") -> None:
-        """Give each callback with ``load_state_dict`` its saved state (position and name match).
+        """Give each callback with ``load_state_dict`` its saved state.
 
-        A callback whose state is missing or saved under another class name starts fresh, with
-        a warning naming it.
+        The saved entries are matched by class name and occurrence: the ``k``-th callback of a
+        class gets the ``k``-th entry saved under that name, wherever it stood, so removing or
+        adding another callback keeps every state. An entry saved without a name is matched by
+        position. A callback with no saved state starts fresh, with a warning naming it.
         """
         saved = list(states or [])
+        by_name: dict[str, list[Any]] = {}
+        for entry in saved:
+            if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                by_name.setdefault(entry["name"], []).append(entry)
+        seen: dict[str, int] = {}
         for index, callback in enumerate(self.callbacks):
+            name = type(callback).__name__
+            occurrence = seen.get(name, 0)
+            seen[name] = occurrence + 1
             method = getattr(callback, "load_state_dict", None)
             if not callable(method):
                 continue
-            name = type(callback).__name__
-            entry = saved[index] if index < len(saved) else None
-            if not isinstance(entry, Mapping) or entry.get("name") != name:
+            entry = _saved_entry(saved, by_name, name, occurrence, index)
+            if entry is None:
                 log.warning(
                     "%s: no saved state for callback %d (%s); it starts fresh", source, index, name
                 )
                 continue
             method(entry["state"])
+
+
+def _saved_entry(
+    saved: list[Any], by_name: dict[str, list[Any]], name: str, occurrence: int, index: int
+) -> Mapping[str, Any] | None:
+    """The saved entry of the ``occurrence``-th callback named ``name`` (at ``index``)."""
+    named = by_name.get(name, [])
+    if occurrence < len(named):
+        entry: Mapping[str, Any] = named[occurrence]
+        return entry
+    positional = saved[index] if index < len(saved) else None
+    if isinstance(positional, Mapping) and "name" not in positional and "state" in positional:
+        return positional
+    return None
 
 
 def _warn_unknown_hooks(callback: Any) -> None:

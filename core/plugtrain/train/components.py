@@ -17,6 +17,7 @@ from plugtrain.errors import PluginLoadError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
 from plugtrain.scheduler import build_nested
+from plugtrain.train.conformity import check_built
 
 __all__ = ["build_component", "takes_context"]
 
@@ -56,7 +57,9 @@ def build_component(registry: Registry, kind: str, spec: Any, *context: Any) -> 
             arguments[key] = [_build_child(registry, spec, item, context) for item in value]
     given = context[: len(KINDS[spec.kind].context_args)] if takes_context(implementation) else ()
     _check_signature(spec, component, implementation, given, arguments)
-    return implementation(*given, **arguments)
+    built = implementation(*given, **arguments)
+    check_built(spec.kind, built, component, spec.where)
+    return built
 
 
 def _build_child(

@@ -14,6 +14,7 @@ import torch
 
 from plugtrain.errors import CheckpointError, TrainingError
 from plugtrain.train.batches import MetricSums
+from plugtrain.train.optimizer_mode import evaluation_mode
 
 __all__ = ["UNSET", "Evaluation", "describe_metrics"]
 
@@ -95,11 +96,17 @@ class Evaluation:
     def run(
         self, dataloader: Iterable[Any], max_batches: int | None, split: str = "val"
     ) -> dict[str, float]:
-        """:meth:`evaluate` between the callbacks' hooks, then logged under ``split``."""
+        """:meth:`evaluate` between the callbacks' hooks, then logged under ``split``.
+
+        The optimizer is in its evaluation mode throughout (:mod:`plugtrain.train.optimizer_mode`):
+        ``optimizer.eval()`` runs before ``on_validate_start``, ``optimizer.train()`` after
+        ``on_validate_end``.
+        """
         trainer = self.trainer
-        trainer.callbacks_dispatch.on_validate_start(trainer)
-        metrics = self.evaluate(dataloader, max_batches)
-        trainer.callbacks_dispatch.on_validate_end(trainer, metrics)
+        with evaluation_mode(trainer.optimizer):
+            trainer.callbacks_dispatch.on_validate_start(trainer)
+            metrics = self.evaluate(dataloader, max_batches)
+            trainer.callbacks_dispatch.on_validate_end(trainer, metrics)
         trainer.loggers_dispatch.log_metrics(trainer.global_step, split, metrics)
         return metrics
 

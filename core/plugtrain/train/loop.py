@@ -168,6 +168,7 @@ class TrainingLoop:
         trainer.nan_guard.step_done(problem, finite)
         if trainer.sparsity is not None:
             trainer.sparsity.step_end()  # masks change only if the optimizer applied the step
+        trainer.callbacks_dispatch.on_after_optimizer_step(trainer, trainer.optimizer)
         for scheduler in trainer.schedulers:
             scheduler.step()
         trainer.global_step += 1

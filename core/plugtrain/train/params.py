@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.scheduler import EXCLUDED_FROM_DECAY
 
 __all__ = [
     "MODEL_ZOO_LR_ADJUSTMENT_GROUPS",
@@ -163,8 +164,10 @@ def configure_param_groups(
 
     A parameter is excluded from weight decay when its name ends in ``bias``, when it belongs
     to a module whose class name contains ``Norm`` (given ``model``), or when it is 0-D/1-D and
-    its module's name contains ``norm``, ``bn`` or ``ln``. Tags and other keys are kept; empty
-    groups are dropped. Groups without ``param_names`` are passed through unchanged.
+    its module's name contains ``norm``, ``bn`` or ``ln``. The twin is marked
+    ``weight_decay_excluded: True`` (:data:`plugtrain.scheduler.EXCLUDED_FROM_DECAY`), which
+    weight-decay schedulers leave alone. Tags and other keys are kept; empty groups are dropped.
+    Groups without ``param_names`` are passed through unchanged.
 
     :param exclude_from_weight_decay: ``False`` returns the groups unchanged (copied).
     :param model: the module, to recognise normalisation layers by type.
@@ -178,6 +181,7 @@ def configure_param_groups(
             continue
         keep: dict[str, Any] = {**group, "params": [], "param_names": []}
         drop: dict[str, Any] = {**group, "params": [], "param_names": [], "weight_decay": 0.0}
+        drop[EXCLUDED_FROM_DECAY] = True  # weight-decay schedulers leave it alone
         for name, param in zip(names, group["params"], strict=True):
             target = drop if _no_decay(name, param, norm_modules) else keep
             target["params"].append(param)

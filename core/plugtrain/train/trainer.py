@@ -28,7 +28,7 @@ from plugtrain.config.sections import (
 )
 from plugtrain.config.speed import ProfileSettings
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
-from plugtrain.scheduler import scheduler_groups, scheduler_key
+from plugtrain.scheduler import excluded_from_decay, scheduler_groups, scheduler_key
 from plugtrain.schema import validated_arguments
 from plugtrain.strategy import strategy_of
 from plugtrain.train.backends import backend as make_backend
@@ -45,6 +45,7 @@ from plugtrain.train.loggers import DEFAULT_CALLBACKS, DEFAULT_LOGGERS, Loggers,
 from plugtrain.train.loop import TrainingLoop, group_values, steps_per_epoch, target_step
 from plugtrain.train.model_preparation import prepare_model
 from plugtrain.train.nan_guard import NonFiniteGuard
+from plugtrain.train.optimizer_mode import evaluation_mode, training_mode
 from plugtrain.train.precision import Precision
 from plugtrain.train.profiling import profiler_callbacks
 from plugtrain.train.resume import DataStream, seed_everything
@@ -93,6 +94,23 @@ def check_scheduler_overlap(schedulers: Sequence[Any]) -> None:
                 )
                 raise ConfigError([ConfigIssue("schedulers", message)])
             owner[key] = index
+        if scheduler_key(scheduler) == "weight_decay":
+            _warn_excluded(scheduler, index)
+
+
+def _warn_excluded(scheduler: Any, index: int) -> None:
+    """Warn about a weight-decay scheduler that writes zero-decay groups (not one of ours)."""
+    groups = scheduler.optimizer.param_groups
+    hit = [g for g in scheduler_groups(scheduler) if excluded_from_decay(groups[g])]
+    if hit:
+        log.warning(
+            "scheduler %d (%s) sets the weight decay of the zero-decay param groups %s (bias "
+            "and normalisation parameters); derive it from plugtrain.scheduler.Scheduler, or "
+            "skip groups where plugtrain.scheduler.excluded_from_decay(group) is true",
+            index,
+            type(scheduler).__name__,
+            hit,
+        )
 
 
 def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -317,7 +335,8 @@ class Trainer:
         Accuracy for class labels the Trainer scored, the model's own metrics (weighted by each
         batch's count), and ``perplexity`` for a model with ``report_perplexity``.
         """
-        return self.evaluation.evaluate(dataloader, max_batches)
+        with evaluation_mode(self.optimizer):
+            return self.evaluation.evaluate(dataloader, max_batches)
 
     def validate(
         self,
@@ -418,6 +437,7 @@ class Trainer:
             for stale in self.checkpointer.clean_up():
                 log.info("removed %s, left by an interrupted save", stale)
         self.state.restore(ckpt_path)
+        training_mode(self.optimizer)  # a checkpoint holds the optimizer in its eval() mode
         if self.sparsity is not None:
             self.sparsity.initialize()
         train_dataloader = self.backend.prepare_dataloader(in_global_order(self, train_dataloader))

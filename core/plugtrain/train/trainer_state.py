@@ -24,6 +24,7 @@ from plugtrain.train.checkpoint_fit import check_fits
 from plugtrain.train.checkpoint_parts import checkpoint_parts
 from plugtrain.train.disk import reserve
 from plugtrain.train.evaluation import UNSET
+from plugtrain.train.optimizer_mode import evaluation_mode
 from plugtrain.train.resume import DataStream, rng_state, set_rng_state
 from plugtrain.train.state_check import RULE, plain_problems
 
@@ -69,10 +70,26 @@ class TrainerState:
         }
 
     def save(self, stream: DataStream | None = None) -> Path | None:
-        """Write the checkpoint of the current step (by the writing process only)."""
+        """Write the checkpoint of the current step (by the writing process only).
+
+        Every process: ``optimizer.eval()`` (:mod:`plugtrain.train.optimizer_mode`), the
+        callbacks' ``on_before_save_checkpoint``, the save, ``on_save_checkpoint`` (the writing
+        process), ``on_after_save_checkpoint`` (reverse order), ``optimizer.train()``.
+        """
         trainer = self.trainer
         if stream is not None:
             trainer.stream_position = stream.position()
+        with evaluation_mode(trainer.optimizer):
+            trainer.callbacks_dispatch.on_before_save_checkpoint(trainer, trainer.global_step)
+            path = self._write()
+            if path is not None:
+                trainer.callbacks_dispatch.on_save_checkpoint(trainer, path)
+            trainer.callbacks_dispatch.on_after_save_checkpoint(trainer, trainer.global_step)
+        return path
+
+    def _write(self) -> Path | None:
+        """Check the weights and write them (the writing process); the file written, if any."""
+        trainer = self.trainer
         trainer.nan_guard.check_weights_before_save()
         path = None
         checkpointer = trainer.checkpointer
@@ -95,8 +112,6 @@ class TrainerState:
                 f"fresh). {RULE[0].upper()}{RULE[1:]}."
             )
             raise CheckpointError(message)
-        if path is not None:
-            trainer.callbacks_dispatch.on_save_checkpoint(trainer, path)
         return path
 
     def _owners(self) -> dict[str, Any]:

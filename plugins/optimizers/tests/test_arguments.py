@@ -76,7 +76,7 @@ def test_plugin_is_installed_and_keeps_its_contract():
     assert_plugin_contract("plugtrain-optimizers")
 
 
-def test_all_fifteen_resolve_case_insensitively():
+def test_all_seventeen_resolve_case_insensitively():
     expected = [
         "ASGD",
         "Adadelta",
@@ -84,6 +84,7 @@ def test_all_fifteen_resolve_case_insensitively():
         "Adagrad",
         "Adam",
         "AdamW",
+        "AdamWScheduleFree",
         "Adamax",
         "Lamb",
         "Lion",
@@ -93,6 +94,7 @@ def test_all_fifteen_resolve_case_insensitively():
         "RMSprop",
         "Rprop",
         "SGD",
+        "SGDScheduleFree",
     ]
     assert distribution_names("plugtrain-optimizers", "optimizer") == expected
     for name in expected:

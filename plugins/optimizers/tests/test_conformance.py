@@ -22,8 +22,12 @@ def test_optimizer_conformance(name):
         skip=OPT_OUTS.get(name),
         name=name,
     )
-    # every built-in offers both code paths, so none of the properties is left out
-    assert [r.name for r in report.results if r.outcome == "passed"] == list(OPTIMIZER_PROPERTIES)
+    # every built-in offers both code paths, so none of the properties is left out but the
+    # evaluation contract, which concerns only the optimizers with train()/eval()
+    want = list(OPTIMIZER_PROPERTIES)
+    if "ScheduleFree" not in name:
+        want.remove("evaluation_modes")
+    assert [r.name for r in report.results if r.outcome == "passed"] == want
 
 
 @pytest.mark.parametrize("name", ["Muon", "Adafactor"])

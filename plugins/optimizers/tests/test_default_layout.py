@@ -20,7 +20,13 @@ import plugtrain
 from plugtrain.testing import distribution_names
 from plugtrain_optimizers._auto_flat import flatten_by_default, sole_tenant
 
-ALL = distribution_names("plugtrain-optimizers", "optimizer")
+# The cstorch-numerics optimizers; Schedule-Free (its own numerics, no flat layout, train/eval
+# modes) is tested against its formulas in test_schedule_free.py.
+ALL = [
+    name
+    for name in distribution_names("plugtrain-optimizers", "optimizer")
+    if not name.endswith("ScheduleFree")
+]
 EVERY_FEATURE = {
     "SGD": {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01},
     "Adam": {"lr": 0.01, "weight_decay": 0.01, "amsgrad": True},

@@ -31,3 +31,11 @@ def plugtrain_register_optimizers(registry: ComponentRegistrar) -> None:
     registry.register("RMSprop", f"{_M}.classic:RMSprop", schema=schemas.RMSpropArgs)
     registry.register("Rprop", f"{_M}.rprop:Rprop", schema=schemas.RpropArgs)
     registry.register("SGD", f"{_M}.sgd:SGD", schema=schemas.SGDArgs)
+    registry.register(
+        "AdamWScheduleFree",
+        f"{_M}.schedule_free:AdamWScheduleFree",
+        schema=schemas.AdamWScheduleFreeArgs,
+    )
+    registry.register(
+        "SGDScheduleFree", f"{_M}.schedule_free:SGDScheduleFree", schema=schemas.SGDScheduleFreeArgs
+    )

@@ -335,3 +335,34 @@ class MuonArgs:
         if arguments["nesterov"] and arguments["momentum"] <= 0:
             message = f"nesterov=True needs momentum > 0, got momentum={arguments['momentum']!r}"
             yield about(("nesterov", "momentum"), message)
+
+
+@attrs.frozen
+class AdamWScheduleFreeArgs:
+    """Schedule-Free AdamW (Defazio et al. 2024; Meta's ``schedulefree`` argument names).
+
+    No learning-rate schedule is needed: the optimizer trains at ``y``, an interpolation of the
+    averaged iterate ``x`` and the base iterate ``z``, and evaluates (``eval()``) at ``x``.
+    """
+
+    lr: float = _lr(0.0025)
+    betas: tuple[float, float] = _betas((0.9, 0.999))
+    eps: float = _eps(1e-8)
+    weight_decay: float = _wd("L2 penalty, computed at y and added to the normalized gradient")
+    warmup_steps: int = arg(0, help="steps of linear learning-rate warmup", ge=0)
+    r: float = arg(0.0, help="polynomial weighting of the average: weight (k+1)^r", ge=0)
+    weight_lr_power: float = arg(2.0, help="the average weights steps by lr_max ** this", ge=0)
+    foreach: bool | None = _foreach()
+
+
+@attrs.frozen
+class SGDScheduleFreeArgs:
+    """Schedule-Free SGD (Defazio et al. 2024; Meta's ``schedulefree`` argument names)."""
+
+    lr: float = _lr(0.0025)
+    momentum: float = arg(0.9, help="interpolation between x and z (beta)", gt=0, lt=1)
+    weight_decay: float = _wd("L2 penalty, computed at y and added to the gradient")
+    warmup_steps: int = arg(0, help="steps of linear learning-rate warmup", ge=0)
+    r: float = arg(0.0, help="polynomial weighting of the average: weight (k+1)^r", ge=0)
+    weight_lr_power: float = arg(2.0, help="the average weights steps by lr_max ** this", ge=0)
+    foreach: bool | None = _foreach()
