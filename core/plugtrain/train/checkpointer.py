@@ -30,6 +30,13 @@ class Checkpointer(abc.ABC):
     :param name: the file (or folder) name pattern, with ``{step}``.
     """
 
+    collective = False
+    """Whether every process calls :meth:`save` (each writes its shard); else the writer only."""
+
+    sharded = False
+    """Whether :meth:`save` takes the model and optimizer as this process's shards (DTensors)
+    and :meth:`load` returns them so; else they are full tensors (gathered under FSDP2)."""
+
     def __init__(self, directory: Path, name: str) -> None:
         self.directory = Path(directory)
         self.name = name
@@ -73,6 +80,9 @@ class Checkpointer(abc.ABC):
     @abc.abstractmethod
     def clean_up(self) -> list[Path]:
         """Remove what interrupted saves left behind; returns it. Only under the run's lock."""
+
+    def wait(self) -> None:  # noqa: B027 - a default, not an abstract method
+        """Wait until a save running in the background is complete (here: none runs)."""
 
     def newest(self) -> Path | None:
         """The checkpoint with the highest step, or ``None``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,8 @@ from plugtrain.strategy import strategy_of
 from plugtrain.train.backends import backend as make_backend
 from plugtrain.train.batches import Scored, move_batch, score_batch
 from plugtrain.train.callbacks import Callbacks
-from plugtrain.train.checkpointer import Checkpointer, FileCheckpointer
+from plugtrain.train.checkpoint_format import checkpointer_for
+from plugtrain.train.checkpointer import Checkpointer
 from plugtrain.train.console import console_logging, say_inert_off_csx
 from plugtrain.train.evaluation import UNSET, Evaluation
 from plugtrain.train.global_sampler import in_global_order
@@ -199,9 +201,7 @@ class Trainer:
         self.global_step = 0
         self.loaded_step: int | None = None
         """The global step stored in the checkpoint loaded last (``None``: none loaded)."""
-        self.checkpointer: Checkpointer = FileCheckpointer(
-            self.checkpoint_dir, self.checkpoint.checkpoint_name
-        )
+        self.checkpointer: Checkpointer = checkpointer_for(self)
         """Writes, finds and reads this trainer's checkpoints."""
         self.stream_position: dict[str, Any] | None = None
         """Where the training data stands, as the last checkpoint saved or loaded it."""
@@ -410,8 +410,12 @@ class Trainer:
             self.callbacks_dispatch.on_fit_start(self)
             if self.checkpoint.save_initial_checkpoint and self.global_step == 0:
                 self.save_checkpoint(stream)
-            with InterruptRequest() as interrupt:
-                last_val = self.training_loop.run(stream, val_dataloader, target, interrupt)
+            try:
+                with InterruptRequest() as interrupt:
+                    last_val = self.training_loop.run(stream, val_dataloader, target, interrupt)
+            finally:
+                if sys.exc_info()[0] in (None, TrainingInterrupted):
+                    self.checkpointer.wait()  # a background save completes before fit returns
             self.callbacks_dispatch.on_fit_end(self)
         finally:
             self.loggers_dispatch.close()

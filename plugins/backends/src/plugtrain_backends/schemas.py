@@ -17,7 +17,7 @@ import attrs
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.schema import Problem, about, arg, check_arguments, validated_arguments
 
-__all__ = ["CPUArgs", "CSXArgs", "ClusterConfig", "GPUArgs"]
+__all__ = ["DATA_PARALLEL", "CPUArgs", "CSXArgs", "ClusterConfig", "GPUArgs"]
 
 DEFAULT_DIST_TIMEOUT = 1800.0
 """Seconds a collective waits for the other processes (torch's own default for gloo)."""
@@ -36,6 +36,80 @@ def _timeout_arg() -> Any:
     )
 
 
+DATA_PARALLEL = ("ddp", "fsdp2", "hsdp")
+"""How a multi-process run spreads the model: DDP replicas, FSDP2 shards, or HSDP (replicas of
+shard groups, ``dp_replicate`` x ``dp_shard``)."""
+
+
+def _data_parallel_arg() -> Any:
+    return arg(
+        "ddp",
+        help="ddp (replicas), fsdp2 (parameters, gradients and optimizer state sharded) or hsdp",
+        choices=DATA_PARALLEL,
+    )
+
+
+def _dp_shard_arg() -> Any:
+    return arg(
+        None,
+        help="processes one FSDP2 shard group spans (default: all of them / dp_replicate)",
+        gt=0,
+    )
+
+
+def _dp_replicate_arg() -> Any:
+    return arg(
+        1, help="hsdp: replicas of the shard group (dp_shard x dp_replicate processes)", gt=0
+    )
+
+
+def _reshard_arg() -> Any:
+    return arg(True, help="fsdp2/hsdp: free the gathered parameters after forward (less memory)")
+
+
+def _fsdp_modules_arg() -> Any:
+    return arg(
+        [],
+        help="fsdp2/hsdp: globs of submodule names that get their own fully_shard "
+        "(e.g. blocks.*); empty: the model's own fsdp_modules, else the root only",
+    )
+
+
+def parallel_problems(arguments: Mapping[str, Any], processes: int | None) -> Iterator[Problem]:
+    """The rules of the ``data_parallel`` keys that a type and a range cannot express.
+
+    :param processes: how many processes the run has, when the arguments say (``None``: known
+        only at launch; ``plugtrain check --world-size N`` gives it).
+    """
+    mode = arguments.get("data_parallel", "ddp")
+    shard, replicate = arguments.get("dp_shard"), arguments.get("dp_replicate", 1)
+    if mode == "ddp":
+        for key in ("dp_shard", "fsdp_modules"):
+            if arguments.get(key):
+                yield about(key, f"{key} applies to data_parallel: fsdp2 or hsdp, not ddp")
+        if replicate != 1:
+            yield about("dp_replicate", "dp_replicate applies to data_parallel: hsdp, not ddp")
+        return
+    if mode == "fsdp2" and replicate != 1:
+        message = "dp_replicate applies to data_parallel: hsdp; fsdp2 shards over every process"
+        yield about("dp_replicate", message)
+        return
+    if mode == "hsdp" and shard is None:
+        yield about("dp_shard", "data_parallel: hsdp needs dp_shard (processes per shard group)")
+        return
+    if processes is None:
+        return
+    if shard is not None and shard * replicate != processes:
+        message = (
+            f"dp_shard x dp_replicate must equal the {processes} processes of the run, "
+            f"got {shard} x {replicate} = {shard * replicate}"
+        )
+        yield about("dp_shard", message)
+    elif shard is None and processes % replicate:
+        message = f"dp_replicate={replicate} does not divide the {processes} processes of the run"
+        yield about("dp_replicate", message)
+
+
 @attrs.frozen
 class CPUArgs:
     """Run on the host CPU: one process, or data parallel over gloo on several."""
@@ -47,6 +121,16 @@ class CPUArgs:
         gt=0,
     )
     dist_timeout: float = _timeout_arg()
+    data_parallel: Literal["ddp", "fsdp2", "hsdp"] = _data_parallel_arg()
+    dp_shard: int | None = _dp_shard_arg()
+    dp_replicate: int = _dp_replicate_arg()
+    reshard_after_forward: bool = _reshard_arg()
+    fsdp_modules: list[str] = _fsdp_modules_arg()
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
+        """The ``data_parallel`` plan fits ``num_processes``."""
+        return parallel_problems(arguments, int(arguments.get("num_processes", 1)))
 
 
 @attrs.frozen
@@ -64,6 +148,16 @@ class GPUArgs:
     )
     sync_batchnorm: bool = arg(False, help="convert BatchNorm layers to SyncBatchNorm")
     dist_timeout: float = _timeout_arg()
+    data_parallel: Literal["ddp", "fsdp2", "hsdp"] = _data_parallel_arg()
+    dp_shard: int | None = _dp_shard_arg()
+    dp_replicate: int = _dp_replicate_arg()
+    reshard_after_forward: bool = _reshard_arg()
+    fsdp_modules: list[str] = _fsdp_modules_arg()
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
+        """The ``data_parallel`` plan is coherent (the process count is known at launch)."""
+        return parallel_problems(arguments, None)
 
 
 def _problems_of_format(arguments: Mapping[str, Any]) -> Iterator[Problem]:
