@@ -46,6 +46,15 @@ class Optimizer(Protocol):
     ``(name, tensor)`` pairs, or of param-group dicts. Schedulers read and write the groups'
     ``"lr"`` and ``"weight_decay"`` and read their ``"tags"``; ``state_dict()`` must load with
     ``torch.load(..., weights_only=True)`` (plain containers, numbers, strings and tensors).
+
+    Sharded parameters (``data_parallel: fsdp2`` or ``hsdp``): the parameters, gradients and
+    any state made like them are DTensors holding this process's shard. An optimizer that steps
+    them correctly says so with ``supports_sharded_params: ClassVar[bool] = True`` on its
+    argument schema (the registry reads it without importing torch); ``plugtrain check``
+    refuses any other under FSDP2, with its position and the installed optimizers that would
+    run. An element-wise update (each element depends on the same element of the parameter,
+    gradient and state only) may simply run on the local shards (``DTensor.to_local()``); one
+    that needs a norm per tensor or a matrix's shape must reduce across shards or not declare it.
     """
 
     param_groups: list[dict[str, Any]]
