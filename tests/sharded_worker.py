@@ -24,6 +24,10 @@ from plugtrain.train.sharded_state import local_tensor
 from plugtrain.train.trainer import Trainer
 
 STEPS = 20
+BUILT_IN_OPTIMIZERS = (
+    *("Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "Lamb"),
+    *("Lion", "Muon", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"),
+)
 
 
 class Record:
@@ -130,6 +134,58 @@ def compare_with_torch_save(out: Path, folder: Path) -> None:
     (out / "alone_equal.json").write_text(json.dumps(equal))
 
 
+def optimizer_sweep(out: Path) -> None:
+    """Every built-in optimizer, 3 steps on a sharded and on a whole copy of one model.
+
+    Records, per optimizer, the largest difference of the weights, or the error it raised.
+    """
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (2,))
+    results: dict[str, Any] = {}
+    for name in BUILT_IN_OPTIMIZERS:
+        torch.manual_seed(0)
+        whole = nn.Sequential(nn.Linear(8, 6), nn.Tanh(), nn.Linear(6, 4))
+        sharded = fully_shard(
+            nn.Sequential(
+                *(
+                    nn.Linear(m.in_features, m.out_features)
+                    if isinstance(m, nn.Linear)
+                    else nn.Tanh()
+                    for m in whole
+                )
+            ),
+            mesh=mesh,
+        )
+        sharded.load_state_dict(
+            {
+                k: torch.distributed.tensor.distribute_tensor(
+                    v, mesh, [torch.distributed.tensor.Shard(0)]
+                )
+                for k, v in whole.state_dict().items()
+            }
+        )
+        cls = plugtrain.resolve("optimizer", name)
+        try:
+            pairs = [(cls(model.parameters(), lr=1e-2), model) for model in (whole, sharded)]
+            for step in range(3):
+                inputs = torch.randn(4, 8, generator=torch.Generator().manual_seed(step))
+                for optimizer, model in pairs:
+                    optimizer.zero_grad()
+                    model(inputs).square().mean().backward()
+                    optimizer.step()
+            full = {k: v.full_tensor() for k, v in sharded.state_dict().items()}
+            results[name] = max(
+                float((full[k] - v).abs().max()) for k, v in whole.state_dict().items()
+            )
+        except RuntimeError as exc:
+            results[name] = str(exc)
+    if os.environ.get("RANK") == "0":
+        (out / "optimizers.json").write_text(json.dumps(results))
+
+
 def main() -> None:
     """The runs of one launch (2 processes) or of ``--alone``."""
     out = Path(sys.argv[1])
@@ -139,6 +195,7 @@ def main() -> None:
         run(out, "alone_dcp_resume", "fsdp2", {"format": "dcp"}, dcp10)
         compare_with_torch_save(out, dcp10)
         return
+    optimizer_sweep(out)
     run(out, "ddp", "ddp", {}, None)
     run(out, "fsdp2_dcp", "fsdp2", {"format": "dcp"}, None)
     run(out, "fsdp2_async", "fsdp2", {"format": "dcp", "async_save": True}, None)

@@ -135,3 +135,69 @@ def test_a_damaged_dcp_checkpoint_is_skipped_for_the_previous_one(runs: Path, tm
     assert [p.name for p in checkpointer.clean_up()] == [".checkpoint_30.mdl.partial"]
     assert checkpointer.prune(1) == [tmp_path / "checkpoint_10.mdl"]
     assert not (tmp_path / "checkpoint_10.mdl").exists()
+
+
+def test_each_built_in_optimizer_matches_its_whole_run_or_is_refused_by_check(runs: Path) -> None:
+    from plugtrain.config.sharding import supports_sharded_params
+    from plugtrain.plugins import get_registry
+
+    results = json.loads((runs / "optimizers.json").read_text())
+    assert len(results) == 15
+    registry = get_registry()
+    for name, outcome in results.items():
+        if supports_sharded_params(registry, "optimizer", name):
+            assert isinstance(outcome, float), (name, outcome)
+            assert outcome <= 1e-6, name
+        else:
+            assert "cannot step sharded (DTensor) parameters" in outcome, name
+    refused = sorted(n for n in results if not supports_sharded_params(registry, "optimizer", n))
+    assert refused == ["Adafactor", "Lamb", "Muon"]
+
+
+BAD_PLAN = """\
+trainer:
+  init:
+    backend:
+      backend_type: CPU
+      num_processes: 2
+      data_parallel: fsdp2
+      dp_shard: 3
+    model:
+      MLP: {in_features: 4, hidden: 8, out_features: 2}
+    optimizer:
+      Lamb: {lr: 0.1}
+    sparsity: 0.5
+    callbacks:
+    - ComputeNorm: {}
+    loop: {max_steps: 2}
+  fit:
+    train_dataloader:
+      Synthetic: {batch_size: 4}
+"""
+
+
+def test_check_refuses_what_fsdp2_cannot_run_at_its_line(tmp_path: Path) -> None:
+    from plugtrain.cli import main
+
+    run = tmp_path / "run.yaml"
+    run.write_text(BAD_PLAN)
+    done = subprocess.run(
+        [sys.executable, "-m", "plugtrain", "check", str(run)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert f"{run}:7:7: trainer.init.backend.dp_shard: dp_shard x dp_replicate must equal" in (
+        done.stderr
+    )
+    lamb = next(line for line in lines if ":11:7:" in line)
+    assert "Lamb cannot run on sharded parameters" in lamb
+    assert "AdamW" in lamb
+    assert "Lamb," not in lamb
+    assert f"{run}:12:5: trainer.init.sparsity: sparsity cannot run" in done.stderr
+    assert "ComputeNorm" not in done.stderr  # a callback that runs on shards
+    # the same file with ddp and a whole-tensor optimizer is fine
+    run.write_text(BAD_PLAN.replace("fsdp2", "ddp").replace("      dp_shard: 3\n", ""))
+    assert main(["check", str(run)]) == 0
