@@ -204,7 +204,6 @@ def main() -> None:
     run(out, "dcp_resume", "fsdp2", {"format": "dcp"}, dcp10)
     file10 = runs / "fsdp2_file" / "checkpoint_10.mdl"
     run(out, "file_resume", "fsdp2", {}, file10)
-    run(out, "ddp_from_fsdp2_file", "ddp", {}, file10)
 
 
 if __name__ == "__main__":

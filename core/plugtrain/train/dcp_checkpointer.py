@@ -16,10 +16,12 @@ next save (and the end of the run, and any load) waits for it first.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,15 @@ from plugtrain.train import checkpoint as single_file
 from plugtrain.train.checkpointer import Checkpointer
 from plugtrain.train.state_check import verify_first_checkpoint
 
-__all__ = ["REST_FILE", "DCPCheckpointer", "state_template", "verify_folder"]
+__all__ = [
+    "REST_FILE",
+    "DCPCheckpointer",
+    "join_state",
+    "single_process_quiet",
+    "split_state",
+    "state_template",
+    "verify_folder",
+]
 
 log = logging.getLogger("plugtrain")
 
@@ -46,6 +56,14 @@ the optimizer state."""
 
 TENSORS = ("model", "optimizer_state")
 """The top-level keys of the DCP part: the model's state dict, the optimizer's tensor state."""
+
+
+@contextlib.contextmanager
+def single_process_quiet() -> Iterator[None]:
+    """No "torch.distributed is disabled ... assuming ... a single process" warning: intended."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def split_state(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -178,15 +196,17 @@ class DCPCheckpointer(Checkpointer):
             dist.barrier()  # the folder exists before anyone writes into it
         try:
             if self.async_save:
-                future = dcp_async_save(
-                    tensors,
-                    checkpoint_id=str(partial),
-                    process_group=self._group(),
-                    no_dist=not distributed,
-                )
+                with single_process_quiet():
+                    future = dcp_async_save(
+                        tensors,
+                        checkpoint_id=str(partial),
+                        process_group=self._group(),
+                        no_dist=not distributed,
+                    )
                 self._pending = (future, partial, final)  # type: ignore[assignment]
                 return final
-            dcp_save(tensors, checkpoint_id=str(partial), no_dist=not distributed)
+            with single_process_quiet():
+                dcp_save(tensors, checkpoint_id=str(partial), no_dist=not distributed)
         except (OSError, RuntimeError) as exc:
             message = f"{final}: cannot be written ({type(exc).__name__}: {exc})"
             raise CheckpointError(message) from exc
@@ -258,7 +278,8 @@ class DCPCheckpointer(Checkpointer):
             }
         distributed = dist.is_available() and dist.is_initialized()
         try:
-            dcp_load(tensors, checkpoint_id=str(path), no_dist=not distributed)
+            with single_process_quiet():
+                dcp_load(tensors, checkpoint_id=str(path), no_dist=not distributed)
         except Exception as exc:
             message = f"{path}: the DCP shards do not load ({type(exc).__name__}: {exc})"
             raise CorruptCheckpointError(message) from exc

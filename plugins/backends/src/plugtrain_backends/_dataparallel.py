@@ -122,6 +122,27 @@ class DataParallelBackend(BackendBase):
             return FSDPStrategy(self)
         return DataParallelStrategy(self)
 
+    @staticmethod
+    def deep_check(
+        arguments: Mapping[str, Any], make_model: Any, make_optimizer: Any, world_size: int
+    ) -> Any:
+        """``plugtrain check --deep``: the model sharded on a fake process group.
+
+        See :func:`plugtrain_backends._fsdp.deep_check`; ``None`` under DDP.
+        """
+        if arguments.get("data_parallel", "ddp") == "ddp":
+            return None
+        from plugtrain_backends import _fsdp
+
+        plan = _fsdp.FSDPPlan(
+            arguments.get("data_parallel", "ddp"),
+            arguments.get("dp_shard"),
+            arguments.get("dp_replicate", 1),
+            arguments.get("reshard_after_forward", True),
+            arguments.get("fsdp_modules") or (),
+        )
+        return _fsdp.deep_check(plan, make_model, make_optimizer, world_size)
+
     def configure_precision(self, settings: Any) -> None:
         """Keep the half type for FSDP2's mixed-precision policy; then the default."""
         self.half_type = settings.half_type(False)

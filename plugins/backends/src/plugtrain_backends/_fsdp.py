@@ -18,10 +18,19 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
 from plugtrain.errors import BackendError
 
-__all__ = ["FSDPPlan", "build_mesh", "mixed_precision", "shard_model", "sharded_units"]
+__all__ = [
+    "DeepReport",
+    "FSDPPlan",
+    "build_mesh",
+    "deep_check",
+    "mixed_precision",
+    "shard_model",
+    "sharded_units",
+]
 
 log = logging.getLogger("plugtrain")
 
@@ -156,3 +165,94 @@ def set_gradient_sync(model: nn.Module, synchronize: bool) -> None:
     """Whether the next backward reduce-scatters the gradients (the last micro-batch only)."""
     if isinstance(model, FSDPModule):
         model.set_requires_gradient_sync(synchronize)
+
+
+class DeepReport:
+    """What :func:`deep_check` found: per-rank bytes, or problems with the plan.
+
+    :param lines: the report, one line per fact.
+    :param problems: ``(argument, message)`` pairs about the backend's arguments.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.problems: list[tuple[str, str]] = []
+
+
+def _bytes(tensors: Any) -> int:
+    total = 0
+    for t in tensors:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        total += local.numel() * local.element_size()
+    return total
+
+
+def _optimizer_bytes(optimizer: Any) -> int:
+    if optimizer is None:
+        return 0
+    return _bytes(
+        v
+        for state in optimizer.state.values()
+        for v in state.values()
+        if isinstance(v, torch.Tensor)
+    )
+
+
+def deep_check(plan: FSDPPlan, make_model: Any, make_optimizer: Any, world_size: int) -> DeepReport:
+    """Shard the model on a fake process group of ``world_size`` and count rank 0's bytes.
+
+    The model and the optimizer state are built on the ``meta`` device (no memory, no data);
+    the process group is torch's ``fake`` one (no other process). Rank 0 holds the largest
+    shard of every tensor (FSDP2 cuts dim 0 in equal chunks, the last ones shorter).
+
+    :param make_model: builds the model (called under ``torch.device("meta")``).
+    :param make_optimizer: ``make_optimizer(model)``, or ``None`` without an optimizer.
+    """
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    report = DeepReport()
+    try:
+        shape = plan.mesh_shape(world_size)
+    except BackendError as exc:
+        report.problems.append(("dp_shard", str(exc)))
+        return report
+    with torch.device("meta"):
+        whole = make_model()
+        replica_optimizer = make_optimizer(whole) if make_optimizer else None
+    globs = model_plan(whole, plan)
+    for glob in unmatched_globs(whole, globs):
+        report.problems.append(("fsdp_modules", f"{glob!r} matches no submodule of the model"))
+    if report.problems:
+        return report
+    replica = _bytes(whole.parameters())
+    replica_state = _optimizer_bytes(replica_optimizer)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        with torch.device("meta"):
+            model = make_model()
+        mesh = build_mesh("cpu", shape)
+        shard_model(model, mesh, plan, None)
+        with torch.device("meta"):
+            optimizer = make_optimizer(model) if make_optimizer else None
+        params = _bytes(model.parameters())
+        state = _optimizer_bytes(optimizer)
+    finally:
+        dist.destroy_process_group()
+    units = sharded_units(whole, globs)
+    names = (
+        dict(zip(("dp_replicate", "dp_shard"), shape, strict=False))
+        if len(shape) == 2
+        else {"dp_shard": shape[0]}
+    )
+    mib = 2**20
+    report.lines += [
+        f"mesh {' x '.join(f'{k}={v}' for k, v in names.items())} over {world_size} processes; "
+        f"{len(units) + 1} fully_shard units ({len(units)} from fsdp_modules + the root)",
+        f"per rank: parameters {params / mib:.2f} MiB, gradients {params / mib:.2f} MiB, "
+        f"optimizer state {state / mib:.2f} MiB; total {(2 * params + state) / mib:.2f} MiB",
+        f"ddp would hold: parameters {replica / mib:.2f} MiB, gradients {replica / mib:.2f} "
+        f"MiB, optimizer state {replica_state / mib:.2f} MiB; total "
+        f"{(2 * replica + replica_state) / mib:.2f} MiB",
+    ]
+    return report

@@ -132,6 +132,11 @@ class CPUArgs:
         """The ``data_parallel`` plan fits ``num_processes``."""
         return parallel_problems(arguments, int(arguments.get("num_processes", 1)))
 
+    @staticmethod
+    def plan_problems(arguments: Mapping[str, Any], world_size: int) -> Iterator[Problem]:
+        """The ``data_parallel`` plan at ``world_size`` processes (``check --world-size``)."""
+        return parallel_problems(arguments, world_size)
+
 
 @attrs.frozen
 class GPUArgs:
@@ -158,6 +163,11 @@ class GPUArgs:
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         """The ``data_parallel`` plan is coherent (the process count is known at launch)."""
         return parallel_problems(arguments, None)
+
+    @staticmethod
+    def plan_problems(arguments: Mapping[str, Any], world_size: int) -> Iterator[Problem]:
+        """The ``data_parallel`` plan at ``world_size`` processes (``check --world-size``)."""
+        return parallel_problems(arguments, world_size)
 
 
 def _problems_of_format(arguments: Mapping[str, Any]) -> Iterator[Problem]:
