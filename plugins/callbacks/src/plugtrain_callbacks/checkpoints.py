@@ -41,9 +41,13 @@ class KeepNCheckpoints:
         self.saved.append(name)
         if self.n is None:
             return
+        checkpointer = getattr(trainer, "checkpointer", None)
         while len(self.saved) > self.n:
             old = Path(self.saved.pop(0))
-            old.unlink(missing_ok=True)
+            if checkpointer is not None:
+                checkpointer.remove(old)  # a file, or a DCP checkpoint's folder
+            else:
+                old.unlink(missing_ok=True)
             log.info("KeepNCheckpoints: deleted %s (keeping %d)", old, self.n)
 
     def on_load_checkpoint(self, trainer: Any, path: Path) -> None:
