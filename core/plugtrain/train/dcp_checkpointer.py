@@ -129,7 +129,11 @@ def verify_folder(path: Path) -> None:
 
 
 def state_template(trainer: Any, with_optimizer_state: bool) -> dict[str, Any]:
-    """``trainer``'s model and optimizer state dicts, for DCP to load into.
+    """Copies of ``trainer``'s model and optimizer state dicts, for DCP to load into.
+
+    Copies, so that loading changes nothing before the Trainer applies the parts it keeps
+    (``LoadCheckpointStates`` may leave the model or the optimizer as they are); under FSDP2
+    they are copies of this process's shards only.
 
     :param with_optimizer_state: create the optimizer's state first when it has none yet (a
         step with zero gradients and a zero learning rate, torch's own recipe).
@@ -139,10 +143,18 @@ def state_template(trainer: Any, with_optimizer_state: bool) -> dict[str, Any]:
     optimizer = trainer.optimizer
     if optimizer is not None and with_optimizer_state:
         _init_optim_state(optimizer)
-    return {
-        "model": trainer.unwrapped_model.state_dict(),
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
-    }
+    optimizer_state = optimizer.state_dict() if optimizer is not None else None
+    if optimizer_state is not None:
+        optimizer_state = {**optimizer_state, "state": _copied(optimizer_state["state"])}
+    return {"model": _copied(trainer.unwrapped_model.state_dict()), "optimizer": optimizer_state}
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, Mapping):
+        return {key: _copied(item) for key, item in value.items()}
+    return value
 
 
 class DCPCheckpointer(Checkpointer):
