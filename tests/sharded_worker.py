@@ -1,11 +1,12 @@
 """The runs behind tests/test_sharded.py, in one torchrun launch of 2 processes (or alone).
 
-``python -m torch.distributed.run --nproc-per-node 2 tests/sharded_worker.py OUT`` trains a
-small GPT decoder 20 steps (2 micro-batches a step, AdamW, clipping) with DDP, with FSDP2 and
-DCP checkpoints (synchronous, then asynchronous), with FSDP2 into single-file checkpoints, and
-resumes the DCP and the file checkpoints of step 10; ``python tests/sharded_worker.py OUT
---alone`` resumes the DCP checkpoint of step 10 in one process. Each run's per-step losses,
-gradient norms and local parameter+gradient+optimizer bytes go to ``OUT/<run>.rank<R>.json``.
+``python -m torch.distributed.run --nproc-per-node 2 tests/sharded_worker.py OUT`` runs every
+built-in optimizer on shards, then trains a small GPT decoder 20 steps (2 micro-batches a step,
+AdamW, clipping) with DDP, with FSDP2 and DCP checkpoints (synchronous, then asynchronous), with
+FSDP2 into single-file checkpoints, with HSDP (2 replicas x 1 shard), and resumes the DCP and
+the file checkpoints of step 10; ``python tests/sharded_worker.py OUT --alone`` resumes the DCP
+checkpoint of step 10 in one process. Each run's per-step losses, gradient norms and local
+parameter+gradient+optimizer bytes go to ``OUT/<run>.rank<R>.json``.
 """
 
 from __future__ import annotations
@@ -68,13 +69,21 @@ def loader() -> DataLoader:
 def make_trainer(
     out: Path, name: str, parallel: str, checkpoint: dict[str, Any], record: Record
 ) -> Trainer:
-    """The trainer of one run: a 34k-parameter GPT, AdamW, 2 micro-batches a step."""
+    """The trainer of one run: a 34k-parameter GPT, AdamW, 2 micro-batches a step.
+
+    ``parallel`` ``hsdp`` is 2 replicas of 1 shard (a 2-D mesh) on 2 processes.
+    """
     from plugtrain_models.gpt import GPT
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     adamw = plugtrain.resolve("optimizer", "AdamW")
     return Trainer(
-        backend={"backend_type": "CPU", "num_processes": world, "data_parallel": parallel},
+        backend={
+            "backend_type": "CPU",
+            "num_processes": world,
+            "data_parallel": parallel,
+            **({"dp_shard": 1, "dp_replicate": 2} if parallel == "hsdp" else {}),
+        },
         model=lambda: GPT(n_layer=2, n_head=2, n_embd=32, block_size=16),
         optimizer=lambda m: adamw(m.parameters(), lr=1e-2, weight_decay=0.1),
         loop={"max_steps": STEPS, "grad_accum_steps": 4 // world},  # 16 samples a step
@@ -200,6 +209,7 @@ def main() -> None:
     run(out, "fsdp2_dcp", "fsdp2", {"format": "dcp"}, None)
     run(out, "fsdp2_async", "fsdp2", {"format": "dcp", "async_save": True}, None)
     run(out, "fsdp2_file", "fsdp2", {}, None)
+    run(out, "hsdp", "hsdp", {}, None)
     dcp10 = runs / "fsdp2_dcp" / "checkpoint_10.mdl"
     run(out, "dcp_resume", "fsdp2", {"format": "dcp"}, dcp10)
     file10 = runs / "fsdp2_file" / "checkpoint_10.mdl"

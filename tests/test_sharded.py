@@ -20,6 +20,8 @@ import torch
 
 from plugtrain.errors import CorruptCheckpointError
 
+pytestmark = pytest.mark.slow  # two real launches (2 processes, then 1)
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "sharded_worker.py"
 
@@ -72,6 +74,9 @@ def test_fsdp2_trains_like_ddp_on_half_the_memory(runs: Path) -> None:
     # the same updates whatever the checkpoint format (single files gather the shards)
     assert _record(runs, "fsdp2_file")["losses"] == fsdp["losses"]
     assert _record(runs, "fsdp2_async")["losses"] == fsdp["losses"]
+    hsdp = _record(runs, "hsdp")  # 2 replicas x 1 shard: a 2-D mesh
+    assert hsdp["param_type"] == "DTensor"
+    assert _relative(ddp["losses"], hsdp["losses"]) <= 1e-5
 
 
 def test_dcp_and_file_checkpoints_resume_bit_exactly_at_2_processes(runs: Path) -> None:
