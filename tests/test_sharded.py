@@ -287,4 +287,4 @@ def test_deep_check_shards_on_a_fake_process_group_and_places_bad_plans(
     run.write_text(hsdp.replace("dp_replicate: 2", "dp_replicate: 2\n      fsdp_modules: [x.*]"))
     assert main(["check", str(run), "--world-size", "8", "--deep"]) == 2
     err = capsys.readouterr().err
-    assert f"{run}:9:21: trainer.init.backend.fsdp_modules: 'x.*' matches no submodule" in err
+    assert f"{run}:9:22: trainer.init.backend.fsdp_modules: 'x.*' matches no submodule" in err

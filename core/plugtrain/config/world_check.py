@@ -40,11 +40,17 @@ def backend_mappings(data: Any) -> list[tuple[str, Mapping[str, Any] | None]]:
 
 
 def issue_at(path: str, backend: Mapping[str, Any] | None, key: str, message: str) -> ConfigIssue:
-    """A problem about ``backend[key]``, at its position (the backend's when not written)."""
+    """A problem about ``backend[key]``, at its position (the backend's when not written).
+
+    ``key`` may name an item of a list argument as ``name[index]``.
+    """
+    name, _, index = key.partition("[")
     where = None
     if backend is not None:
-        where = location_of(backend, key) if key in backend else location_of(backend)
-    return ConfigIssue(f"{path}.{key}" if key else path, message, where)
+        where = location_of(backend, name) if name in backend else location_of(backend)
+        if index and isinstance(backend.get(name), list):
+            where = location_of(backend[name], int(index.rstrip("]"))) or where
+    return ConfigIssue(f"{path}.{name}" if name else path, message, where)
 
 
 def world_size_issues(data: Any, registry: Registry, world_size: int) -> list[ConfigIssue]:

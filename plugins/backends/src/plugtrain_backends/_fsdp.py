@@ -171,7 +171,8 @@ class DeepReport:
     """What :func:`deep_check` found: per-rank bytes, or problems with the plan.
 
     :param lines: the report, one line per fact.
-    :param problems: ``(argument, message)`` pairs about the backend's arguments.
+    :param problems: ``(argument, message)`` pairs about the backend's arguments (an item of a
+        list argument as ``name[index]``).
     """
 
     def __init__(self) -> None:
@@ -222,7 +223,8 @@ def deep_check(plan: FSDPPlan, make_model: Any, make_optimizer: Any, world_size:
         replica_optimizer = make_optimizer(whole) if make_optimizer else None
     globs = model_plan(whole, plan)
     for glob in unmatched_globs(whole, globs):
-        report.problems.append(("fsdp_modules", f"{glob!r} matches no submodule of the model"))
+        key = f"fsdp_modules[{plan.modules.index(glob)}]" if glob in plan.modules else ""
+        report.problems.append((key, f"{glob!r} matches no submodule of the model"))
     if report.problems:
         return report
     replica = _bytes(whole.parameters())
