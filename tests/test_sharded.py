@@ -1,8 +1,8 @@
 """FSDP2 and DCP checkpoints for real: two gloo processes (one torchrun launch), then one.
 
 The runs are in ``tests/sharded_worker.py``: a 34k-parameter GPT decoder, 20 steps of 2
-micro-batches, AdamW, clipping at norm 1, with DDP and with FSDP2 (sync and async DCP
-checkpoints, single-file checkpoints), resumed from step 10 at 2 processes and at 1.
+micro-batches, AdamW, clipping at norm 1, with DDP, with FSDP2 (DCP and single-file
+checkpoints) and HSDP, resumed from step 10 at 2 processes (saving asynchronously) and at 1.
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ def test_fsdp2_trains_like_ddp_on_half_the_memory(runs: Path) -> None:
         assert local <= 0.55 * replica, (rank, local, replica)
     # the same updates whatever the checkpoint format (single files gather the shards)
     assert _record(runs, "fsdp2_file")["losses"] == fsdp["losses"]
-    assert _record(runs, "fsdp2_async")["losses"] == fsdp["losses"]
     hsdp = _record(runs, "hsdp")  # 2 replicas x 1 shard: a 2-D mesh
     assert hsdp["param_type"] == "DTensor"
     assert _relative(ddp["losses"], hsdp["losses"]) <= 1e-5
@@ -103,13 +102,12 @@ def test_dcp_folders_hold_a_shard_per_process_and_async_writes_the_same(runs: Pa
     assert names == ["checkpoint_10.mdl", "checkpoint_20.mdl"]  # no .partial left
     files = sorted(p.name for p in (folder / "checkpoint_10.mdl").iterdir())
     assert files == [".metadata", "__0_0.distcp", "__1_0.distcp", "trainer.pt"]
-    for step in (10, 20):
-        sync, background = (runs / f"{step}.{kind}.pt" for kind in ("sync", "async"))
-        dcp_to_torch_save(folder / f"checkpoint_{step}.mdl", sync)
-        dcp_to_torch_save(runs / "runs" / "fsdp2_async" / f"checkpoint_{step}.mdl", background)
-        a, b = (torch.load(p, weights_only=True) for p in (sync, background))
-        assert a["model"].keys() == b["model"].keys()
-        assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    # dcp_resume saved step 20 with async_save: the same tensors as the synchronous save
+    sync, background = runs / "sync.pt", runs / "async.pt"
+    dcp_to_torch_save(folder / "checkpoint_20.mdl", sync)
+    dcp_to_torch_save(runs / "runs" / "dcp_resume" / "checkpoint_20.mdl", background)
+    a, b = (torch.load(p, weights_only=True) for p in (sync, background))
+    assert _equal(a, b)
 
 
 def test_a_damaged_dcp_checkpoint_is_skipped_for_the_previous_one(runs: Path, tmp_path) -> None:
