@@ -28,14 +28,20 @@ def local_tensor(value: torch.Tensor) -> torch.Tensor:
     return value.to_local() if isinstance(value, DTensor) else value
 
 
-def gathered(value: Any) -> Any:
-    """``value`` with every DTensor replaced by its full tensor, containers rebuilt."""
+def gathered(value: Any, keep: bool = True) -> Any:
+    """``value`` with every DTensor replaced by its full tensor, containers rebuilt.
+
+    Every process must call it (one all-gather per DTensor). With ``keep`` false (a process
+    that does not write) each full tensor is dropped as soon as it is gathered and the DTensor
+    stays in its place, so that only the writer holds the whole state.
+    """
     if isinstance(value, DTensor):
-        return value.full_tensor()
+        full = value.full_tensor()
+        return full if keep else value
     if isinstance(value, Mapping):
-        return {key: gathered(item) for key, item in value.items()}
+        return {key: gathered(item, keep) for key, item in value.items()}
     if isinstance(value, list):
-        return [gathered(item) for item in value]
+        return [gathered(item, keep) for item in value]
     return value
 
 

@@ -67,7 +67,9 @@ class TrainerState:
         model_state = trainer.unwrapped_model.state_dict()
         optimizer_state = optimizer.state_dict() if optimizer is not None else None
         if self.gathers:
-            model_state, optimizer_state = gathered(model_state), gathered(optimizer_state)
+            keep = bool(trainer.strategy.is_writer)
+            model_state = gathered(model_state, keep)
+            optimizer_state = gathered(optimizer_state, keep)
         return {
             **sparsity,
             "model": model_state,
