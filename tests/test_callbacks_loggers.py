@@ -152,8 +152,9 @@ def test_callback_state_is_saved_and_restored_across_a_real_resume(tmp_path):
     _trainer(tmp_path, callbacks=[first]).fit(_data())
     assert first.records == 2
     saved = load_checkpoint(tmp_path / "run" / "checkpoint_4.mdl")
-    # one entry per callback, then per logger (the two default loggers have no state)
-    assert saved["callbacks"] == [{"name": "Counter", "state": {"records": 2}}, None, None]
+    # one entry per callback (the given one, then the default Throughput), then per logger (the
+    # default Throughput and the two default loggers have no state)
+    assert saved["callbacks"] == [{"name": "Counter", "state": {"records": 2}}, None, None, None]
     second = Counter()
     trainer = _trainer(tmp_path, callbacks=[second], loop={"max_steps": 8})
     trainer.fit(_data())

@@ -293,7 +293,10 @@ def test_checkpoint_root_holds_the_checkpoints_and_autoload_reads_it(tmp_path):
     root = tmp_path / "ckpts"
     settings = {"checkpoint_root": str(root), "steps": 4}
     _trainer(tmp_path, checkpoint=settings).fit(_data())
-    assert sorted(p.name for p in root.iterdir()) == ["checkpoint_4.mdl", "checkpoint_8.mdl"]
+    assert sorted(p.name for p in root.glob("checkpoint_*")) == [
+        "checkpoint_4.mdl",
+        "checkpoint_8.mdl",
+    ]
     assert not list((tmp_path / "run").glob("checkpoint_*"))
     again = _trainer(tmp_path, checkpoint=settings, loop={"max_steps": 10})
     again.fit(_data())

@@ -133,6 +133,9 @@ def test_a_damaged_dcp_checkpoint_is_skipped_for_the_previous_one(runs: Path, tm
     assert checkpointer.load_newest(restore) == tmp_path / "checkpoint_10.mdl"
     assert tried == ["checkpoint_20.mdl", "checkpoint_10.mdl"]
     assert [p.name for p in checkpointer.clean_up()] == [".checkpoint_30.mdl.partial"]
+    assert checkpointer.prune(1) == []  # copied here: not this run's, never deleted
+    for step in (10, 20):  # as if this run had written them, in step order
+        checkpointer.ownership.record(tmp_path / f"checkpoint_{step}.mdl")
     assert checkpointer.prune(1) == [tmp_path / "checkpoint_10.mdl"]
     assert not (tmp_path / "checkpoint_10.mdl").exists()
 

@@ -589,11 +589,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     preprocess.add_argument("arguments", nargs=argparse.REMAINDER)
     preprocess.set_defaults(handler=_cmd_preprocess)
-    for subcommand in commands.choices.values():  # --traceback after the subcommand too
+    for subcommand in commands.choices.values():  # --traceback and -p after the subcommand too
         if subcommand.prog.endswith(" preprocess"):
             continue
         subcommand.add_argument(
             "--traceback", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
+        subcommand.add_argument(
+            "-p",
+            dest="plugin_after",
+            action="append",
+            default=argparse.SUPPRESS,
+            metavar="MODULE",
+            help=argparse.SUPPRESS,
         )
     return parser
 
@@ -602,6 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    args.plugin = [*args.plugin, *getattr(args, "plugin_after", [])]
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.command == "preprocess" and "--traceback" in args.arguments:
         args.arguments.remove("--traceback")
@@ -616,7 +625,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             registry = _registry(args)
             handler: Command = args.handler
-            return handler(args, registry, out)
+            try:
+                status = handler(args, registry, out)
+            except Exception as exc:
+                # named while the command's plugins (-p) are still registered
+                blamed = None if args.traceback else attribute_error(exc)
+                if blamed is None:
+                    raise
+                raise blamed from exc
+            out.flush()  # a closed pipe is found here, not at exit
+            return status
     except (ConfigError, UnknownNameError) as exc:  # usage errors: the status argparse uses
         return _fail(args, exc, EXIT_CONFIG)
     except PlugtrainError as exc:
@@ -624,6 +642,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # fit's TrainingInterrupted says where it saved the run
         sys.stderr.write(f"plugtrain: {str(exc) or 'interrupted'}\n")
         return int(getattr(exc, "exit_status", 130))  # 128 + the signal: 130, 143, 129
+    except BrokenPipeError:
+        if args.command not in _OUTPUT_COMMANDS:
+            raise
+        return _closed_pipe()
     except Exception as exc:
         if args.traceback:
             raise
@@ -635,6 +657,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(run again with --traceback for details)\n"
         )
         return EXIT_ERROR
+
+
+_OUTPUT_COMMANDS = frozenset({"list", "show", "plugins", "schema", "check"})
+"""Commands whose output may go to a pipe that closes early (``plugtrain list | head``)."""
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away: stop quietly, as ``SIGPIPE`` would (exit 141).
+
+    stdout is pointed at ``/dev/null`` so that flushing it at exit raises nothing more.
+    """
+    import os
+    import signal
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + int(signal.SIGPIPE)
 
 
 @contextlib.contextmanager

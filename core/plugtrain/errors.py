@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointMismatchError",
     "ComponentError",
+    "ComponentFailedError",
     "ConfigError",
     "ConfigIssue",
     "CorruptCheckpointError",
@@ -76,6 +77,19 @@ class CheckpointMismatchError(CheckpointError):
 
 class ModelDirBusyError(TrainingError):
     """Another process is fitting into the same model directory."""
+
+
+class ComponentFailedError(TrainingError):
+    """A callback or logger raised while the Trainer called it (not the model's own code).
+
+    :param owner: the callback or logger object.
+    :param hook: the method that raised (``on_train_step_end``, ``log_metrics`` ...).
+    """
+
+    def __init__(self, message: str, owner: object = None, hook: str = "") -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.hook = hook
 
 
 class ComponentError(PlugtrainError, RuntimeError):

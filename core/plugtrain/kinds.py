@@ -17,7 +17,7 @@ class Kind:
     :param context_args: leading constructor parameters that the caller supplies and that are
         therefore absent from the schema (``params`` for an optimizer).
     :param defaults: components of this kind that every trainer has unless a run file removes
-        them with ``Name: null`` (the default loggers).
+        them with ``Name: null`` (the default loggers, the default ``Throughput`` callback).
     :param plural_name: the plural for messages when it is not the name plus ``s``.
     """
 
@@ -42,7 +42,9 @@ KINDS: dict[str, Kind] = {
         Kind("backend", "plugtrain_register_backends", "plugtrain-backends", ()),
         Kind("model", "plugtrain_register_models", "plugtrain", ()),
         Kind("dataloader", "plugtrain_register_dataloaders", "plugtrain", ()),
-        Kind("callback", "plugtrain_register_callbacks", "plugtrain-callbacks", ()),
+        Kind(
+            "callback", "plugtrain_register_callbacks", "plugtrain-callbacks", (), ("Throughput",)
+        ),
         Kind(
             "logger",
             "plugtrain_register_loggers",

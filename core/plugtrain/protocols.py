@@ -206,6 +206,10 @@ class Backend(Protocol):
     on the members above. What a backend needs to know about the processes ``plugtrain fit``
     launches is in :mod:`plugtrain.launching`.
 
+    Optional (since plugin API 1.1): ``peak_flops(dtype) -> float | None``, the device's peak
+    FLOP/s in ``dtype``, the denominator of the ``Throughput`` callback's MFU (without it, a
+    table of known GPUs, or a matmul probe on a CPU: :mod:`plugtrain.train.peak_flops`).
+
     Optional flags, read as ``False`` when absent: ``compiles_precision`` (the backend's own
     compiler applies the precision settings, so the Trainer does not autocast; ``CSX``) and
     ``cluster_logging`` (it acts on ``logging.wsc_log_level`` and
@@ -315,7 +319,14 @@ class Model(Protocol):
       keys are read) to factors: the model's own factors, applied to every parameter that no
       ``adjust_learning_rate`` key of the run file matches (the run file's entries win). A
       parameter's factor multiplies its group's learning rate (each LR scheduler is wrapped
-      so that it applies them); an empty mapping changes nothing.
+      so that it applies them); an empty mapping changes nothing;
+    - speed (optional, since plugin API 1.1): ``num_tokens(batch) -> int``, the tokens of a
+      batch, for the ``Throughput`` callback's tokens/s and MFU (without it, a mapping batch's
+      ``input_ids`` tensor counts its elements; a model whose batches hold no tokens gets no
+      ``Throughput`` record unless the callback is listed); ``repeated_blocks()`` (or an
+      attribute of that name) returning the repeated modules (a decoder's layers), which
+      ``compile: regional`` compiles and ``activation_checkpointing`` wraps one by one (without
+      it, the items of every ``nn.ModuleList`` of two or more modules of one class).
 
     Checkpoints hold ``state_dict()`` of the unwrapped model.
     """

@@ -14,6 +14,7 @@ the deferring component answers only to ``"provider:Name"``.
 from __future__ import annotations
 
 import importlib
+import unicodedata
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
@@ -271,6 +272,42 @@ def _check_name(name: str) -> None:
     if not isinstance(name, str) or not name or ":" in name or name != name.strip():
         message = f"component names must be non-empty strings without ':' or spaces, got {name!r}"
         raise ValueError(message)
+    problem = look_alike_problem(name)
+    if problem is not None:
+        message = f"component name {name!r} {problem}"
+        raise ValueError(message)
+
+
+def _script(character: str) -> str | None:
+    """The script of a letter, from its Unicode name (``LATIN``, ``CYRILLIC`` ...)."""
+    if not unicodedata.category(character).startswith("L"):
+        return None
+    name = unicodedata.name(character, "")
+    return name.split(" ", 1)[0] if name else None
+
+
+def look_alike_problem(name: str) -> str | None:
+    """Why ``name`` could pass for another name, or ``None``.
+
+    Refused: a name that NFKC normalization changes (full-width or compatibility letters), one
+    holding an invisible, format or control character (zero-width space, BIDI controls), and
+    one mixing letters of several scripts (a Cyrillic DZE among Latin letters).
+    """
+    normal = unicodedata.normalize("NFKC", name)
+    if normal != name:
+        return f"is not in Unicode normal form NFKC (it reads like {normal!r})"
+    for character in name:
+        category = unicodedata.category(character)
+        if category in ("Cc", "Cf", "Cs", "Co", "Cn") or (
+            category.startswith("Z") and character != " "
+        ):
+            code = f"U+{ord(character):04X}"
+            label = unicodedata.name(character, "unnamed")
+            return f"holds the invisible or control character {code} ({label})"
+    scripts = sorted({s for s in map(_script, name) if s is not None})
+    if len(scripts) > 1:
+        return f"mixes letters of several scripts ({', '.join(scripts)}); it may pass for another"
+    return None
 
 
 class PluginList(list[PluginInfo]):

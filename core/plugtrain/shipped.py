@@ -15,6 +15,7 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
         "model": ("MLP",),
         "dataloader": ("Digits", "StdlibText", "Synthetic"),
         "logger": ("MetricsFilesLogger", "ProgressLogger"),
+        "callback": ("Throughput",),
     },
     "plugtrain-optimizers": {
         "optimizer": (

@@ -30,6 +30,7 @@ from plugtrain.config.sections import (
     TrainerSection,
     ValidateSection,
 )
+from plugtrain.config.speed import ProfileSettings
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, Registry
 from plugtrain.schema import ArgInfo, arg_infos
@@ -69,6 +70,7 @@ _SECTIONS: tuple[tuple[str, type], ...] = (
     ("trainer.init.checkpoint", CheckpointSettings),
     ("trainer.init.logging", LoggingSettings),
     ("trainer.init.precision", PrecisionSettings),
+    ("trainer.init.profile", ProfileSettings),
 )
 
 

@@ -1,4 +1,4 @@
-"""The core's own plugin: models and data loaders that need no download, and the default loggers.
+"""The core's own plugin: built-in models, data loaders, the default loggers and callback.
 
 Registered like any other plugin (under the name ``builtin``; block it with ``-p no:builtin``).
 """
@@ -29,6 +29,14 @@ def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
     )
     registry.register(
         "StdlibText", "plugtrain.builtin.text:stdlib_text_loader", schema=schemas.StdlibTextArgs
+    )
+
+
+@hookimpl
+def plugtrain_register_callbacks(registry: ComponentRegistrar) -> None:
+    """Register the default callback (on in every trainer unless removed with ``Name: null``)."""
+    registry.register(
+        "Throughput", "plugtrain.train.throughput:Throughput", schema=schemas.ThroughputArgs
     )
 
 

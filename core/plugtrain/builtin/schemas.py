@@ -57,6 +57,22 @@ class ProgressLoggerArgs:
 
 
 @attrs.frozen
+class ThroughputArgs:
+    """Tokens/s, samples/s, FLOP/s and MFU in each training record.
+
+    On by default for models whose batches hold tokens; ``Throughput: null`` removes it.
+    """
+
+    peak_flops: float | None = arg(
+        None,
+        help="the device's peak FLOP/s for MFU (None: the backend's, the known-GPU table, or a "
+        "cached matmul probe on a CPU)",
+        gt=0,
+    )
+    mfu: bool = arg(True, help="count the model's FLOPs once and report FLOP/s and MFU")
+
+
+@attrs.frozen
 class MetricsFilesLoggerArgs:
     """metrics.jsonl and metrics.csv in model_dir; a resumed fit drops the replayed rows."""
 

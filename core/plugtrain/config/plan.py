@@ -19,6 +19,7 @@ import attrs
 
 from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.sections import CheckpointSettings, LoggingSettings, LoopSettings
+from plugtrain.config.speed import ProfileSettings
 from plugtrain.errors import ConfigIssue
 
 __all__ = [
@@ -280,6 +281,9 @@ class TrainerPlan:
     :param callbacks: the callbacks in order, and the removed defaults (``Name: null``).
     :param loggers: the loggers written besides the defaults, and the removed defaults.
     :param sparsity: the weight-sparsity groups in order (empty: no sparsity).
+    :param compile: ``off``, ``regional`` or ``full``.
+    :param activation_checkpointing: ``off``, ``full`` or ``selective``.
+    :param profile: the profiler window, if given.
     :param fit: the fit section, if any.
     :param validate: the validate section, if any.
     :param validate_all: the validate_all section, if any.
@@ -300,6 +304,9 @@ class TrainerPlan:
     callbacks: tuple[ComponentSpec | RemovedDefault, ...] = ()
     loggers: tuple[ComponentSpec | RemovedDefault, ...] = ()
     sparsity: tuple[SparsityGroupSpec, ...] = ()
+    compile: str = "off"
+    activation_checkpointing: str = "off"
+    profile: ProfileSettings | None = None
     fit: FitPlan | None = None
     validate: ValidatePlan | None = None
     validate_all: ValidateAllPlan | None = None

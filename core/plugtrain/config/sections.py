@@ -14,6 +14,7 @@ from typing import Any, Literal
 import attrs
 
 from plugtrain.config.precision import PrecisionSettings
+from plugtrain.config.speed import ACTIVATION_CHECKPOINTING, COMPILE, ProfileSettings
 from plugtrain.schema import Problem, about, arg
 
 __all__ = [
@@ -147,12 +148,27 @@ class CheckpointSettings:
         if arguments.get("async_save") and arguments.get("format", "file") != "dcp":
             yield about("async_save", "async_save needs format: dcp")
         root = arguments["checkpoint_root"]
+        yield from _blank_path("checkpoint_root", root)
         if isinstance(root, str) and "://" in root:
             message = (
                 f"checkpoint_root {root!r} is a URL (S3): only the CSX appliance writes "
                 "checkpoints there; give a folder"
             )
             yield about("checkpoint_root", message)
+
+
+NAME_MAX = 255
+"""The longest file name (in bytes) of common file systems (ext4, XFS, btrfs, APFS, NTFS)."""
+
+
+def _blank_path(key: str, value: Any) -> Iterator[Problem]:
+    """A path that is empty or only spaces (an unset ``${VAR}``) would mean the current folder."""
+    if isinstance(value, str) and not value.strip():
+        message = (
+            f"must name a folder or file, got {value!r} (an unset environment variable?); "
+            "an empty path would mean the current folder"
+        )
+        yield about(key, message)
 
 
 def _checkpoint_name_problem(name: str) -> str | None:
@@ -167,6 +183,13 @@ def _checkpoint_name_problem(name: str) -> str | None:
     rest = name.replace("{step}", "")
     if count != 1 or "{" in rest or "}" in rest:
         return "must hold '{step}' exactly once and no other '{' or '}'"
+    # the hidden temporary of a save is ".NAME.1a2b3c4d", NAME with a 20-digit step
+    longest = len(name.replace("{step}", "9" * 20).encode("utf-8")) + 10
+    if longest > NAME_MAX:
+        return (
+            f"is too long a file name: with a 20-digit step and the temporary file's marks it "
+            f"is {longest} bytes, over the {NAME_MAX}-byte limit of file systems"
+        )
     return None
 
 
@@ -187,6 +210,11 @@ class LoggingSettings:
     enable_act_frequency: bool = arg(
         False,
         help="CSX: fetch activations only every log_steps steps; no effect elsewhere (said once)",
+    )
+    on_error: Literal["stop", "continue"] | dict[str, Literal["stop", "continue"]] = arg(
+        "stop",
+        help="when a logger raises: stop (save the last completed step, then stop naming it) "
+        "or continue without that logger; one value for all, or {logger name: value}",
     )
 
 
@@ -239,12 +267,31 @@ class InitSection:
         help="weight sparsity: a level (one Static group), a group {algorithm, sparsity, "
         "param_filter, ...} or a list of groups; null: dense",
     )
+    compile: str = arg(
+        "off",
+        choices=COMPILE,
+        help="torch.compile the model: off, regional (each repeated block, such as a "
+        "decoder's layers) or full (the whole model)",
+    )
+    activation_checkpointing: str = arg(
+        "off",
+        choices=ACTIVATION_CHECKPOINTING,
+        help="recompute activations in the backward pass: off, full (every repeated block) or "
+        "selective (every block, keeping the matmuls' and attention's outputs)",
+    )
+    profile: dict[str, Any] | None = arg(
+        None,
+        section=ProfileSettings,
+        help="a torch.profiler window: {start_step, steps, memory}; a Chrome trace under "
+        "model_dir/profile",
+    )
 
     @staticmethod
-    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
-        """``device`` and ``backend`` exclude each other (the seed's message)."""
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[str | Problem]:
+        """``device`` and ``backend`` exclude each other (the seed's message); a path is named."""
         if arguments["device"] is not None and arguments["backend"] is not None:
             yield MUTUALLY_EXCLUSIVE
+        yield from _blank_path("model_dir", arguments["model_dir"])
 
 
 @attrs.frozen
@@ -259,6 +306,11 @@ class FitSection:
         None, help="checkpoint to start from; null: none; unset: the newest in model_dir"
     )
 
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
+        """A ``ckpt_path`` names a file."""
+        yield from _blank_path("ckpt_path", arguments["ckpt_path"])
+
 
 @attrs.frozen
 class ValidateSection:
@@ -268,6 +320,11 @@ class ValidateSection:
     ckpt_path: str | None = arg(
         None, help="checkpoint to evaluate; null: none; unset: the newest in model_dir"
     )
+
+    @staticmethod
+    def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
+        """A ``ckpt_path`` names a file."""
+        yield from _blank_path("ckpt_path", arguments["ckpt_path"])
 
 
 @attrs.frozen

@@ -37,6 +37,7 @@ from plugtrain.config.sections import (
 )
 from plugtrain.config.sharding import check_sharding
 from plugtrain.config.sparsity import SparsitySection, sparsity_section
+from plugtrain.config.speed import ProfileSettings
 from plugtrain.config.yaml_loader import location_of
 from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
 from plugtrain.registry import Registry
@@ -318,6 +319,9 @@ def _trainer_plan(
         callbacks=callbacks,
         loggers=_schedulers(init.get("loggers")),
         sparsity=sparsity.groups,
+        compile=init.get("compile", "off"),
+        activation_checkpointing=init.get("activation_checkpointing", "off"),
+        profile=_settings(ProfileSettings, init.get("profile"), f"{path}.init.profile"),
         fit=_fit_plan(fit, entry["fit"]) if fit is not None else None,
         validate=_validate_plan(validate, entry["validate"]) if validate is not None else None,
         validate_all=(

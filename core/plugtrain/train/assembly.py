@@ -188,4 +188,7 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
         loggers=_listed(registry, "logger", plan.loggers),
         seed=plan.seed,
         config=plain(plan.config),
+        compile=plan.compile,
+        activation_checkpointing=plan.activation_checkpointing,
+        profile=plan.profile,
     )

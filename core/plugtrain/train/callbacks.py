@@ -16,6 +16,7 @@ from typing import Any
 
 from plugtrain._suggest import did_you_mean
 from plugtrain.protocols import CALLBACK_HOOKS
+from plugtrain.train.failures import Failures
 
 __all__ = ["Callbacks"]
 
@@ -30,6 +31,8 @@ class Callbacks:
 
     def __init__(self, callbacks: Sequence[Any]) -> None:
         self.callbacks = list(callbacks)
+        self.failures = Failures()
+        """Which of them may fail without stopping the fit, and which have."""
         self.hooks: dict[str, list[Callable[..., Any]]] = {name: [] for name in CALLBACK_HOOKS}
         for callback in callbacks:
             for name in CALLBACK_HOOKS:
@@ -39,9 +42,16 @@ class Callbacks:
             _warn_unknown_hooks(callback)
 
     def call(self, hook: str, *args: Any) -> None:
-        """Call every callback's ``hook(*args)``, in list order."""
+        """Call every callback's ``hook(*args)``, in list order.
+
+        :raises ComponentFailedError: naming the callback and hook that raised.
+        """
+        failures = self.failures
         for method in self.hooks[hook]:
-            method(*args)
+            owner = getattr(method, "__self__", method)
+            if failures.active(owner):
+                with failures.blamed(owner, hook):
+                    method(*args)
 
     def on_fit_start(self, trainer: Any) -> None:
         """Call every ``on_fit_start(trainer)``."""

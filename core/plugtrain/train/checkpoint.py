@@ -230,8 +230,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         message = f"{path}: not a readable plugtrain checkpoint: {type(exc).__name__}: {exc}"
-        if "weights_only" in str(exc) or "Unsupported global" in str(exc):
-            raise CheckpointError(message) from exc  # sound, but holds objects it may not load
+        # sound or not, no run can resume from it: resuming falls back to an older checkpoint
         raise CorruptCheckpointError(message) from exc
     _check_structure(path, state)
     return state  # type: ignore[no-any-return]

@@ -18,7 +18,9 @@ def checkpointer_for(trainer: Any) -> Checkpointer:
     """The checkpointer of ``trainer.checkpoint.format``: single files, or DCP folders."""
     settings = trainer.checkpoint
     if getattr(settings, "format", "file") != "dcp":
-        return FileCheckpointer(trainer.checkpoint_dir, settings.checkpoint_name)
+        return FileCheckpointer(
+            trainer.checkpoint_dir, settings.checkpoint_name, owner=trainer.model_dir
+        )
     from plugtrain.train.dcp_checkpointer import DCPCheckpointer, state_template
 
     return DCPCheckpointer(
@@ -27,4 +29,5 @@ def checkpointer_for(trainer: Any) -> Checkpointer:
         lambda with_state: state_template(trainer, with_state),
         is_writer=bool(trainer.strategy.is_writer),
         async_save=bool(settings.async_save),
+        owner=trainer.model_dir,
     )

@@ -4,11 +4,16 @@ The Trainer composes the state (:mod:`plugtrain.train.trainer_state`); a checkpo
 it, lists what was written, verifies it, reads it back, prunes old ones and, when resuming,
 falls back from a damaged newest checkpoint to an older sound one. A sharded format (one
 folder per step) is a second implementation of the same interface; the loop does not change.
+
+Ownership is kept here, for every implementation: each ``save`` of a subclass is recorded in the
+folder's :class:`~plugtrain.train.ownership.Ownership` record, and ``remove`` (hence ``prune``)
+deletes only recorded checkpoints of this folder, whatever a caller or a loaded state names.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,6 +21,7 @@ from typing import Any
 
 from plugtrain.errors import CorruptCheckpointError
 from plugtrain.train import checkpoint as single_file
+from plugtrain.train.ownership import Ownership
 from plugtrain.train.state_check import verify_first_checkpoint
 
 __all__ = ["Checkpointer", "FileCheckpointer"]
@@ -28,6 +34,13 @@ class Checkpointer(abc.ABC):
 
     :param directory: where the checkpoints are written and found.
     :param name: the file (or folder) name pattern, with ``{step}``.
+    :param owner: the ``model_dir`` of the run writing here (``directory`` when not given);
+        see :meth:`claim`.
+
+    A subclass implements :meth:`save` and :meth:`remove` as plain writes and deletions; the
+    base class wraps them so that every checkpoint saved is recorded as this folder's and a
+    checkpoint not recorded (another run's, a copied folder's, a path outside the folder) is
+    never deleted.
     """
 
     collective = False
@@ -37,9 +50,33 @@ class Checkpointer(abc.ABC):
     """Whether :meth:`save` takes the model and optimizer as this process's shards (DTensors)
     and :meth:`load` returns them so; else they are full tensors (gathered under FSDP2)."""
 
-    def __init__(self, directory: Path, name: str) -> None:
+    def __init__(self, directory: Path, name: str, owner: Path | None = None) -> None:
         self.directory = Path(directory)
         self.name = name
+        self.owner = Path(owner) if owner is not None else self.directory
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "save" in cls.__dict__:
+            cls.save = _recording(cls.__dict__["save"])  # type: ignore[method-assign]
+        if "remove" in cls.__dict__:
+            cls.remove = _guarded(cls.__dict__["remove"])  # type: ignore[method-assign]
+
+    @property
+    def ownership(self) -> Ownership:
+        """The record of the checkpoints this folder's run wrote."""
+        return Ownership(self.directory, self.owner)
+
+    def owns(self, path: str | Path) -> bool:
+        """Whether ``path`` is a checkpoint this folder's run wrote (and so may delete)."""
+        return self.ownership.owns(path)
+
+    def claim(self) -> None:
+        """Make the folder this run's (by its ``owner``), under the run's lock.
+
+        :raises CheckpointRootOwnedError: the folder belongs to a run with another model_dir.
+        """
+        self.ownership.claim()
 
     def path(self, step: int) -> Path:
         """Where the checkpoint of ``step`` is written."""
@@ -75,7 +112,7 @@ class Checkpointer(abc.ABC):
 
     @abc.abstractmethod
     def remove(self, path: Path) -> None:
-        """Delete one checkpoint."""
+        """Delete one checkpoint this run wrote; any other path is left alone with a warning."""
 
     @abc.abstractmethod
     def clean_up(self) -> list[Path]:
@@ -89,9 +126,18 @@ class Checkpointer(abc.ABC):
         found = self.list_checkpoints()
         return found[0][1] if found else None
 
-    def prune(self, keep: int) -> list[Path]:
-        """Delete all but the ``keep`` newest checkpoints; returns the deleted paths."""
-        removed = [path for _, path in self.list_checkpoints()[keep:]]
+    def prune(self, keep: int, spare: Path | None = None) -> list[Path]:
+        """Delete all but the ``keep`` newest checkpoints this run wrote; the deleted paths.
+
+        "Newest" is the order of writing. Checkpoints the run did not write (older runs',
+        copied ones, a fine-tuning run's ``ckpt_path``) are neither counted nor deleted.
+
+        :param spare: a checkpoint never deleted (the one just saved).
+        """
+        written = [self.directory / name for name in self.ownership.written()]
+        present = [path for path in written if path.exists() or path.is_symlink()]
+        doomed = present[: max(len(present) - keep, 0)]
+        removed = [path for path in doomed if spare is None or path != Path(spare)]
         for path in removed:
             self.remove(path)
         return removed
@@ -113,6 +159,35 @@ class Checkpointer(abc.ABC):
                 continue
             return path
         return None
+
+
+def _recording(save: Callable[..., Path]) -> Callable[..., Path]:
+    @functools.wraps(save)
+    def recorded(self: Checkpointer, step: int, state: Mapping[str, Any]) -> Path:
+        path = save(self, step, state)
+        if getattr(self, "is_writer", True):  # a collective save: the writer records it once
+            self.ownership.record(path)
+        return path
+
+    return recorded
+
+
+def _guarded(remove: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(remove)
+    def guarded(self: Checkpointer, path: Path) -> None:
+        ownership = self.ownership
+        if not ownership.owns(path):
+            log.warning(
+                "not deleting %s: this run did not write it (only checkpoints recorded in "
+                "%s are deleted)",
+                path,
+                ownership.path,
+            )
+            return
+        remove(self, path)
+        ownership.forget(path)
+
+    return guarded
 
 
 class FileCheckpointer(Checkpointer):

@@ -167,6 +167,7 @@ class DCPCheckpointer(Checkpointer):
         (DCP loads into existing tensors); with ``True`` the optimizer's state must exist.
     :param is_writer: whether this process writes ``trainer.pt`` and renames the folder.
     :param async_save: write in the background (``checkpoint.async_save``).
+    :param owner: the run's ``model_dir`` (see :meth:`Checkpointer.claim`).
     """
 
     collective = True
@@ -180,8 +181,9 @@ class DCPCheckpointer(Checkpointer):
         *,
         is_writer: bool = True,
         async_save: bool = False,
+        owner: Path | None = None,
     ) -> None:
-        super().__init__(directory, name)
+        super().__init__(directory, name, owner)
         self.template = template
         self.is_writer = is_writer
         self.async_save = async_save

@@ -88,11 +88,12 @@ def launch_if_needed(plan: RunPlan, registry: Registry, argv: Sequence[str]) -> 
 
 
 def _checkpoint_places(trainers: Sequence[Any]) -> list[tuple[str, str]]:
-    """``(model_dir, checkpoint_name)`` of each trainer of the run."""
+    """``(folder, checkpoint_name)`` of each trainer, the folder where rank 0 saves."""
     places = []
     for trainer in trainers:
         checkpoint = trainer.checkpoint or CheckpointSettings()
-        places.append((str(trainer.model_dir), checkpoint.checkpoint_name))
+        folder = checkpoint.checkpoint_root or trainer.model_dir
+        places.append((str(folder), checkpoint.checkpoint_name))
     return places
 
 

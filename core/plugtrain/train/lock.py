@@ -8,6 +8,7 @@ second ``fit`` fail at once with a message naming its pid.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -20,7 +21,7 @@ from types import TracebackType
 
 from plugtrain.errors import ModelDirBusyError
 
-__all__ = ["LOCK_NAME", "ModelDirBusyError", "ModelDirLock"]
+__all__ = ["LOCK_NAME", "ModelDirBusyError", "ModelDirLock", "run_locks"]
 
 log = logging.getLogger("plugtrain")
 
@@ -57,11 +58,13 @@ class ModelDirLock:
     """Exclusive use of ``directory`` while the ``with`` block runs.
 
     :param directory: the model directory (it must exist).
+    :param label: what the directory is to the run, in messages (``checkpoint_root``).
     :raises ModelDirBusyError: on entering, when a live process holds the lock.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], label: str = "model_dir") -> None:
         self.path = Path(directory) / LOCK_NAME
+        self.label = label
         self._descriptor: int | None = None
 
     def __enter__(self) -> ModelDirLock:
@@ -83,14 +86,15 @@ class ModelDirLock:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
             message = (
-                f"model_dir {self.path.parent} is in use by another fit ({_describe(holder)}); "
-                "wait for it to end, or give this run another model_dir"
+                f"{self.label} {self.path.parent} is in use by another fit "
+                f"({_describe(holder)}); wait for it to end, or give this run another {self.label}"
             )
             raise ModelDirBusyError(message) from None
         stale = _read_holder(descriptor)
         if stale:
             log.warning(
-                "model_dir %s: taking over the lock of %s, which ended without releasing it",
+                "%s %s: taking over the lock of %s, which ended without releasing it",
+                self.label,
                 self.path.parent,
                 _describe(stale),
             )
@@ -117,3 +121,23 @@ class ModelDirLock:
             os.ftruncate(descriptor, 0)  # an empty file: released cleanly, nothing to take over
         finally:
             os.close(descriptor)  # closing the descriptor releases the flock
+
+
+def run_locks(
+    model_dir: Path, checkpoint_dir: Path, is_main_process: bool = True
+) -> contextlib.AbstractContextManager[object]:
+    """The locks a fit holds: ``model_dir``'s, and ``checkpoint_root``'s when it is elsewhere.
+
+    Only the main process locks (it is the one writing).
+    """
+    stack = contextlib.ExitStack()
+    if not is_main_process:
+        return stack
+    stack.enter_context(ModelDirLock(model_dir))
+    if os.path.realpath(checkpoint_dir) != os.path.realpath(model_dir):
+        try:
+            stack.enter_context(ModelDirLock(checkpoint_dir, "checkpoint_root"))
+        except BaseException:
+            stack.close()
+            raise
+    return stack

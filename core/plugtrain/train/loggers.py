@@ -14,10 +14,19 @@ from typing import Any
 
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.kinds import KINDS
-from plugtrain.train.metrics import MetricsLog, Progress
+from plugtrain.train.failures import Failures
+from plugtrain.train.metrics import MetricsLog, Progress, set_aside_metrics
 from plugtrain.train.summary import describe_fit
+from plugtrain.train.throughput import Throughput
 
-__all__ = ["DEFAULT_LOGGERS", "Loggers", "MetricsFilesLogger", "ProgressLogger", "assemble"]
+__all__ = [
+    "DEFAULT_CALLBACKS",
+    "DEFAULT_LOGGERS",
+    "Loggers",
+    "MetricsFilesLogger",
+    "ProgressLogger",
+    "assemble",
+]
 
 log = logging.getLogger("plugtrain")
 
@@ -74,10 +83,22 @@ class MetricsFilesLogger:
         self._directory: Path | None = None
 
     def on_fit_start(self, trainer: Any) -> None:
-        """Open the files, dropping rows after the step the fit starts from."""
+        """Open the files, dropping rows after the step the fit resumes from.
+
+        A fit that does not resume from a checkpoint of its own folder (from scratch, or
+        fine-tuning from another folder's) sets the earlier files aside instead
+        (:func:`~plugtrain.train.metrics.set_aside_metrics`).
+        """
         self.close()
-        self._directory = Path(trainer.model_dir)
-        self._log = MetricsLog(self._directory, resume_step=trainer.global_step)
+        directory = self._directory = Path(trainer.model_dir)
+        loaded = trainer.last_good_checkpoint if trainer.loaded_step is not None else None
+        own = Path(trainer.checkpoint_dir).resolve()
+        if loaded is not None and Path(loaded).resolve().parent == own:
+            self._log = MetricsLog(directory, resume_step=trainer.global_step)
+            return
+        for moved in set_aside_metrics(directory):
+            log.info("metrics: the earlier run's rows are kept in %s", moved)
+        self._log = MetricsLog(directory)
 
     def on_validate_start(self, trainer: Any) -> None:
         """Open the files for a ``validate`` (no rows dropped)."""
@@ -103,24 +124,39 @@ DEFAULT_LOGGERS: dict[str, Callable[[], Any]] = {
 }
 """The loggers every trainer has unless removed, by registered name (``plugtrain.kinds``)."""
 
+DEFAULT_CALLBACKS: dict[str, Callable[[], Any]] = {
+    "Throughput": lambda: Throughput(only_with_tokens=True),
+}
+"""The callbacks every trainer has unless removed (after the given ones): ``Throughput``, which
+reports only for models whose batches hold tokens."""
+
 
 class Loggers:
     """Every logger of a trainer: each record goes to each, in order (main process only)."""
 
-    def __init__(self, loggers: Sequence[Any]) -> None:
+    def __init__(self, loggers: Sequence[Any], failures: Failures | None = None) -> None:
         self.loggers = list(loggers)
+        self.failures = failures or Failures()
+        """Which loggers may fail without stopping the fit (shared with the callbacks)."""
 
     def log_metrics(self, step: int, split: str, metrics: Mapping[str, float]) -> None:
-        """Hand ``metrics`` to every logger."""
+        """Hand ``metrics`` to every logger.
+
+        :raises ComponentFailedError: naming the logger that raised.
+        """
+        failures = self.failures
         for logger in self.loggers:
-            logger.log_metrics(step, split, metrics)
+            if failures.active(logger):
+                with failures.blamed(logger, "log_metrics"):
+                    logger.log_metrics(step, split, metrics)
 
     def close(self) -> None:
         """Close every logger; the first failure is raised after all were closed."""
         failure: BaseException | None = None
         for logger in self.loggers:
             try:
-                logger.close()
+                with self.failures.blamed(logger, "close"):
+                    logger.close()
             except Exception as exc:  # noqa: BLE001 - the others must still close
                 failure = failure or exc
         if failure is not None:
@@ -149,6 +185,8 @@ def assemble(
     entries: Sequence[Any] | None,
     defaults: Mapping[str, Callable[[], Any]],
     required: Sequence[str] = (),
+    *,
+    defaults_last: bool = False,
 ) -> list[Any]:
     """The objects of a trainer's ``callbacks`` or ``loggers`` list, defaults first.
 
@@ -157,6 +195,8 @@ def assemble(
         like a default replaces that default.
     :param defaults: factories of the defaults, by registered name.
     :param required: methods each object must have (a logger's ``log_metrics`` and ``close``).
+    :param defaults_last: put the defaults after the given objects (the default callbacks, so
+        that the given callbacks keep their positions in checkpoints' callback states).
     :raises ConfigError: for a removal naming no default, or an object lacking a method.
     """
     plural = KINDS[kind].plural
@@ -181,4 +221,4 @@ def assemble(
         given.append(item)
     replaced = {type(entry).__name__ for entry in given}
     built = [factory() for name, factory in defaults.items() if name not in removed | replaced]
-    return built + given
+    return given + built if defaults_last else built + given

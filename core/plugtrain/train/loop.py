@@ -9,6 +9,7 @@ in a data-parallel run). The losses are averaged as ``loop.loss_averaging`` says
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -17,13 +18,22 @@ from typing import Any
 import torch
 
 from plugtrain.config.sections import LoopSettings
-from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.errors import (
+    CheckpointMismatchError,
+    ComponentFailedError,
+    ConfigError,
+    ConfigIssue,
+    PlugtrainError,
+)
 from plugtrain.train.accumulation import StepLoss
 from plugtrain.train.batches import MetricSums
+from plugtrain.train.failures import stop_after_failure
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted, signal_name
 from plugtrain.train.resume import DataStream
 
 __all__ = ["TrainingLoop", "eval_period", "group_values", "steps_per_epoch", "target_step"]
+
+log = logging.getLogger("plugtrain")
 
 
 def eval_period(frequency: int | float | None, total_steps: int) -> int:
@@ -147,11 +157,15 @@ class TrainingLoop:
             count += scored.count
             extra.add(scored.metrics, scored.weight)
         total_loss = step_loss.finish(strategy, self._step_gradients())
-        if math.isfinite(total_loss):
-            problem = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+        finite = trainer.nan_guard.agreed_finite(math.isfinite(total_loss))
+        if finite:
+            problem = self._optimizer_step()
+        elif math.isfinite(total_loss):
+            problem = "the loss is not finite on another process"
+            total_loss = math.nan  # this step counts as skipped here too
         else:
             problem = f"the loss is {total_loss}"
-        trainer.nan_guard.step_done(problem, math.isfinite(total_loss))
+        trainer.nan_guard.step_done(problem, finite)
         if trainer.sparsity is not None:
             trainer.sparsity.step_end()  # masks change only if the optimizer applied the step
         for scheduler in trainer.schedulers:
@@ -168,6 +182,32 @@ class TrainingLoop:
             grads.extend(trainer.sparsity.saved_gradients())
         return grads
 
+    def _optimizer_step(self) -> str | None:
+        """The optimizer's step; the first one after loading a checkpoint blames its state.
+
+        A state the optimizer cannot use (a key renamed or missing, another version of the
+        optimizer wrote it) is found only when the optimizer reads it, at that step.
+        """
+        trainer = self.trainer
+        step: str | None
+        if trainer.loaded_step is None or trainer.global_step != trainer.loaded_step:
+            step = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+            return step
+        try:
+            step = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+        except PlugtrainError:
+            raise
+        except (KeyError, IndexError, ValueError, TypeError, RuntimeError) as exc:
+            written = type(trainer.optimizer).__name__
+            message = (
+                f"{trainer.last_good_checkpoint}: does not fit this run: optimizer: its state "
+                f"failed at the first step after loading it ({type(exc).__name__}: {exc}); a "
+                f"state key {written} needs is missing or renamed (was the checkpoint written by "
+                "another version of the optimizer?)"
+            )
+            raise CheckpointMismatchError(message) from exc
+        return step
+
     def _before_optimizer_step(self) -> None:
         trainer = self.trainer
         trainer.callbacks_dispatch.on_before_optimizer_step(trainer, trainer.optimizer)
@@ -179,7 +219,33 @@ class TrainingLoop:
         target: int,
         interrupt: InterruptRequest | None = None,
     ) -> dict[str, float]:
-        """Train until ``target``, evaluating and saving as the settings say; the last metrics."""
+        """Train until ``target``, evaluating and saving as the settings say; the last metrics.
+
+        :raises ComponentFailedError: a callback or logger raised; the last completed step was
+            saved first (:func:`~plugtrain.train.failures.stop_after_failure`).
+        """
+        trainer = self.trainer
+        if trainer.global_step >= target and trainer.loaded_step is not None:
+            log.warning(
+                "nothing to train: the fit resumed at step %d and ends at step %d (loop.max_steps "
+                "is already reached); raise loop.max_steps, or use num_steps, to train further",
+                trainer.global_step,
+                target,
+            )
+            return {}
+        try:
+            return self._run(stream, val_dataloader, target, interrupt)
+        except ComponentFailedError as failure:
+            stop_after_failure(self.trainer, stream, failure)
+            raise  # not reached: stop_after_failure raises
+
+    def _run(
+        self,
+        stream: DataStream,
+        val_dataloader: Iterable[Any] | None,
+        target: int,
+        interrupt: InterruptRequest | None,
+    ) -> dict[str, float]:
         trainer = self.trainer
         loop = trainer.loop
         assert loop is not None
@@ -216,6 +282,7 @@ class TrainingLoop:
         ):
             last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
         trainer.save_checkpoint(stream)
+        trainer.checkpointer.wait()  # a background save is complete before fit returns
         if interrupt is not None and interrupt.agreed(final=True):
             self._stop_interrupted(stream, interrupt)
         return last_val
@@ -252,6 +319,7 @@ class TrainingLoop:
         trainer = self.trainer
         if trainer.saved_step != trainer.global_step:
             trainer.save_checkpoint(stream)
+        trainer.checkpointer.wait()
         path = trainer.checkpoint_path(trainer.global_step)
         number = interrupt.signal_number or 2
         how = "interrupted" if number == 2 else f"interrupted by {signal_name(number)}"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["CSV_HEADER", "MetricsLog", "Progress", "truncate_metrics"]
+__all__ = ["CSV_HEADER", "MetricsLog", "Progress", "set_aside_metrics", "truncate_metrics"]
 
 log = logging.getLogger("plugtrain")
 
@@ -113,6 +113,30 @@ def _csv_step(line: str) -> int | None:
         return None
 
 
+def set_aside_metrics(directory: Path) -> list[Path]:
+    """Rename the metrics files of an earlier run to ``metrics.before-YYYYmmdd-HHMMSS.*``.
+
+    A fit that does not continue this folder's own checkpoint (it starts from scratch, or
+    fine-tunes from another folder's) begins a new series of steps; the earlier rows keep
+    their own files instead of being cut or mixed with the new ones. Returns the new paths.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved = []
+    for name in ("metrics.jsonl", "metrics.csv"):
+        path = directory / name
+        if not path.exists() or path.stat().st_size == 0:
+            continue
+        suffix = "".join(path.suffixes)
+        target = directory / f"metrics.before-{stamp}{suffix}"
+        index = 1
+        while target.exists():
+            index += 1
+            target = directory / f"metrics.before-{stamp}-{index}{suffix}"
+        path.rename(target)
+        moved.append(target)
+    return moved
+
+
 def truncate_metrics(directory: Path, step: int) -> int:
     """Drop the metrics rows of steps after ``step`` (and partial lines); returns how many.
 
@@ -153,7 +177,13 @@ def _display(values: dict[str, float]) -> dict[str, float]:
             shown["steps/s" if name == "steps_per_second" else name] = value
         elif base == "lr" and "lr" not in shown:
             shown["lr"] = value
+        elif name in _DEVICE_RATES:
+            shown[_DEVICE_RATES[name]] = value
     return shown
+
+
+_DEVICE_RATES = {"device/tokens_per_sec": "tokens/s", "device/mfu": "mfu"}
+"""The Throughput callback's metrics that log lines show, and their short names."""
 
 
 BAR_FORMAT = "{n_fmt}/{total_fmt} |{bar:16}| {rate_fmt} eta {remaining}{postfix}"

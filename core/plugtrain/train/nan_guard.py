@@ -48,6 +48,22 @@ class NonFiniteGuard:
             return None
         return bad or "a shard held by another process"
 
+    def agreed_finite(self, loss_finite: bool) -> bool:
+        """Whether every process's loss of this step is finite (``nan_policy: skip_step``).
+
+        One small reduction per step when several processes skip steps: a NaN on one rank
+        reaches every rank's gradients through their reduction, so all must skip the step
+        together. Under ``stop`` (and in one process) nothing is reduced.
+        """
+        trainer = self.trainer
+        strategy = trainer.strategy
+        if int(getattr(strategy, "world_size", 1)) <= 1:
+            return loss_finite
+        if trainer.loop is None or trainer.loop.nan_policy != "skip_step":
+            return loss_finite
+        flags = strategy.reduce_sums({"non_finite": 0.0 if loss_finite else 1.0})
+        return bool(flags["non_finite"] == 0)
+
     def step_done(self, problem: str | None, loss_finite: bool) -> None:
         """React to an optimizer step: ``problem`` says what was not finite (``None``: fine).
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -59,12 +59,12 @@ class DataStream:
     """Endless batches over epochs, resumable exactly.
 
     It records the RNG at each epoch start and how many batches of the epoch were consumed, and
-    counts the examples it hands out (``samples``; not part of its position). A loader that
-    follows the global sample order (:mod:`.global_sampler`) also records the global sample
-    position, the world size, the global batch and the data's fingerprint, and resumes there
-    without loading a batch, at any world size; a stateful loader (``state_dict`` and
-    ``load_state_dict``) saves its state and resumes itself; any other loader resumes by
-    replaying the consumed batches of the epoch.
+    counts the examples (``samples``) and tokens (``tokens``) it hands out (not part of its
+    position). A loader that follows the global sample order (:mod:`.global_sampler`) also
+    records the global sample position, the world size, the global batch and the data's
+    fingerprint, and resumes there without loading a batch, at any world size; a stateful loader
+    (``state_dict`` and ``load_state_dict``) saves its state and resumes itself; any other loader
+    resumes by replaying the consumed batches of the epoch.
     """
 
     def __init__(
@@ -73,11 +73,13 @@ class DataStream:
         position: Mapping[str, Any] | None,
         *,
         batches_per_epoch: int | None = None,
+        count_tokens: Callable[[Any], int] | None = None,
     ) -> None:
         """Read ``loader`` from ``position`` (``None``: from the start).
 
         :param batches_per_epoch: end an epoch after this many batches (``steps_per_epoch``);
             ``None``: when the loader is exhausted.
+        :param count_tokens: a batch's tokens, summed in ``tokens`` (``None``: none counted).
         """
         self.loader = loader
         self.batches_per_epoch = batches_per_epoch
@@ -85,6 +87,8 @@ class DataStream:
         self.epoch = 0
         self.consumed = 0
         self.samples = 0
+        self.tokens = 0
+        self.count_tokens = count_tokens
         self._iterator: Iterator[Any] | None = None
         self._epoch_rng: dict[str, Any] = {}
         if position is not None:
@@ -145,6 +149,8 @@ class DataStream:
                 raise TrainingError(message) from None
         self.consumed += 1
         self.samples += batch_size(batch)
+        if self.count_tokens is not None:
+            self.tokens += self.count_tokens(batch)
         return batch
 
     def position(self) -> dict[str, Any]:

@@ -6,14 +6,16 @@ registry that validated it; nothing parses the run file's mappings again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from plugtrain.attribution import attribute_error
 from plugtrain.config import load_plan
 from plugtrain.config.plan import RunPlan, TrainerPlan, ValidateAllPlan, ValidatePlan
-from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.errors import ComponentError, ConfigError, ConfigIssue
 from plugtrain.registry import Registry
 from plugtrain.train.components import build_component
 
@@ -93,7 +95,8 @@ def run_plan(
                 if fit.val_dataloader
                 else None
             )
-            metrics = trainer.fit(train, val, **_ckpt_argument(fit))
+            with _blaming(registry, "fit", trainer):
+                metrics = trainer.fit(train, val, **_ckpt_argument(fit))
             if after_fit is not None:
                 after_fit(trainer_plan, trainer)
         validate = trainer_plan.validate
@@ -107,11 +110,26 @@ def run_plan(
             )
         elif validate is not None:
             val = build_component(registry, "dataloader", validate.val_dataloader)
-            metrics = trainer.validate(val, **_ckpt_argument(validate))
+            with _blaming(registry, "validate", trainer):
+                metrics = trainer.validate(val, **_ckpt_argument(validate))
         results.append(metrics)
     for backend in backends.values():
         backend.close()  # e.g. leave a data-parallel process group together
     return results
+
+
+@contextlib.contextmanager
+def _blaming(registry: Registry, phase: str, trainer: Any) -> Iterator[None]:
+    """Name the plugin whose code raised (run-file and ``-p`` plugins too), the phase and step."""
+    try:
+        yield
+    except Exception as exc:
+        blamed = attribute_error(exc, registry)
+        if blamed is None:
+            raise
+        step = int(getattr(trainer, "global_step", 0))
+        where = f"in fit, during step {step + 1}" if phase == "fit" else f"in {phase}, step {step}"
+        raise ComponentError(f"{blamed} ({where})") from exc
 
 
 def _validate_all(trainer: Any, section: ValidateAllPlan, registry: Registry) -> list[Any]:

@@ -11,6 +11,7 @@ on a plugin's components.
 
 from __future__ import annotations
 
+import collections
 import io
 import re
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from plugtrain.attribution import describe_owner
 from plugtrain.train.checkpoint import CheckpointError
 
 __all__ = [
+    "plain_problems",
     "round_trip_problems",
     "verify_first_checkpoint",
     "weights_only_problem",
@@ -85,6 +87,55 @@ def _culprits(state: Mapping[str, Any], owners: Mapping[str, Any]) -> list[str]:
         if problem is not None:
             label = key if owner is None else f"{key} ({describe_owner(owner)})"
             found.append(f"{label}: {problem}")
+    return found
+
+
+_PLAIN_LEAVES = frozenset({str, int, float, bool, type(None), torch.dtype, torch.device})
+
+
+def _only_plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is certainly loadable with ``weights_only=True`` (tensors, plain data).
+
+    A quick walk; ``False`` only means "check exactly" (:func:`weights_only_problem`).
+    """
+    if type(value) in _PLAIN_LEAVES or isinstance(value, torch.Tensor):
+        return True  # exact types: a numpy float is a float but does not load
+    if depth > 50:
+        return False
+    if type(value) in (dict, collections.OrderedDict):
+        return all(
+            _only_plain(k, depth + 1) and _only_plain(v, depth + 1) for k, v in value.items()
+        )
+    if type(value) in (list, tuple, torch.Size):
+        return all(_only_plain(item, depth + 1) for item in value)
+    return False
+
+
+def plain_problems(state: Mapping[str, Any], owners: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(where, problem)`` of each part of ``state`` that would not load back; cheap.
+
+    Parts made of tensors and plain data pass at a glance; only another object makes the
+    exact round trip run (on that part alone). ``where`` is ``"callbacks[0]"``, ``"model"`` ...,
+    and names its owner.
+    """
+    found: list[tuple[str, str]] = []
+    for key, value in state.items():
+        if _only_plain(value):
+            continue
+        owner = owners.get(key)
+        if isinstance(owner, Sequence) and isinstance(value, Sequence):
+            for index, (item, item_owner) in enumerate(zip(value, owner, strict=False)):
+                if not _only_plain(item):
+                    problem = weights_only_problem(item)
+                    if problem is not None:
+                        found.append(
+                            (f"{key}[{index}]", f"{describe_owner(item_owner)}: {problem}")
+                        )
+            continue
+        problem = weights_only_problem(value)
+        if problem is not None:
+            label = f"{describe_owner(owner)}: " if owner is not None else ""
+            found.append((key, label + problem))
     return found
 
 

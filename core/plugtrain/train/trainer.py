@@ -9,10 +9,8 @@ each scheduler an instance or a callable taking the optimizer.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from plugtrain.config.sections import (
     LoggingSettings,
     LoopSettings,
 )
+from plugtrain.config.speed import ProfileSettings
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
 from plugtrain.scheduler import scheduler_groups, scheduler_key
 from plugtrain.schema import validated_arguments
@@ -39,15 +38,19 @@ from plugtrain.train.checkpoint_format import checkpointer_for
 from plugtrain.train.checkpointer import Checkpointer
 from plugtrain.train.console import console_logging, say_inert_off_csx
 from plugtrain.train.evaluation import UNSET, Evaluation
+from plugtrain.train.failures import allow_failures
 from plugtrain.train.global_sampler import in_global_order
 from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted
-from plugtrain.train.lock import ModelDirLock
-from plugtrain.train.loggers import DEFAULT_LOGGERS, Loggers, assemble
+from plugtrain.train.lock import run_locks
+from plugtrain.train.loggers import DEFAULT_CALLBACKS, DEFAULT_LOGGERS, Loggers, assemble
 from plugtrain.train.loop import TrainingLoop, group_values, steps_per_epoch, target_step
+from plugtrain.train.model_preparation import prepare_model
 from plugtrain.train.nan_guard import NonFiniteGuard
 from plugtrain.train.precision import Precision
+from plugtrain.train.profiling import profiler_callbacks
 from plugtrain.train.resume import DataStream, seed_everything
 from plugtrain.train.sparsity import Sparsity, sparsity_groups
+from plugtrain.train.throughput import token_counter
 from plugtrain.train.trainer_state import TrainerState
 
 __all__ = ["Trainer", "TrainingError", "TrainingInterrupted"]
@@ -120,7 +123,8 @@ class Trainer:
         :class:`plugtrain.train.sparsity.SparsityGroup` objects; see
         :mod:`plugtrain.train.sparsity`.
     :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`,
-        or ``{Name: {arguments}}`` of registered callbacks; called in list order.
+        or ``{Name: {arguments}}`` of registered callbacks; called in list order, then the
+        default ``Throughput`` (``{Name: None}`` removes it).
     :param loggers: :class:`plugtrain.protocols.Logger` objects or ``{Name: {arguments}}``, in
         addition to the defaults ``ProgressLogger`` and ``MetricsFilesLogger``; ``{Name: None}``
         removes a default, and an object of a default's class replaces it.
@@ -128,6 +132,9 @@ class Trainer:
     :param loss_fn: ``loss_fn(outputs, targets)`` for models that return outputs rather than
         their loss (:mod:`plugtrain.train.batches`); default cross-entropy for class labels.
     :param config: the resolved run configuration, stored in checkpoints' metadata.
+    :param compile: ``off``, ``regional`` or ``full`` (:mod:`.model_preparation`).
+    :param activation_checkpointing: ``off``, ``full`` or ``selective`` (the same module).
+    :param profile: a profiler window (:mod:`plugtrain.train.profiling`) or its mapping.
     """
 
     data_description: dict[str, Any] | None = None
@@ -153,6 +160,9 @@ class Trainer:
         seed: int | None = None,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         config: Mapping[str, Any] | None = None,
+        compile: str = "off",  # noqa: A002 - the run file's key
+        activation_checkpointing: str = "off",
+        profile: ProfileSettings | Mapping[str, Any] | None = None,
     ) -> None:
         if device is not None and backend is not None:
             raise ValueError(MUTUALLY_EXCLUSIVE)
@@ -169,13 +179,7 @@ class Trainer:
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
         say_inert_off_csx(self.backend, self.logging)
-        self.callbacks: list[Any] = assemble("callback", callbacks, {})
-        self.loggers: list[Any] = assemble(
-            "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
-        )
-        main = self.is_main_process  # loggers (and their callback methods) run there only
-        self.loggers_dispatch = Loggers(self.loggers if main else [])
-        self.callbacks_dispatch = Callbacks(self.callbacks + (self.loggers if main else []))
+        self._attach_callbacks(callbacks, loggers, profile)
         self.target_step: int | None = None
         """The step the current (or last) ``fit`` ends at; ``None`` before any fit."""
         self.seed = seed
@@ -190,6 +194,9 @@ class Trainer:
         groups = sparsity_groups(sparsity)
         self.sparsity: Sparsity | None = Sparsity(groups, built, seed=seed or 0) if groups else None
         """The model's weight sparsity (masks and algorithms); ``None`` without."""
+        built = prepare_model(
+            built, compile=compile, activation_checkpointing=activation_checkpointing
+        )
         self.model: nn.Module = self.strategy.wrap_model(built)
         self.optimizer = self._make_optimizer(optimizer)
         if self.sparsity is not None and self.optimizer is not None:
@@ -211,6 +218,21 @@ class Trainer:
         """The newest checkpoint known to be sound."""
         self.stream: DataStream | None = None
         self._attach_parts()
+
+    def _attach_callbacks(self, callbacks: Any, loggers: Any, profile: Any) -> None:
+        """The callbacks and loggers, and their dispatchers (loggers run on the main process)."""
+        self.callbacks: list[Any] = assemble(
+            "callback", callbacks, DEFAULT_CALLBACKS, defaults_last=True
+        ) + profiler_callbacks(_settings(ProfileSettings, profile, "profile"))
+        self.loggers: list[Any] = assemble(
+            "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
+        )
+        main = self.is_main_process
+        self.callbacks_dispatch = Callbacks(self.callbacks + (self.loggers if main else []))
+        self.loggers_dispatch = Loggers(
+            self.loggers if main else [], self.callbacks_dispatch.failures
+        )
+        allow_failures(self.callbacks_dispatch.failures, self.loggers, self.logging.on_error)
 
     def _attach_parts(self) -> None:
         """The parts with one job each that the facade delegates to."""
@@ -383,7 +405,7 @@ class Trainer:
         if _is_empty(val_dataloader):
             message = "the evaluation data (val_dataloader) is empty: it yields no example"
             raise TrainingError(message)
-        lock = ModelDirLock(self.model_dir) if self.is_main_process else contextlib.nullcontext()
+        lock = run_locks(self.model_dir, self.checkpoint_dir, self.is_main_process)
         with lock, console_logging(self.logging.log_level):
             return self._fit(train_dataloader, val_dataloader, ckpt_path)
 
@@ -391,6 +413,7 @@ class Trainer:
         self, train_dataloader: Iterable[Any], val_dataloader: Iterable[Any] | None, ckpt_path: Any
     ) -> dict[str, float]:
         if self.is_main_process:
+            self.checkpointer.claim()
             for stale in self.checkpointer.clean_up():
                 log.info("removed %s, left by an interrupted save", stale)
         self.state.restore(ckpt_path)
@@ -403,19 +426,18 @@ class Trainer:
         epoch_steps = self.loop.steps_per_epoch and steps_per_epoch(self.loop, train_dataloader)
         batches = epoch_steps * self.loop.grad_accum_steps if epoch_steps else None
         stream = self.stream = DataStream(
-            train_dataloader, self.stream_position, batches_per_epoch=batches
+            train_dataloader,
+            self.stream_position,
+            batches_per_epoch=batches,
+            count_tokens=token_counter(self.unwrapped_model),
         )
         last_val: dict[str, float] = {}
         try:
             self.callbacks_dispatch.on_fit_start(self)
             if self.checkpoint.save_initial_checkpoint and self.global_step == 0:
                 self.save_checkpoint(stream)
-            try:
-                with InterruptRequest() as interrupt:
-                    last_val = self.training_loop.run(stream, val_dataloader, target, interrupt)
-            finally:
-                if sys.exc_info()[0] in (None, TrainingInterrupted):
-                    self.checkpointer.wait()  # a background save completes before fit returns
+            with InterruptRequest() as interrupt:
+                last_val = self.training_loop.run(stream, val_dataloader, target, interrupt)
             self.callbacks_dispatch.on_fit_end(self)
         finally:
             self.loggers_dispatch.close()

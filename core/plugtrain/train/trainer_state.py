@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from plugtrain._version import __version__
-from plugtrain.errors import CheckpointMismatchError, TrainingError
+from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingError
 from plugtrain.train.agreement import restore_agreed
 from plugtrain.train.checkpoint import plain
 from plugtrain.train.checkpoint_fit import check_fits
@@ -26,6 +26,7 @@ from plugtrain.train.disk import reserve
 from plugtrain.train.evaluation import UNSET
 from plugtrain.train.resume import DataStream, rng_state, set_rng_state
 from plugtrain.train.sharded_state import gathered, model_shards, optimizer_shards
+from plugtrain.train.state_check import RULE, plain_problems
 
 __all__ = ["TrainerState", "check_version"]
 
@@ -97,27 +98,43 @@ class TrainerState:
         path = None
         checkpointer = trainer.checkpointer
         writer = trainer.strategy.is_writer
+        left_out: list[tuple[str, str]] = []
         state = self.state_dict() if writer or self.gathers or checkpointer.collective else None
         if state is not None and (writer or checkpointer.collective):
+            owners = self._owners()
+            state, left_out = _plain_state(trainer, state, owners)
             path = checkpointer.save(trainer.global_step, state)
-            if not self.verified:  # every state must load with weights_only=True
-                owners: dict[str, Any] = {
-                    "model": trainer.unwrapped_model,
-                    "optimizer": trainer.optimizer,
-                    "callbacks": trainer.callbacks_dispatch.callbacks,
-                    "schedulers": trainer.schedulers,
-                }
-                if trainer.sparsity is not None:
-                    owners["sparsity"] = trainer.sparsity.algorithms
+            if not self.verified:  # the exact rule, once: the file loads with weights_only=True
                 checkpointer.verify(path, state, owners)
                 self.verified = True
         trainer.saved_step = trainer.global_step
         trainer.last_good_checkpoint = checkpointer.path(trainer.global_step)
         if not writer:
             path = None  # every process saved its shard; the writer reports the checkpoint
+        if left_out:
+            described = "; ".join(f"{where} ({problem})" for where, problem in left_out)
+            message = (
+                f"{path}: saved without the state of {described}, which would not load with "
+                f"weights_only=True; training stopped (a resumed fit starts that callback "
+                f"fresh). {RULE[0].upper()}{RULE[1:]}."
+            )
+            raise CheckpointError(message)
         if path is not None:
             trainer.callbacks_dispatch.on_save_checkpoint(trainer, path)
         return path
+
+    def _owners(self) -> dict[str, Any]:
+        """The object behind each part of the state, named in errors."""
+        trainer = self.trainer
+        owners: dict[str, Any] = {
+            "model": trainer.unwrapped_model,
+            "optimizer": trainer.optimizer,
+            "callbacks": trainer.callbacks_dispatch.callbacks,
+            "schedulers": trainer.schedulers,
+        }
+        if trainer.sparsity is not None:
+            owners["sparsity"] = trainer.sparsity.algorithms
+        return owners
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore a checkpoint (see ``Trainer.load_checkpoint``)."""
@@ -126,6 +143,8 @@ class TrainerState:
         trainer.loaded_step = int(state["global_step"])
         check_version(path, state, trainer.checkpoint.strict_version)
         parts = checkpoint_parts(state)
+        if trainer.optimizer is None:  # evaluation only: the weights (and masks) and the step
+            parts = {k: v for k, v in parts.items() if k in _EVALUATION_PARTS}
         trainer.callbacks_dispatch.on_before_load_checkpoint(trainer, parts)
         kept = {**parts, "metadata": state.get("metadata")}
         strict = not trainer.checkpoint.disable_strict_checkpoint_loading
@@ -226,6 +245,41 @@ class TrainerState:
         return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
+_EVALUATION_PARTS = frozenset({"model", "sparsity", "global_step"})
+"""What a trainer without an optimizer (``validate`` only) loads from a checkpoint."""
+
+
+def _plain_state(
+    trainer: Any, state: dict[str, Any], owners: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """``state`` with unloadable callback states left out, and what was left out.
+
+    Every save checks (cheaply, :func:`~plugtrain.train.state_check.plain_problems`) that the
+    state loads back with ``weights_only=True``. A callback's state that would not is left out
+    so that the step's work is saved (the caller then stops, naming it); any other part stops
+    the save, since no run could resume from the checkpoint.
+
+    :raises CheckpointError: a part other than a callback's state would not load.
+    """
+    problems = plain_problems(state, owners)
+    fatal = [(w, p) for w, p in problems if not w.startswith("callbacks[")]
+    if fatal:
+        described = "; ".join(f"{where} ({problem})" for where, problem in fatal)
+        newest = trainer.last_good_checkpoint
+        message = (
+            f"the checkpoint of step {trainer.global_step} was not written: {described} would "
+            "not load with weights_only=True, so no run could resume from it; training stopped; "
+            f"the newest checkpoint is {newest}. {RULE[0].upper()}{RULE[1:]}."
+        )
+        raise CheckpointError(message)
+    if problems:
+        callbacks = list(state["callbacks"])
+        for where, _problem in problems:
+            callbacks[int(where[len("callbacks[") : -1])] = None
+        state = {**state, "callbacks": callbacks}
+    return state, problems
+
+
 def _version_of(text: str) -> tuple[int, int] | None:
     parts = text.split(".")
     try:
@@ -234,14 +288,44 @@ def _version_of(text: str) -> tuple[int, int] | None:
         return None
 
 
+def _is_prerelease(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text).is_prerelease
+    except InvalidVersion:
+        return False
+
+
 def check_version(path: Any, state: Mapping[str, Any], strict: bool) -> None:
     """Refuse a checkpoint of another plugtrain major.minor version (``strict_version``).
 
-    With ``strict_version: false`` it is a warning (Model Zoo's rule for its own version).
+    With ``strict_version: false`` it is a warning (Model Zoo's rule for its own version). A
+    checkpoint without a version, or written by a pre-release (``0.2.0rc1``, ``0.2.0.dev3``)
+    of the same major.minor, loads with a warning saying so.
     """
     written = str((state.get("metadata") or {}).get("plugtrain") or "")
+    if not written:
+        log.warning(
+            "%s: no plugtrain version recorded (written by hand or by another program); "
+            "loading it as if written by plugtrain %s",
+            path,
+            __version__,
+        )
+        return
     theirs, ours = _version_of(written), _version_of(__version__)
-    if theirs is None or ours is None or theirs == ours:
+    if theirs is None or ours is None:
+        log.warning("%s: written by plugtrain %r, not a version; loading it anyway", path, written)
+        return
+    if theirs == ours:
+        if written != __version__ and _is_prerelease(written) != _is_prerelease(__version__):
+            log.warning(
+                "%s: written by plugtrain %s, this is plugtrain %s (a pre-release and a release "
+                "of the same version); loading it",
+                path,
+                written,
+                __version__,
+            )
         return
     message = (
         f"{path}: written by plugtrain {written}, this is plugtrain {__version__} "

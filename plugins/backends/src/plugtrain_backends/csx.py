@@ -107,8 +107,9 @@ class CSXBackend(BackendBase):
                 "The CSX backend needs the Cerebras software stack and a Cerebras cluster: the "
                 f"{CEREBRAS_MODULE} package (Cerebras' cerebras_pytorch wheel, of the version "
                 "matching the cluster) is not importable here, so nothing was run. This "
-                "configuration is valid (see `plugtrain check`); to train on this machine use "
-                "device: CPU or GPU"
+                "configuration is valid (see `plugtrain check`); to train on this machine, run "
+                "the same command with --set trainer.init.backend=null --set "
+                "trainer.init.device=CPU (or GPU)"
             )
             raise BackendError(message)
         self.cstorch_backend = build_cstorch_backend(settings)

@@ -79,8 +79,9 @@ class GPUBackend(DataParallelBackend):
             build = "a CPU-only build" if cuda is None else f"CUDA {cuda}"
             message = (
                 "GPU backend: no CUDA device is available (torch "
-                f"{torch.__version__}, {build}); use device: CPU, or run where a GPU and a "
-                "CUDA build of torch are installed"
+                f"{torch.__version__}, {build}); run the same command with --set "
+                "trainer.init.backend=null --set trainer.init.device=CPU, or run where a GPU and "
+                "a CUDA build of torch are installed"
             )
             raise BackendError(message)
         if self.main_process_id >= self.world_size:

@@ -19,11 +19,13 @@ log = logging.getLogger("plugtrain")
 
 
 class KeepNCheckpoints:
-    """Deletes older checkpoints so that at most ``n`` of those this run saved remain.
+    """Deletes older checkpoints so that at most ``n`` of those this run wrote remain.
 
-    The checkpoint just saved (the newest sound one) is never deleted; the list of saved
-    checkpoints is part of the callback's state, so a resumed fit goes on counting.
-    Checkpoints in ``model_dir`` from before are left alone.
+    Which checkpoints the run wrote is the checkpointer's record in the checkpoint folder
+    (:mod:`plugtrain.train.ownership`), never a path from a loaded state: the checkpoint a
+    fine-tuning run starts from (``ckpt_path``), another run's or a copied folder's checkpoints
+    and checkpoints from before the record existed are left alone. The checkpoint just saved is
+    never deleted.
 
     :param n: how many to keep; ``None``: all.
     """
@@ -31,37 +33,20 @@ class KeepNCheckpoints:
     def __init__(self, n: int | None = None) -> None:
         checked = validated_arguments(KeepNCheckpointsArgs, {"n": n}, owner="KeepNCheckpoints")
         self.n: int | None = checked["n"]
-        self.saved: list[str] = []
 
     def on_save_checkpoint(self, trainer: Any, path: Path) -> None:
-        """Record ``path`` and delete the oldest ones beyond ``n``."""
-        name = str(path)
-        if name in self.saved:
-            self.saved.remove(name)
-        self.saved.append(name)
+        """Delete the oldest checkpoints this run wrote beyond ``n``."""
         if self.n is None:
             return
-        checkpointer = getattr(trainer, "checkpointer", None)
-        while len(self.saved) > self.n:
-            old = Path(self.saved.pop(0))
-            if checkpointer is not None:
-                checkpointer.remove(old)  # a file, or a DCP checkpoint's folder
-            else:
-                old.unlink(missing_ok=True)
+        for old in trainer.checkpointer.prune(self.n, spare=Path(path)):
             log.info("KeepNCheckpoints: deleted %s (keeping %d)", old, self.n)
 
-    def on_load_checkpoint(self, trainer: Any, path: Path) -> None:
-        """Count the checkpoint a fit resumes from as saved (its own state predates it)."""
-        if str(path) not in self.saved:
-            self.saved.append(str(path))
-
     def state_dict(self) -> dict[str, Any]:
-        """The checkpoints saved so far."""
-        return {"saved": list(self.saved)}
+        """Nothing to carry: the checkpoint folder's record says what was written."""
+        return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Go on from the saved list."""
-        self.saved = [str(p) for p in state.get("saved", [])]
+        """Accept any saved state (older versions saved paths; they are not trusted)."""
 
 
 class LoadCheckpointStates:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -15,14 +16,17 @@ from plugtrain_callbacks.schemas import MLflowLoggerArgs
 
 __all__ = ["MLflowLogger"]
 
+log = logging.getLogger("plugtrain")
+
 
 class MLflowLogger:
     """Logs every record into one MLflow run; a resumed fit continues the same run.
 
     Metrics are ``<split>/<name>`` at their step. Without ``tracking_uri`` the store is the
     local folder ``model_dir/mlruns`` (MLflow's file store, which this logger opts into by
-    setting ``MLFLOW_ALLOW_FILE_STORE=true`` unless it is set). The run id is the logger's
-    checkpointed state.
+    setting ``MLFLOW_ALLOW_FILE_STORE=true`` unless it is set, for any file store, on every
+    fit, resumed ones too). The run id is the logger's checkpointed state; the store is always
+    this run's own.
 
     :param tracking_uri: an MLflow tracking URI (``sqlite:///...``, ``http://...``, a folder).
     :param experiment_name: the experiment, created when missing.
@@ -54,9 +58,22 @@ class MLflowLogger:
         from mlflow.tracking import MlflowClient
 
         if self.tracking_uri is None:
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             self.tracking_uri = (Path(trainer.model_dir).resolve() / "mlruns").as_uri()
+        if self.tracking_uri.startswith("file:") or "://" not in self.tracking_uri:
+            # MLflow 3 keeps its file store behind this switch ("maintenance mode" without it)
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         client = MlflowClient(self.tracking_uri)
+        if self.run_id is not None:
+            try:
+                client.update_run(self.run_id, status="RUNNING")
+            except Exception as exc:  # noqa: BLE001 - MlflowException or a store's own error
+                log.warning(
+                    "MLflowLogger: the checkpoint's run %s is not in %s (%s); starting a new run",
+                    self.run_id,
+                    self.tracking_uri,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                )
+                self.run_id = None
         if self.run_id is None:
             name = self.settings["experiment_name"]
             experiment = client.get_experiment_by_name(name)
@@ -67,8 +84,6 @@ class MLflowLogger:
                 experiment_id, run_name=self.settings["run_name"], tags=self.settings["tags"]
             )
             self.run_id = run.info.run_id
-        else:
-            client.update_run(self.run_id, status="RUNNING")
         self._client = client
 
     def on_fit_start(self, trainer: Any) -> None:
@@ -107,6 +122,11 @@ class MLflowLogger:
         return {"run_id": self.run_id, "tracking_uri": self.tracking_uri}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue the saved run."""
+        """Continue the saved run, in this run's store.
+
+        The store is never taken from the checkpoint: a copied run folder (or another
+        ``model_dir``) logs into its own ``mlruns``, continuing the run when the store holds it
+        (a copy does), else starting a new one.
+        """
         self.run_id = state.get("run_id")
-        self.tracking_uri = state.get("tracking_uri") or self.tracking_uri
+        self.tracking_uri = self.settings["tracking_uri"]

@@ -74,7 +74,7 @@ class LogOptimizerParamGroupArgs:
 
 @attrs.frozen
 class KeepNCheckpointsArgs:
-    """Keep only the newest n checkpoints this fit saved (older ones are deleted)."""
+    """Keep only the newest n checkpoints this run wrote (its older ones are deleted)."""
 
     n: int | None = arg(None, help="checkpoints to keep (None: all)", gt=0)
 

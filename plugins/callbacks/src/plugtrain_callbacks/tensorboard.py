@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,33 @@ __all__ = ["TensorBoardLogger"]
 
 LEGACY_DIRS = {"train": "train", "val": "eval"}
 """With ``legacy_event_dirs``: the event directory of each split, under ``model_dir``."""
+
+
+_QUIET = threading.Lock()
+_quieted: list[bool] = []
+
+
+def _quiet_writer_threads() -> None:
+    """Keep the event writer's background thread from printing its error as a raw traceback.
+
+    ``SummaryWriter`` writes on a thread; when a write fails (a full disk) the thread stores
+    the error, which the next ``add_scalar``/``flush`` raises here, in the fit, where it is
+    reported naming this logger. The thread's own print of it is dropped; others are not.
+    """
+    with _QUIET:
+        if _quieted:
+            return
+        previous = threading.excepthook
+
+        def hook(args: Any) -> None:
+            thread = args.thread
+            stored = getattr(thread, "exception", None)
+            if type(thread).__name__ == "_AsyncWriterThread" and stored is args.exc_value:
+                return
+            previous(args)
+
+        threading.excepthook = hook
+        _quieted.append(True)
 
 
 class TensorBoardLogger:
@@ -66,6 +94,7 @@ class TensorBoardLogger:
         if key not in self._writers:
             from torch.utils.tensorboard import SummaryWriter
 
+            _quiet_writer_threads()
             directory = self.directory(split)
             directory.mkdir(parents=True, exist_ok=True)
             self._writers[key] = SummaryWriter(str(directory), purge_step=self._purge_step)

@@ -90,6 +90,15 @@ class DecoderLM(nn.Module):
         """
         return self.mup_lr_factors
 
+    def num_tokens(self, batch: Mapping[str, torch.Tensor] | torch.Tensor) -> int:
+        """The tokens of ``batch`` (plugin API 1.1): every input id, padding included."""
+        ids = batch["input_ids"] if isinstance(batch, Mapping) else batch
+        return int(ids.numel())
+
+    def repeated_blocks(self) -> list[nn.Module]:
+        """The decoder layers (plugin API 1.1), for regional compile and checkpointing."""
+        return list(self.model.transformer_decoder.layers)
+
     def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Next-token logits ``[B, S, vocab_size]`` for ``input_ids``."""
         logits: torch.Tensor = self.model(input_ids)[0]
