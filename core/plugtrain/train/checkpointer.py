@@ -135,7 +135,9 @@ class Checkpointer(abc.ABC):
         :param spare: a checkpoint never deleted (the one just saved).
         """
         written = [self.directory / name for name in self.ownership.written()]
-        present = [path for path in written if path.exists() or path.is_symlink()]
+        spared = Path(spare) if spare is not None else None
+        # the one just saved counts even while a background save is still writing it
+        present = [p for p in written if p.exists() or p.is_symlink() or p == spared]
         doomed = present[: max(len(present) - keep, 0)]
         removed = [path for path in doomed if spare is None or path != Path(spare)]
         for path in removed:
