@@ -68,7 +68,7 @@ def loader() -> DataLoader:
 
 
 def make_trainer(
-    out: Path, name: str, parallel: str, checkpoint: dict[str, Any], record: Record
+    out: Path, name: str, parallel: str, checkpoint: dict[str, Any], record: Record, keep: int = 0
 ) -> Trainer:
     """The trainer of one run: a 34k-parameter GPT, AdamW, 2 micro-batches a step.
 
@@ -93,15 +93,20 @@ def make_trainer(
         checkpoint={"steps": 10, **checkpoint},
         precision={"enabled": False, "max_gradient_norm": 1.0},
         logging={"log_steps": 1},
-        callbacks=[record],
+        callbacks=[record, *({"KeepNCheckpoints": {"n": 1}} for _ in range(keep))],
         loggers=[{"MetricsFilesLogger": None}],
     )
 
 
-def run(out: Path, name: str, parallel: str, checkpoint: dict[str, Any], ckpt_path: Any) -> None:
-    """Train (or resume) to step 20 and record the run as ``OUT/<name>.rank<R>.json``."""
+def run(
+    out: Path, name: str, parallel: str, checkpoint: dict[str, Any], ckpt_path: Any, keep: int = 0
+) -> None:
+    """Train (or resume) to step 20 and record the run as ``OUT/<name>.rank<R>.json``.
+
+    :param keep: 1: with ``KeepNCheckpoints(n=1)``.
+    """
     record = Record()
-    trainer = make_trainer(out, name, parallel, checkpoint, record)
+    trainer = make_trainer(out, name, parallel, checkpoint, record, keep)
     trainer.fit(loader(), ckpt_path=ckpt_path)
     weights = {
         k: (v.full_tensor() if hasattr(v, "full_tensor") else v).tolist()
@@ -211,7 +216,8 @@ def main() -> None:
     run(out, "fsdp2_file", "fsdp2", {}, None)
     run(out, "hsdp", "hsdp", {}, None)
     dcp10 = runs / "fsdp2_dcp" / "checkpoint_10.mdl"
-    run(out, "dcp_resume", "fsdp2", {"format": "dcp", "async_save": True}, dcp10)
+    background = {"format": "dcp", "async_save": True, "steps": 5}  # saves at 15 and 20
+    run(out, "dcp_resume", "fsdp2", background, dcp10, keep=1)
     file10 = runs / "fsdp2_file" / "checkpoint_10.mdl"
     run(out, "file_resume", "fsdp2", {}, file10)
 

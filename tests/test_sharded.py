@@ -102,7 +102,11 @@ def test_dcp_folders_hold_a_shard_per_process_and_async_writes_the_same(runs: Pa
     assert names == ["checkpoint_10.mdl", "checkpoint_20.mdl"]  # no .partial left
     files = sorted(p.name for p in (folder / "checkpoint_10.mdl").iterdir())
     assert files == [".metadata", "__0_0.distcp", "__1_0.distcp", "trainer.pt"]
-    # dcp_resume saved step 20 with async_save: the same tensors as the synchronous save
+    # dcp_resume saved steps 15 and 20 with async_save and KeepNCheckpoints(n=1): step 20
+    # is left, with the same tensors as the synchronous save
+    resumed = runs / "runs" / "dcp_resume"
+    kept = sorted(p.name for p in resumed.iterdir() if not p.name.startswith(".plugtrain"))
+    assert kept == ["checkpoint_20.mdl"]
     sync, background = runs / "sync.pt", runs / "async.pt"
     dcp_to_torch_save(folder / "checkpoint_20.mdl", sync)
     dcp_to_torch_save(runs / "runs" / "dcp_resume" / "checkpoint_20.mdl", background)
