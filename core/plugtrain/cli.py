@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from plugtrain import plugins
 from plugtrain._suggest import did_you_mean
 from plugtrain.attribution import attribute_error
-from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError
+from plugtrain.errors import ConfigError, ConfigIssue, PlugtrainError, UnknownNameError
 from plugtrain.kinds import KINDS
 from plugtrain.registry import Component, ComponentInfo, Registry
 
@@ -239,17 +239,52 @@ def _cmd_preprocess(args: argparse.Namespace, registry: Registry, out: TextIO) -
 def _cmd_check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     from plugtrain.config import load_plan
 
-    plan, _run_registry = load_plan(args.run_file, args.set)
+    plan, run_registry = load_plan(args.run_file, args.set)
     for warning in plan.warnings:
         sys.stderr.write(f"plugtrain: warning: {warning}\n")
+    deep = _check_world(args, plan, run_registry)
     for trainer in plan.trainers:
         sparsity = ", ".join(group.algorithm for group in trainer.sparsity)
         sparse = f"; sparsity {sparsity}" if sparsity else ""
         out.write(
             f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}{sparse}\n"
         )
+    for line in deep:
+        out.write(f"{line}\n")
     count = len(plan.trainers)
     out.write(f"{args.run_file}: OK ({count} trainer{'s' if count != 1 else ''})\n")
+    return EXIT_OK
+
+
+def _check_world(args: argparse.Namespace, plan: Any, registry: Registry) -> list[str]:
+    """``--world-size N`` (torch-free) and ``--deep`` (a fake process group): report lines."""
+    world_size = getattr(args, "world_size", None)
+    if world_size is None:
+        if getattr(args, "deep", False):
+            raise ConfigError([ConfigIssue("--deep", "needs --world-size N")])
+        return []
+    from plugtrain.config import load_run_file
+    from plugtrain.config.world_check import world_size_issues
+
+    data = load_run_file(args.run_file, args.set)
+    issues = world_size_issues(data, registry, world_size)
+    if issues:
+        raise ConfigError(issues)
+    if not args.deep:
+        return []
+    from plugtrain.train.deep_check import deep_check
+
+    return deep_check(plan, registry, data, world_size)
+
+
+def _cmd_checkpoint(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    from plugtrain.train import checkpoint_convert
+
+    if args.action == "convert":
+        written = checkpoint_convert.convert(args.source, args.target)
+    else:
+        written = checkpoint_convert.export(args.source, args.target, args.format)
+    out.write(f"{args.source} -> {written}\n")
     return EXIT_OK
 
 
@@ -418,6 +453,42 @@ def _cmd_new(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
 # -- parser ----------------------------------------------------------------------------------
 
 
+def _add_checkpoint_command(commands: Any) -> None:
+    checkpoint = commands.add_parser("checkpoint", help="convert or export checkpoints")
+    actions = checkpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
+    convert = actions.add_parser(
+        "convert", help="a single-file checkpoint into a DCP folder, or a DCP folder into a file"
+    )
+    export = actions.add_parser(
+        "export", help="the model weights as a plain state_dict file or safetensors"
+    )
+    for action in (convert, export):
+        action.add_argument("source", help="a checkpoint file or DCP folder")
+        action.add_argument("target", help="the new file or folder (must not exist)")
+        action.set_defaults(handler=_cmd_checkpoint)
+    export.add_argument(
+        "--format",
+        choices=("torch", "safetensors"),
+        default=None,
+        help="default: safetensors for a .safetensors target, else torch",
+    )
+
+
+def _add_world_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--world-size",
+        type=int,
+        metavar="N",
+        help="check the parallel plan (dp_shard x dp_replicate) at N processes",
+    )
+    command.add_argument(
+        "--deep",
+        action="store_true",
+        help="with --world-size: shard the model on a fake process group of N and "
+        "report per-rank bytes (imports torch)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     from plugtrain._version import __version__
 
@@ -478,9 +549,13 @@ def _parser() -> argparse.ArgumentParser:
             "plot": _cmd_plot,
         }
         command.set_defaults(handler=handlers[name])
+        if name == "check":
+            _add_world_options(command)
         if name == "plot":
             command.add_argument("-o", "--output", default="schedule.png", help="image file")
             command.add_argument("--steps", type=int, default=None, help="steps to draw")
+
+    _add_checkpoint_command(commands)
 
     listed = commands.add_parser("plugins", help="installed plugins, their status and components")
     listed.add_argument("--json", action="store_true", help="print JSON")

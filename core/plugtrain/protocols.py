@@ -61,6 +61,15 @@ class Optimizer(Protocol):
     training weights, the last checkpoint the evaluation weights): call
     ``trainer.optimizer.eval()`` to use the model itself. ``plugtrain.testing.check_optimizer``
     checks both.
+
+    Sharded parameters (``data_parallel: fsdp2`` or ``hsdp``): the parameters, gradients and
+    any state made like them are DTensors holding this process's shard. An optimizer that steps
+    them correctly says so with ``supports_sharded_params: ClassVar[bool] = True`` on its
+    argument schema (the registry reads it without importing torch); ``plugtrain check``
+    refuses any other under FSDP2, with its position and the installed optimizers that would
+    run. An element-wise update (each element depends on the same element of the parameter,
+    gradient and state only) may simply run on the local shards (``DTensor.to_local()``); one
+    that needs a norm per tensor or a matrix's shape must reduce across shards or not declare it.
     """
 
     param_groups: list[dict[str, Any]]

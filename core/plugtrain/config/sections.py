@@ -126,6 +126,17 @@ class CheckpointSettings:
         help="a checkpoint written by another plugtrain major.minor version is an error "
         "(false: a warning)",
     )
+    format: Literal["file", "dcp"] = arg(
+        "file",
+        help="file: one torch.save file per step; dcp: a torch.distributed.checkpoint folder "
+        "per step (one shard file per process, reshards on load)",
+        choices=("file", "dcp"),
+    )
+    async_save: bool = arg(
+        False,
+        help="dcp: save in the background (the loop waits only while the state is copied; "
+        "a save waits for the previous one)",
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -134,6 +145,8 @@ class CheckpointSettings:
         problem = _checkpoint_name_problem(name)
         if problem is not None:
             yield about("checkpoint_name", f"{problem}, got {name!r}")
+        if arguments.get("async_save") and arguments.get("format", "file") != "dcp":
+            yield about("async_save", "async_save needs format: dcp")
         root = arguments["checkpoint_root"]
         yield from _blank_path("checkpoint_root", root)
         if isinstance(root, str) and "://" in root:

@@ -35,6 +35,7 @@ from plugtrain.config.sections import (
     TrainerSection,
     ValidateSection,
 )
+from plugtrain.config.sharding import check_sharding
 from plugtrain.config.sparsity import SparsitySection, sparsity_section
 from plugtrain.config.speed import ProfileSettings
 from plugtrain.config.yaml_loader import location_of
@@ -125,6 +126,7 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
         if backend is None:
             continue
         backend_types.append(((*path, "init"), backend.backend_type, init))
+        check_sharding(checker, init, (*path, "init"), backend)
         if entry.get("fit") is not None:
             _check_fit_needs(checker, init, (*path, "init"))
         if not checker.issues and checked is not None:

@@ -43,6 +43,13 @@ class Checkpointer(abc.ABC):
     never deleted.
     """
 
+    collective = False
+    """Whether every process calls :meth:`save` (each writes its shard); else the writer only."""
+
+    sharded = False
+    """Whether :meth:`save` takes the model and optimizer as this process's shards (DTensors)
+    and :meth:`load` returns them so; else they are full tensors (gathered under FSDP2)."""
+
     def __init__(self, directory: Path, name: str, owner: Path | None = None) -> None:
         self.directory = Path(directory)
         self.name = name
@@ -111,6 +118,9 @@ class Checkpointer(abc.ABC):
     def clean_up(self) -> list[Path]:
         """Remove what interrupted saves left behind; returns it. Only under the run's lock."""
 
+    def wait(self) -> None:  # noqa: B027 - a default, not an abstract method
+        """Wait until a save running in the background is complete (here: none runs)."""
+
     def newest(self) -> Path | None:
         """The checkpoint with the highest step, or ``None``."""
         found = self.list_checkpoints()
@@ -125,7 +135,9 @@ class Checkpointer(abc.ABC):
         :param spare: a checkpoint never deleted (the one just saved).
         """
         written = [self.directory / name for name in self.ownership.written()]
-        present = [path for path in written if path.exists() or path.is_symlink()]
+        spared = Path(spare) if spare is not None else None
+        # the one just saved counts even while a background save is still writing it
+        present = [p for p in written if p.exists() or p.is_symlink() or p == spared]
         doomed = present[: max(len(present) - keep, 0)]
         removed = [path for path in doomed if spare is None or path != Path(spare)]
         for path in removed:
@@ -155,7 +167,8 @@ def _recording(save: Callable[..., Path]) -> Callable[..., Path]:
     @functools.wraps(save)
     def recorded(self: Checkpointer, step: int, state: Mapping[str, Any]) -> Path:
         path = save(self, step, state)
-        self.ownership.record(path)
+        if getattr(self, "is_writer", True):  # a collective save: the writer records it once
+            self.ownership.record(path)
         return path
 
     return recorded

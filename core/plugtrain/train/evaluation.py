@@ -193,7 +193,7 @@ class Evaluation:
                 if not matches:
                     raise CheckpointError(f"ckpt_paths: {text!r} matches no file")
                 paths.extend(Path(m) for m in matches)
-            elif not Path(text).is_file():
+            elif not Path(text).exists():  # a file, or a DCP checkpoint's folder
                 raise CheckpointError(f"{text}: no such checkpoint file (ckpt_paths)")
             else:
                 paths.append(Path(text))

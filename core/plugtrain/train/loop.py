@@ -283,6 +283,7 @@ class TrainingLoop:
         ):
             last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
         trainer.save_checkpoint(stream)
+        trainer.checkpointer.wait()  # a background save is complete before fit returns
         if interrupt is not None and interrupt.agreed(final=True):
             self._stop_interrupted(stream, interrupt)
         return last_val
@@ -319,6 +320,7 @@ class TrainingLoop:
         trainer = self.trainer
         if trainer.saved_step != trainer.global_step:
             trainer.save_checkpoint(stream)
+        trainer.checkpointer.wait()
         path = trainer.checkpoint_path(trainer.global_step)
         number = interrupt.signal_number or 2
         how = "interrupted" if number == 2 else f"interrupted by {signal_name(number)}"

@@ -7,6 +7,7 @@ from typing import Any
 
 from plugtrain.errors import TrainingError
 from plugtrain.train.checkpoint_fit import first_non_finite
+from plugtrain.train.sharded_state import local_tensor
 
 __all__ = ["NonFiniteGuard"]
 
@@ -31,9 +32,21 @@ class NonFiniteGuard:
         return f"; the last good checkpoint is {last_good}"
 
     def non_finite_weight(self) -> str | None:
-        """The first parameter holding NaN or infinity, else ``None``."""
-        parameters = dict(self.trainer.unwrapped_model.named_parameters())
-        return first_non_finite(parameters, parameters)
+        """The first parameter holding NaN or infinity, else ``None``.
+
+        Under FSDP2 each process sees its shards only: the processes agree (one all-reduce),
+        so that all of them stop together.
+        """
+        trainer = self.trainer
+        parameters = dict(trainer.unwrapped_model.named_parameters())
+        if not getattr(trainer.strategy, "sharded_parameters", False):
+            return first_non_finite(parameters, parameters)
+        shards = {name: local_tensor(p) for name, p in parameters.items()}
+        bad = first_non_finite(shards, shards)
+        found = trainer.strategy.reduce_sums({"non_finite": float(bad is not None)})
+        if not found["non_finite"]:
+            return None
+        return bad or "a shard held by another process"
 
     def agreed_finite(self, loss_finite: bool) -> bool:
         """Whether every process's loss of this step is finite (``nan_policy: skip_step``).

@@ -34,7 +34,8 @@ from plugtrain.strategy import strategy_of
 from plugtrain.train.backends import backend as make_backend
 from plugtrain.train.batches import Scored, move_batch, score_batch
 from plugtrain.train.callbacks import Callbacks
-from plugtrain.train.checkpointer import Checkpointer, FileCheckpointer
+from plugtrain.train.checkpoint_format import checkpointer_for
+from plugtrain.train.checkpointer import Checkpointer
 from plugtrain.train.console import console_logging, say_inert_off_csx
 from plugtrain.train.evaluation import UNSET, Evaluation
 from plugtrain.train.failures import allow_failures
@@ -225,9 +226,7 @@ class Trainer:
         self.global_step = 0
         self.loaded_step: int | None = None
         """The global step stored in the checkpoint loaded last (``None``: none loaded)."""
-        self.checkpointer: Checkpointer = FileCheckpointer(
-            self.checkpoint_dir, self.checkpoint.checkpoint_name, owner=self.model_dir
-        )
+        self.checkpointer: Checkpointer = checkpointer_for(self)
         """Writes, finds and reads this trainer's checkpoints."""
         self.stream_position: dict[str, Any] | None = None
         """Where the training data stands, as the last checkpoint saved or loaded it."""

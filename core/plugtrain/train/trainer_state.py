@@ -26,6 +26,7 @@ from plugtrain.train.disk import reserve
 from plugtrain.train.evaluation import UNSET
 from plugtrain.train.optimizer_mode import evaluation_mode
 from plugtrain.train.resume import DataStream, rng_state, set_rng_state
+from plugtrain.train.sharded_state import gathered, model_shards, optimizer_shards
 from plugtrain.train.state_check import RULE, plain_problems
 
 __all__ = ["TrainerState", "check_version"]
@@ -43,18 +44,38 @@ class TrainerState:
         self.trainer = trainer
         self.verified = False
 
+    @property
+    def gathers(self) -> bool:
+        """Whether the state is gathered from shards (FSDP2 into a single-file checkpoint).
+
+        Gathering is a collective: then every process composes the state, the writer writes.
+        """
+        trainer = self.trainer
+        sharded = bool(getattr(trainer.strategy, "sharded_parameters", False))
+        return sharded and not trainer.checkpointer.sharded
+
     def state_dict(self) -> dict[str, Any]:
-        """All it takes to continue exactly (see ``Trainer.state_dict``)."""
+        """All it takes to continue exactly (see ``Trainer.state_dict``).
+
+        Under FSDP2 the model and optimizer parts are full tensors (every process must call
+        this then) unless the checkpointer stores shards (``Checkpointer.sharded``).
+        """
         trainer = self.trainer
         sparsity: dict[str, Any] = {}
         if trainer.sparsity is not None:
             sparsity["sparsity"] = trainer.sparsity.state_dict()
             sparsity["sparsity_rng"] = trainer.sparsity.generator_state()
         optimizer = trainer.optimizer
+        model_state = trainer.unwrapped_model.state_dict()
+        optimizer_state = optimizer.state_dict() if optimizer is not None else None
+        if self.gathers:
+            keep = bool(trainer.strategy.is_writer)
+            model_state = gathered(model_state, keep)
+            optimizer_state = gathered(optimizer_state, keep)
         return {
             **sparsity,
-            "model": trainer.unwrapped_model.state_dict(),
-            "optimizer": optimizer.state_dict() if optimizer is not None else None,
+            "model": model_state,
+            "optimizer": optimizer_state,
             "schedulers": [s.state_dict() for s in trainer.schedulers],
             "grad_scaler": trainer.precision.state_dict(),
             "global_step": trainer.global_step,
@@ -93,9 +114,10 @@ class TrainerState:
         trainer.nan_guard.check_weights_before_save()
         path = None
         checkpointer = trainer.checkpointer
+        writer = trainer.strategy.is_writer
         left_out: list[tuple[str, str]] = []
-        if trainer.strategy.is_writer:
-            state = self.state_dict()
+        state = self.state_dict() if writer or self.gathers or checkpointer.collective else None
+        if state is not None and (writer or checkpointer.collective):
             owners = self._owners()
             state, left_out = _plain_state(trainer, state, owners)
             path = checkpointer.save(trainer.global_step, state)
@@ -104,6 +126,8 @@ class TrainerState:
                 self.verified = True
         trainer.saved_step = trainer.global_step
         trainer.last_good_checkpoint = checkpointer.path(trainer.global_step)
+        if not writer:
+            path = None  # every process saved its shard; the writer reports the checkpoint
         if left_out:
             described = "; ".join(f"{where} ({problem})" for where, problem in left_out)
             message = (
@@ -145,8 +169,10 @@ class TrainerState:
         same_keys = "model" not in parts or set(parts["model"]) == set(model.state_dict())
         optimizer = trainer.optimizer if strict or same_keys else None
         check_fits(path, kept, model, optimizer, trainer.schedulers, strict=strict)
+        sharded = bool(getattr(trainer.strategy, "sharded_parameters", False))
         if "model" in parts:
-            loaded = model.load_state_dict(parts["model"], strict=strict)
+            weights = model_shards(model, parts["model"]) if sharded else parts["model"]
+            loaded = model.load_state_dict(weights, strict=strict)
             if not same_keys:
                 _report_non_strict(
                     path, loaded.missing_keys, loaded.unexpected_keys, trainer.optimizer
@@ -154,8 +180,11 @@ class TrainerState:
         if trainer.sparsity is not None:
             trainer.sparsity.load_checkpoint(parts, state.get("sparsity_rng"))
         if optimizer is not None and parts.get("optimizer") is not None:
+            stored = parts["optimizer"]
             try:
-                optimizer.load_state_dict(parts["optimizer"])
+                optimizer.load_state_dict(
+                    optimizer_shards(optimizer, stored) if sharded else stored
+                )
             except (ValueError, KeyError, TypeError, RuntimeError) as exc:
                 message = f"{path}: does not fit this run: optimizer: {exc}"
                 raise CheckpointMismatchError(message) from exc

@@ -9,7 +9,7 @@ from typing import Any
 from plugtrain.backend_base import BackendBase
 from plugtrain.strategy import ParallelStrategy
 
-__all__ = ["DataParallelBackend", "DataParallelStrategy"]
+__all__ = ["DataParallelBackend", "DataParallelStrategy", "FSDPStrategy"]
 
 
 class DataParallelStrategy(ParallelStrategy):
@@ -28,6 +28,50 @@ class DataParallelStrategy(ParallelStrategy):
         if synchronize or no_sync is None or self.backend.world_size == 1:
             return super().micro_batch_context(model, synchronize=synchronize)
         return no_sync()
+
+
+class FSDPStrategy(DataParallelStrategy):
+    """FSDP2 (``data_parallel: fsdp2``) or HSDP (``hsdp``): ``fully_shard`` on a device mesh.
+
+    Parameters, gradients and optimizer state are sharded over the ``dp_shard`` processes
+    (replicated ``dp_replicate`` times under HSDP); the micro-batches before the last of a
+    step skip the gradient reduce-scatter (``set_requires_gradient_sync(False)``). The model is
+    sharded in place, so :meth:`unwrap_model` is the model itself, its parameters DTensors.
+    A single process trains the model unsharded.
+    """
+
+    sharded_parameters = True
+    """The parameters are DTensors: state dicts gather or shard them (see TrainerState)."""
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__(backend)
+        self.mesh: Any = None
+        """The device mesh (``None`` until :meth:`wrap_model`, and in a single process)."""
+
+    def wrap_model(self, model: Any) -> Any:
+        """The model on the backend's device, sharded with ``fully_shard`` on the run's mesh."""
+        from plugtrain_backends import _fsdp
+
+        self.backend.check_runnable()
+        model = model.to(self.backend.device)
+        if self.backend.world_size == 1:
+            return model
+        plan = _fsdp.FSDPPlan.of_backend(self.backend)
+        shape = plan.mesh_shape(self.backend.world_size)
+        self.mesh = _fsdp.build_mesh(self.backend.device.type, shape)
+        policy = _fsdp.mixed_precision(getattr(self.backend, "half_type", None))
+        return _fsdp.shard_model(model, self.mesh, plan, policy)
+
+    def unwrap_model(self, model: Any) -> Any:
+        """The model itself: ``fully_shard`` changes it in place."""
+        return model
+
+    def micro_batch_context(self, model: Any, *, synchronize: bool) -> Any:
+        """Reduce-scatter the gradients on the last micro-batch of a step only."""
+        from plugtrain_backends import _fsdp
+
+        _fsdp.set_gradient_sync(model, synchronize)
+        return super(DataParallelStrategy, self).micro_batch_context(model, synchronize=synchronize)
 
 
 class DataParallelBackend(BackendBase):
@@ -73,8 +117,36 @@ class DataParallelBackend(BackendBase):
             logging.getLogger("plugtrain").setLevel(logging.WARNING)
 
     def parallel_strategy(self) -> DataParallelStrategy:
-        """The strategy of data-parallel runs (DDP with one sync per optimizer step)."""
+        """DDP with one sync per optimizer step, or FSDP2/HSDP as ``data_parallel`` says."""
+        if getattr(self, "data_parallel", "ddp") in ("fsdp2", "hsdp"):
+            return FSDPStrategy(self)
         return DataParallelStrategy(self)
+
+    @staticmethod
+    def deep_check(
+        arguments: Mapping[str, Any], make_model: Any, make_optimizer: Any, world_size: int
+    ) -> Any:
+        """``plugtrain check --deep``: the model sharded on a fake process group.
+
+        See :func:`plugtrain_backends._fsdp.deep_check`; ``None`` under DDP.
+        """
+        if arguments.get("data_parallel", "ddp") == "ddp":
+            return None
+        from plugtrain_backends import _fsdp
+
+        plan = _fsdp.FSDPPlan(
+            arguments.get("data_parallel", "ddp"),
+            arguments.get("dp_shard"),
+            arguments.get("dp_replicate", 1),
+            arguments.get("reshard_after_forward", True),
+            arguments.get("fsdp_modules") or (),
+        )
+        return _fsdp.deep_check(plan, make_model, make_optimizer, world_size)
+
+    def configure_precision(self, settings: Any) -> None:
+        """Keep the half type for FSDP2's mixed-precision policy; then the default."""
+        self.half_type = settings.half_type(False)
+        super().configure_precision(settings)
 
     def close(self) -> None:
         """Leave the process group together with the other processes (end of a run)."""

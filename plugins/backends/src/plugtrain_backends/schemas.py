@@ -18,7 +18,7 @@ from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.launching import node_args, node_problems
 from plugtrain.schema import Problem, about, arg, check_arguments, validated_arguments
 
-__all__ = ["CPUArgs", "CSXArgs", "ClusterConfig", "GPUArgs"]
+__all__ = ["DATA_PARALLEL", "CPUArgs", "CSXArgs", "ClusterConfig", "GPUArgs"]
 
 DEFAULT_DIST_TIMEOUT = 1800.0
 """Seconds a collective waits for the other processes (torch's own default for gloo)."""
@@ -40,6 +40,79 @@ def _timeout_arg() -> Any:
 _CPU_NODES = node_args()
 _GPU_NODES = node_args()
 
+DATA_PARALLEL = ("ddp", "fsdp2", "hsdp")
+"""How a multi-process run spreads the model: DDP replicas, FSDP2 shards, or HSDP (replicas of
+shard groups, ``dp_replicate`` x ``dp_shard``)."""
+
+
+def _data_parallel_arg() -> Any:
+    return arg(
+        "ddp",
+        help="ddp (replicas), fsdp2 (parameters, gradients and optimizer state sharded) or hsdp",
+        choices=DATA_PARALLEL,
+    )
+
+
+def _dp_shard_arg() -> Any:
+    return arg(
+        None,
+        help="processes one FSDP2 shard group spans (default: all of them / dp_replicate)",
+        gt=0,
+    )
+
+
+def _dp_replicate_arg() -> Any:
+    return arg(
+        1, help="hsdp: replicas of the shard group (dp_shard x dp_replicate processes)", gt=0
+    )
+
+
+def _reshard_arg() -> Any:
+    return arg(True, help="fsdp2/hsdp: free the gathered parameters after forward (less memory)")
+
+
+def _fsdp_modules_arg() -> Any:
+    return arg(
+        [],
+        help="fsdp2/hsdp: globs of submodule names that get their own fully_shard "
+        "(e.g. blocks.*); empty: the model's own fsdp_modules, else the root only",
+    )
+
+
+def parallel_problems(arguments: Mapping[str, Any], processes: int | None) -> Iterator[Problem]:
+    """The rules of the ``data_parallel`` keys that a type and a range cannot express.
+
+    :param processes: how many processes the run has, when the arguments say (``None``: known
+        only at launch; ``plugtrain check --world-size N`` gives it).
+    """
+    mode = arguments.get("data_parallel", "ddp")
+    shard, replicate = arguments.get("dp_shard"), arguments.get("dp_replicate", 1)
+    if mode == "ddp":
+        for key in ("dp_shard", "fsdp_modules"):
+            if arguments.get(key):
+                yield about(key, f"{key} applies to data_parallel: fsdp2 or hsdp, not ddp")
+        if replicate != 1:
+            yield about("dp_replicate", "dp_replicate applies to data_parallel: hsdp, not ddp")
+        return
+    if mode == "fsdp2" and replicate != 1:
+        message = "dp_replicate applies to data_parallel: hsdp; fsdp2 shards over every process"
+        yield about("dp_replicate", message)
+        return
+    if mode == "hsdp" and shard is None:
+        yield about("dp_shard", "data_parallel: hsdp needs dp_shard (processes per shard group)")
+        return
+    if processes is None:
+        return
+    if shard is not None and shard * replicate != processes:
+        message = (
+            f"dp_shard x dp_replicate must equal the {processes} processes of the run, "
+            f"got {shard} x {replicate} = {shard * replicate}"
+        )
+        yield about("dp_shard", message)
+    elif shard is None and processes % replicate:
+        message = f"dp_replicate={replicate} does not divide the {processes} processes of the run"
+        yield about("dp_replicate", message)
+
 
 @attrs.frozen
 class CPUArgs:
@@ -60,11 +133,27 @@ class CPUArgs:
     max_restarts: int = _CPU_NODES["max_restarts"]
     cluster_environment: str = _CPU_NODES["cluster_environment"]
     requeue_signal: str | None = _CPU_NODES["requeue_signal"]
+    data_parallel: Literal["ddp", "fsdp2", "hsdp"] = _data_parallel_arg()
+    dp_shard: int | None = _dp_shard_arg()
+    dp_replicate: int = _dp_replicate_arg()
+    reshard_after_forward: bool = _reshard_arg()
+    fsdp_modules: list[str] = _fsdp_modules_arg()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
-        """The node keys together (``host:port``, ``node_rank`` below ``num_nodes``)."""
-        return node_problems(arguments)
+        """The node keys together and the ``data_parallel`` plan.
+
+        ``host:port``, ``node_rank`` below ``num_nodes``; the plan against ``num_processes`` x
+        ``num_nodes`` processes.
+        """
+        yield from node_problems(arguments)
+        processes = int(arguments.get("num_processes", 1)) * int(arguments.get("num_nodes", 1))
+        yield from parallel_problems(arguments, processes)
+
+    @staticmethod
+    def plan_problems(arguments: Mapping[str, Any], world_size: int) -> Iterator[Problem]:
+        """The ``data_parallel`` plan at ``world_size`` processes (``check --world-size``)."""
+        return parallel_problems(arguments, world_size)
 
 
 @attrs.frozen
@@ -90,14 +179,29 @@ class GPUArgs:
     max_restarts: int = _GPU_NODES["max_restarts"]
     cluster_environment: str = _GPU_NODES["cluster_environment"]
     requeue_signal: str | None = _GPU_NODES["requeue_signal"]
+    data_parallel: Literal["ddp", "fsdp2", "hsdp"] = _data_parallel_arg()
+    dp_shard: int | None = _dp_shard_arg()
+    dp_replicate: int = _dp_replicate_arg()
+    reshard_after_forward: bool = _reshard_arg()
+    fsdp_modules: list[str] = _fsdp_modules_arg()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
-        """The node keys together; several machines need ``enable_distributed``."""
+        """The node keys together and the ``data_parallel`` plan.
+
+        Several machines need ``enable_distributed``; the plan is checked for coherence only
+        (the process count is known at launch).
+        """
         yield from node_problems(arguments)
         if arguments["num_nodes"] > 1 and not arguments["enable_distributed"]:
             message = "num_nodes above 1 needs enable_distributed: true (one process per GPU)"
             yield about(("num_nodes", "enable_distributed"), message)
+        yield from parallel_problems(arguments, None)
+
+    @staticmethod
+    def plan_problems(arguments: Mapping[str, Any], world_size: int) -> Iterator[Problem]:
+        """The ``data_parallel`` plan at ``world_size`` processes (``check --world-size``)."""
+        return parallel_problems(arguments, world_size)
 
 
 def _problems_of_format(arguments: Mapping[str, Any]) -> Iterator[Problem]:

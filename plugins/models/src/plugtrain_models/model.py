@@ -45,6 +45,9 @@ class DecoderLM(nn.Module):
     report_perplexity: bool
     """Evaluation reports exp(loss): on when the loss is a per-token mean (num_tokens)."""
 
+    fsdp_modules = ("model.transformer_decoder.layers.*",)
+    """FSDP2's units when the backend names none: each decoder block gets its own fully_shard."""
+
     def __init__(self, settings: DecoderSettings, family: str) -> None:
         super().__init__()
         self.family = family

@@ -7,6 +7,7 @@ only where moving them can change nothing anyone can observe and where it pays:
 - every parameter is contiguous and the only tenant of its storage, with no other tensor (a
   view, a ``.data`` alias, another optimizer's buffer) sharing that storage, so that no alias
   can go stale when the data moves;
+- no parameter is a DTensor (FSDP2 owns a shard's storage);
 - the group holds at least two tensors per device and dtype, small on average (at most
   :data:`SMALL_TENSOR` elements), where the per-tensor cost of each operation (about 1 us
   against some 25 us for a pass over 64K float32 elements, measured in ``bench/``) shows.
@@ -38,10 +39,14 @@ def sole_tenant(t: torch.Tensor) -> bool:
     return _uses(t) == _uses(torch.empty(1, device=t.device))
 
 
+def _is_dtensor(t: torch.Tensor) -> bool:
+    return type(t).__name__ == "DTensor"
+
+
 def flatten_by_default(params: Sequence[torch.Tensor]) -> bool:
     """Whether a group of dense ``params`` (all requiring gradients) is flattened by default."""
-    if not params:
-        return False
+    if not params or any(_is_dtensor(p) for p in params):
+        return False  # a DTensor's shard lives in FSDP2's own storage: it must stay there
     counts: dict[tuple[torch.device, torch.dtype], int] = {}
     for p in params:
         counts[p.device, p.dtype] = counts.get((p.device, p.dtype), 0) + 1

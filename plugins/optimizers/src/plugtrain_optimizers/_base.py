@@ -21,6 +21,7 @@ from plugtrain.schema import (
 from plugtrain_optimizers._auto_flat import flatten_by_default
 from plugtrain_optimizers._blocks import FlatLayout, split_blocks
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
+from plugtrain_optimizers._sharded import has_sharded_params, on_local_shards
 from plugtrain_optimizers._threads import stepping_threads
 
 __all__ = ["PlugtrainOptimizer", "as_float", "step_values"]
@@ -57,6 +58,11 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
     """Whether ``flat=None`` may flatten a group (:mod:`~plugtrain_optimizers._auto_flat`): for
     updates of many operations, where one kernel per operation saves more than copying in the
     gradients backward allocated costs; not for torch's fused kernels, already one call."""
+    elementwise: ClassVar[bool] = True
+    """Whether every element of the update depends on the same element of the parameter, its
+    gradient and its state only; then sharded (DTensor) parameters step on their local shards
+    (:mod:`~plugtrain_optimizers._sharded`). False for updates that need whole tensors (a
+    norm per tensor, a matrix's rows and columns): such an optimizer refuses DTensors."""
     blocked: ClassVar[bool] = True
     """Whether the default path is a sequence of elementwise operations run over cache blocks,
     stepped on one intra-op thread where that moves memory as fast
@@ -151,6 +157,20 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         for layout in self._layouts:
             if layout is not None:
                 layout.repair_grads()
+        if has_sharded_params(self):
+            if not self.elementwise:
+                message = (
+                    f"{self.name} cannot step sharded (DTensor) parameters: its update needs "
+                    "whole tensors; use data_parallel: ddp, or an element-wise optimizer"
+                )
+                raise RuntimeError(message)
+            with on_local_shards(self):
+                self._step_groups()
+            return loss
+        self._step_groups()
+        return loss
+
+    def _step_groups(self) -> None:
         with stepping_threads() if self.blocked and self._on_cpu else nullcontext():
             for group in self.param_groups:
                 params = [p for p in group["params"] if p.grad is not None]
@@ -161,7 +181,6 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
                     message = f"{self.name} does not support sparse gradients"
                     raise RuntimeError(message)
                 self.update_group(group, params, grads)  # type: ignore[arg-type]
-        return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients (a flat group's in one kernel: :meth:`FlatLayout.zero_grad`)."""

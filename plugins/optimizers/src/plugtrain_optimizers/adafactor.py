@@ -26,6 +26,8 @@ class Adafactor(PlugtrainOptimizer):
     ``p -= rho * update``.
     """
 
+    elementwise = False  # whole-tensor norms or matrix shapes: refused under FSDP2
+
     schema = AdafactorArgs
     name = "Adafactor"
 

@@ -23,6 +23,8 @@ class Lamb(PlugtrainOptimizer):
     ``p -= lr * trust * r``. Norms are computed in float32 (float64 for float64 parameters).
     """
 
+    elementwise = False  # whole-tensor norms or matrix shapes: refused under FSDP2
+
     schema = LambArgs
     name = "Lamb"
     flat_by_default = True  # measured: pays even with the gradient copy

@@ -97,6 +97,8 @@ class Muon(PlugtrainOptimizer):
     weight decay; with ``fallback=None`` they are a ``ValueError`` at construction.
     """
 
+    elementwise = False  # whole-tensor norms or matrix shapes: refused under FSDP2
+
     schema = MuonArgs
     name = "Muon"
     blocked = False  # matrix products: every thread helps

@@ -63,6 +63,8 @@ class SGDArgs:
     ``weight_decay`` added to the gradient, optional Nesterov momentum.
     """
 
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
+
     lr: float = _lr()
     momentum: float = arg(0.0, help="momentum factor", ge=0)
     dampening: float = arg(0.0, help="dampening of the momentum", ge=0)
@@ -92,6 +94,8 @@ class AdamArgs:
     decay (as in AdamW) when a weight-decay scheduler writes it.
     """
 
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
+
     ignored_arguments: ClassVar[Mapping[str, str]] = {
         "correct_bias": "Adam always corrects the bias; Model Zoo accepts correct_bias on Adam "
         "and ignores it (AdamW's correct_bias does act)",
@@ -110,6 +114,8 @@ class AdamArgs:
 @attrs.frozen
 class AdamWArgs:
     """AdamW with cstorch numerics: decoupled weight decay, optional bias correction."""
+
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
 
     lr: float = _lr(1e-3)
     betas: tuple[float, float] = _betas((0.9, 0.999))
@@ -133,6 +139,8 @@ class AdamWArgs:
 class AdamaxArgs:
     """Adamax (torch's update rule, cstorch defaults)."""
 
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
+
     lr: float = _lr(1e-3)
     betas: tuple[float, float] = _betas((0.9, 0.999))
     eps: float = _eps(1e-6)
@@ -146,6 +154,8 @@ class AdamaxArgs:
 class AdadeltaArgs:
     """Adadelta (torch's update rule, cstorch defaults)."""
 
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
+
     lr: float = _lr(1.0)
     rho: float = arg(0.9, help="decay rate of the squared averages", ge=0, le=1)
     eps: float = _eps(1e-6)
@@ -158,6 +168,8 @@ class AdadeltaArgs:
 @attrs.frozen
 class AdagradArgs:
     """Adagrad (torch's update rule, cstorch defaults)."""
+
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
 
     lr: float = _lr(0.01)
     lr_decay: float = arg(0.0, help="learning-rate decay: lr / (1 + (t - 1) * lr_decay)", ge=0)
@@ -173,6 +185,8 @@ class AdagradArgs:
 class ASGDArgs:
     """Averaged SGD (torch's update rule, cstorch defaults)."""
 
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
+
     lr: float = _lr(0.01)
     lambd: float = arg(1e-4, help="decay term", ge=0)
     alpha: float = arg(0.75, help="power of the eta update", ge=0)
@@ -187,6 +201,8 @@ class ASGDArgs:
 class NAdamArgs:
     """NAdam with cstorch's momentum-term denominator ``1 - mu_product * mu_t * mu_{t+1}``."""
 
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
+
     lr: float = _lr(2e-3)
     betas: tuple[float, float] = _betas((0.9, 0.999))
     eps: float = _eps(1e-8)
@@ -200,6 +216,8 @@ class NAdamArgs:
 class RAdamArgs:
     """Rectified Adam (torch's update rule, cstorch defaults)."""
 
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
+
     lr: float = _lr(1e-3)
     betas: tuple[float, float] = _betas((0.9, 0.999))
     eps: float = _eps(1e-6)
@@ -211,6 +229,8 @@ class RAdamArgs:
 @attrs.frozen
 class RMSpropArgs:
     """RMSprop (torch's update rule, cstorch defaults)."""
+
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
 
     lr: float = _lr(0.01)
     alpha: float = arg(0.99, help="smoothing constant", ge=0, le=1)
@@ -225,6 +245,8 @@ class RMSpropArgs:
 @attrs.frozen
 class RpropArgs:
     """Resilient backpropagation (torch's update rule, cstorch defaults)."""
+
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
 
     lr: float = _lr(1e-3)
     etas: tuple[float, float] = arg((0.5, 1.2), help="(decrease, increase) factors", gt=0)
@@ -261,6 +283,8 @@ class LambArgs:
 @attrs.frozen
 class LionArgs:
     """Lion: sign of an interpolated momentum, decoupled weight decay."""
+
+    supports_sharded_params: ClassVar[bool] = True  # element-wise: steps on FSDP2 shards
 
     lr: float = _lr(1e-4)
     betas: tuple[float, float] = _betas((0.9, 0.99))

@@ -1,0 +1,199 @@
+"""DDP vs FSDP2 on 2 CPU processes (gloo): memory and step time; checkpoint blocking times.
+
+    python bench/sharded.py                 # both strategies, prints the tables
+    python bench/sharded.py --layers 4      # a smaller model (faster)
+
+Each strategy runs in its own torchrun launch of 2 processes (so that peak RSS is its own):
+plugtrain's Trainer trains a GPT decoder (default about 31 M parameters: 10 blocks of width
+512, AdamW) for a few steps; the worker records rank 0's local bytes of parameters, gradients
+and AdamW state, its peak RSS, and the median step time. The FSDP2 launch then times, on the
+same state, how long a checkpoint blocks the loop: a single file (gathered), DCP synchronous,
+DCP asynchronous (``checkpoint.async_save``: the call returns once the state is staged), and
+the first step after an asynchronous save (which overlaps the background write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WARMUP, STEPS = 2, 6
+
+
+def _worker(mode: str, layers: int, out: Path) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    import plugtrain
+    from plugtrain.train.dcp_checkpointer import DCPCheckpointer, state_template
+    from plugtrain.train.sharded_state import local_tensor
+    from plugtrain.train.trainer import Trainer
+    from plugtrain_models.gpt import GPT
+
+    torch.set_num_threads(1)
+    times: list[float] = []
+    sizes: dict[str, int] = {}
+
+    class Clock:
+        start = 0.0
+
+        def on_train_step_start(self, trainer: Any, step: int) -> None:
+            self.start = time.perf_counter()
+
+        def on_before_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+            if trainer.global_step == 1:
+                params = [p for g in optimizer.param_groups for p in g["params"]]
+                sizes["params"] = sum(local_tensor(p).nbytes for p in params)
+                sizes["grads"] = sum(local_tensor(p.grad).nbytes for p in params)
+                sizes["optimizer"] = sum(
+                    local_tensor(v).nbytes
+                    for s in optimizer.state.values()
+                    for v in s.values()
+                    if isinstance(v, torch.Tensor)
+                )
+
+        def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+            times.append(time.perf_counter() - self.start)
+
+    rows = torch.randint(0, 256, (256, 65), generator=torch.Generator().manual_seed(0))
+    data = [{"input_ids": r[:-1], "labels": r[1:]} for r in rows]
+    adamw = plugtrain.resolve("optimizer", "AdamW")
+    work = Path(tempfile.mkdtemp(prefix=f"bench-sharded-{mode}-", dir=out))
+    trainer = Trainer(
+        backend={"backend_type": "CPU", "num_processes": 2, "data_parallel": mode},
+        model=lambda: GPT(n_layer=layers, n_head=8, n_embd=512, block_size=64),
+        optimizer=lambda m: adamw(m.parameters(), lr=1e-4),
+        loop={"max_steps": WARMUP + STEPS},
+        seed=1,
+        model_dir=work / "run",
+        checkpoint={"autoload_last_checkpoint": False},
+        precision={"enabled": False},
+        logging={"log_steps": 1, "log_level": "WARNING"},
+        callbacks=[Clock()],
+        loggers=[{"MetricsFilesLogger": None}, {"ProgressLogger": None}],
+    )
+    trainer.fit(DataLoader(data, batch_size=4), ckpt_path=None)
+    result: dict[str, Any] = {
+        "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        "bytes": sizes,
+        "step_s": statistics.median(times[WARMUP:]),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }  # training only: measured before the checkpoints below
+    if mode == "fsdp2":
+        result["save_s"] = _save_times(trainer, work, dist, DCPCheckpointer, state_template)
+    if dist.get_rank() == 0:
+        (out / f"{mode}.json").write_text(json.dumps(result))
+
+
+def _save_times(trainer: Any, work: Path, dist: Any, dcp_class: Any, template: Any) -> dict:
+    """Seconds each kind of save blocks rank 0 (after a barrier), and the step after async."""
+    from plugtrain.train.checkpoint_format import checkpointer_for
+
+    def blocked(step: int) -> float:
+        dist.barrier()
+        start = time.perf_counter()
+        trainer.global_step = step
+        trainer.save_checkpoint()
+        return time.perf_counter() - start
+
+    found: dict[str, float] = {}
+    trainer.checkpointer = checkpointer_for(trainer)
+    found["file"] = blocked(100)
+    for name, background in (("dcp_sync", False), ("dcp_async", True)):
+        trainer.checkpointer = dcp_class(
+            work / name,
+            "checkpoint_{step}",
+            lambda with_state: template(trainer, with_state),
+            is_writer=trainer.strategy.is_writer,
+            async_save=background,
+        )
+        found[name] = blocked(101)
+    batch = {"input_ids": torch_batch(), "labels": torch_batch()}
+    start = time.perf_counter()
+    trainer.forward(batch).loss.backward()  # the next step's work, while the write runs
+    trainer.optimizer.step()
+    found["step_during_async"] = time.perf_counter() - start
+    trainer.checkpointer.wait()
+    start = time.perf_counter()
+    trainer.forward(batch).loss.backward()
+    trainer.optimizer.step()
+    found["step_after"] = time.perf_counter() - start
+    return found
+
+
+def torch_batch() -> Any:
+    import torch
+
+    return torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(1))
+
+
+def _launch(mode: str, layers: int, out: Path) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        __file__,
+        "--worker",
+        mode,
+        "--layers",
+        str(layers),
+        "--out",
+        str(out),
+    ]
+    subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return json.loads((out / f"{mode}.json").read_text())  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    """Run both strategies and print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=10, help="decoder blocks (10: ~31 M)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker(args.worker, args.layers, Path(args.out))
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        ddp = _launch("ddp", args.layers, Path(scratch))
+        fsdp = _launch("fsdp2", args.layers, Path(scratch))
+    mib = 2**20
+    print(f"GPT, {ddp['parameters'] / 1e6:.1f} M parameters, 2 processes (gloo), rank 0:\n")
+    print("| | DDP | FSDP2 | FSDP2 / DDP |")
+    print("|---|---|---|---|")
+    for key in ("params", "grads", "optimizer"):
+        a, b = ddp["bytes"][key] / mib, fsdp["bytes"][key] / mib
+        print(f"| {key} MiB | {a:.1f} | {b:.1f} | {b / a:.2f} |")
+    a, b = sum(ddp["bytes"].values()) / mib, sum(fsdp["bytes"].values()) / mib
+    print(f"| params+grads+optimizer MiB | {a:.1f} | {b:.1f} | {b / a:.2f} |")
+    a, b = ddp["peak_rss_mib"], fsdp["peak_rss_mib"]
+    print(f"| peak RSS MiB | {a:.0f} | {b:.0f} | {b / a:.2f} |")
+    a, b = ddp["step_s"], fsdp["step_s"]
+    print(f"| median step s | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+    saves = fsdp["save_s"]
+    print("\nFSDP2 checkpoint, seconds the loop is blocked (rank 0):\n")
+    print("| save | s | / DCP sync |")
+    print("|---|---|---|")
+    for key in ("file", "dcp_sync", "dcp_async"):
+        print(f"| {key} | {saves[key]:.3f} | {saves[key] / saves['dcp_sync']:.2f} |")
+    ratio = saves["step_during_async"] / saves["step_after"]
+    print(
+        f"\nstep while the async save writes: {saves['step_during_async']:.3f} s, "
+        f"a step after it: {saves['step_after']:.3f} s ({ratio:.2f}x)"
+    )
+
+
+if __name__ == "__main__":
+    main()

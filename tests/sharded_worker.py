@@ -1,0 +1,226 @@
+"""The runs behind tests/test_sharded.py, in one torchrun launch of 2 processes (or alone).
+
+``python -m torch.distributed.run --nproc-per-node 2 tests/sharded_worker.py OUT`` runs every
+built-in optimizer on shards, then trains a small GPT decoder 20 steps (2 micro-batches a step,
+AdamW, clipping) with DDP, with FSDP2 and DCP checkpoints, with FSDP2 into single-file
+checkpoints, with HSDP (2 replicas x 1 shard), and resumes the DCP checkpoint of step 10
+(saving asynchronously from there) and the file checkpoint of step 10;
+``python tests/sharded_worker.py OUT --alone`` resumes the DCP checkpoint of step 10 in one
+process. Each run's per-step losses, gradient norms and local parameter+gradient+optimizer
+bytes go to ``OUT/<run>.rank<R>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+import plugtrain
+from plugtrain.train.sharded_state import local_tensor
+from plugtrain.train.trainer import Trainer
+
+STEPS = 20
+BUILT_IN_OPTIMIZERS = (
+    *("Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "Lamb"),
+    *("Lion", "Muon", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"),
+)
+
+
+class Record:
+    """Records each step's logged loss and gradient norm, and the local state bytes at step 2."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.grad_norms: list[float] = []
+        self.bytes: dict[str, int] = {}
+
+    def on_before_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+        if trainer.global_step == 1:  # the optimizer state exists after the first step
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            self.bytes = {
+                "params": sum(local_tensor(p).nbytes for p in params),
+                "grads": sum(local_tensor(p.grad).nbytes for p in params if p.grad is not None),
+                "optimizer": sum(
+                    local_tensor(v).nbytes
+                    for s in optimizer.state.values()
+                    for v in s.values()
+                    if isinstance(v, torch.Tensor)
+                ),
+            }
+
+    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+        self.losses.append(float(metrics["loss"]))
+        self.grad_norms.append(float(metrics["grad_norm"]))
+
+
+def loader() -> DataLoader:
+    """64 fixed sequences of 17 bytes, in order, 4 a micro-batch."""
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, 256, (64, 17), generator=generator)
+    data = [{"input_ids": r[:-1], "labels": r[1:]} for r in rows]
+    return DataLoader(data, batch_size=4, shuffle=False)
+
+
+def make_trainer(
+    out: Path, name: str, parallel: str, checkpoint: dict[str, Any], record: Record, keep: int = 0
+) -> Trainer:
+    """The trainer of one run: a 34k-parameter GPT, AdamW, 2 micro-batches a step.
+
+    ``parallel`` ``hsdp`` is 2 replicas of 1 shard (a 2-D mesh) on 2 processes.
+    """
+    from plugtrain_models.gpt import GPT
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    adamw = plugtrain.resolve("optimizer", "AdamW")
+    return Trainer(
+        backend={
+            "backend_type": "CPU",
+            "num_processes": world,
+            "data_parallel": parallel,
+            **({"dp_shard": 1, "dp_replicate": 2} if parallel == "hsdp" else {}),
+        },
+        model=lambda: GPT(n_layer=2, n_head=2, n_embd=32, block_size=16),
+        optimizer=lambda m: adamw(m.parameters(), lr=1e-2, weight_decay=0.1),
+        loop={"max_steps": STEPS, "grad_accum_steps": 4 // world},  # 16 samples a step
+        seed=1,
+        model_dir=out / "runs" / name,
+        checkpoint={"steps": 10, **checkpoint},
+        precision={"enabled": False, "max_gradient_norm": 1.0},
+        logging={"log_steps": 1},
+        callbacks=[record, *({"KeepNCheckpoints": {"n": 1}} for _ in range(keep))],
+        loggers=[{"MetricsFilesLogger": None}],
+    )
+
+
+def run(
+    out: Path, name: str, parallel: str, checkpoint: dict[str, Any], ckpt_path: Any, keep: int = 0
+) -> None:
+    """Train (or resume) to step 20 and record the run as ``OUT/<name>.rank<R>.json``.
+
+    :param keep: 1: with ``KeepNCheckpoints(n=1)``.
+    """
+    record = Record()
+    trainer = make_trainer(out, name, parallel, checkpoint, record, keep)
+    trainer.fit(loader(), ckpt_path=ckpt_path)
+    weights = {
+        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).tolist()
+        for k, v in trainer.unwrapped_model.state_dict().items()
+        if k.endswith("ln_f.weight")
+    }
+    result = {
+        "losses": record.losses,
+        "grad_norms": record.grad_norms,
+        "bytes": record.bytes,
+        "param_type": type(next(trainer.model.parameters())).__name__,
+        "ln_f": weights,
+    }
+    rank = os.environ.get("RANK", "0")
+    (out / f"{name}.rank{rank}.json").write_text(json.dumps(result))
+
+
+def compare_with_torch_save(out: Path, folder: Path) -> None:
+    """Load ``folder`` in one process; is every tensor equal to ``dcp_to_torch_save`` of it?"""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    converted = out / "dcp10.pt"
+    dcp_to_torch_save(folder, converted)
+    reference = torch.load(converted, weights_only=True)
+    trainer = make_trainer(out, "alone_load", "fsdp2", {"format": "dcp"}, Record())
+    trainer.load_checkpoint(folder)
+    model = trainer.unwrapped_model.state_dict()
+    optimizer = trainer.optimizer.state_dict()["state"]
+    equal = {
+        "model": all(torch.equal(model[k], v) for k, v in reference["model"].items())
+        and set(model) == set(reference["model"]),
+        "optimizer": all(
+            torch.equal(optimizer[int(i)][k], v)
+            for i, entries in reference["optimizer_state"].items()
+            for k, v in entries.items()
+        )
+        and len(reference["optimizer_state"]) == len(optimizer),
+        "step": trainer.global_step,
+    }
+    (out / "alone_equal.json").write_text(json.dumps(equal))
+
+
+def optimizer_sweep(out: Path) -> None:
+    """Every built-in optimizer, 3 steps on a sharded and on a whole copy of one model.
+
+    Records, per optimizer, the largest difference of the weights, or the error it raised.
+    """
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (2,))
+    results: dict[str, Any] = {}
+    for name in BUILT_IN_OPTIMIZERS:
+        torch.manual_seed(0)
+        whole = nn.Sequential(nn.Linear(8, 6), nn.Tanh(), nn.Linear(6, 4))
+        sharded = fully_shard(
+            nn.Sequential(
+                *(
+                    nn.Linear(m.in_features, m.out_features)
+                    if isinstance(m, nn.Linear)
+                    else nn.Tanh()
+                    for m in whole
+                )
+            ),
+            mesh=mesh,
+        )
+        sharded.load_state_dict(
+            {
+                k: torch.distributed.tensor.distribute_tensor(
+                    v, mesh, [torch.distributed.tensor.Shard(0)]
+                )
+                for k, v in whole.state_dict().items()
+            }
+        )
+        cls = plugtrain.resolve("optimizer", name)
+        try:
+            pairs = [(cls(model.parameters(), lr=1e-2), model) for model in (whole, sharded)]
+            for step in range(3):
+                inputs = torch.randn(4, 8, generator=torch.Generator().manual_seed(step))
+                for optimizer, model in pairs:
+                    optimizer.zero_grad()
+                    model(inputs).square().mean().backward()
+                    optimizer.step()
+            full = {k: v.full_tensor() for k, v in sharded.state_dict().items()}
+            results[name] = max(
+                float((full[k] - v).abs().max()) for k, v in whole.state_dict().items()
+            )
+        except RuntimeError as exc:
+            results[name] = str(exc)
+    if os.environ.get("RANK") == "0":
+        (out / "optimizers.json").write_text(json.dumps(results))
+
+
+def main() -> None:
+    """The runs of one launch (2 processes) or of ``--alone``."""
+    out = Path(sys.argv[1])
+    runs = out / "runs"
+    if "--alone" in sys.argv:
+        dcp10 = runs / "fsdp2_dcp" / "checkpoint_10.mdl"
+        run(out, "alone_dcp_resume", "fsdp2", {"format": "dcp"}, dcp10)
+        compare_with_torch_save(out, dcp10)
+        return
+    optimizer_sweep(out)
+    run(out, "ddp", "ddp", {}, None)
+    run(out, "fsdp2_dcp", "fsdp2", {"format": "dcp"}, None)
+    run(out, "fsdp2_file", "fsdp2", {}, None)
+    run(out, "hsdp", "hsdp", {}, None)
+    dcp10 = runs / "fsdp2_dcp" / "checkpoint_10.mdl"
+    background = {"format": "dcp", "async_save": True, "steps": 5}  # saves at 15 and 20
+    run(out, "dcp_resume", "fsdp2", background, dcp10, keep=1)
+    file10 = runs / "fsdp2_file" / "checkpoint_10.mdl"
+    run(out, "file_resume", "fsdp2", {}, file10)
+
+
+if __name__ == "__main__":
+    main()
