@@ -126,7 +126,10 @@ def test_plugins_lists_distributions_status_and_hooks(capsys):
     out = capsys.readouterr().out
     assert "builtin: plugtrain" in out
     assert "[loaded]" in out
-    hooks = "plugtrain_register_dataloaders, plugtrain_register_loggers, plugtrain_register_models"
+    hooks = (
+        "plugtrain_register_callbacks, plugtrain_register_dataloaders, "
+        "plugtrain_register_loggers, plugtrain_register_models"
+    )
     assert f"hooks: {hooks}" in out
 
 

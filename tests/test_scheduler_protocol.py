@@ -220,7 +220,7 @@ def test_a_state_that_fails_weights_only_is_reported_at_the_first_save(tmp_path)
     message = str(raised.value)
     assert trainer.global_step == 2  # the first save, not the end of the run or a resume
     assert "schedulers[0] (" in message
-    assert "KeepsAnObject): it holds a " in message
+    assert "KeepsAnObject: it holds a " in message
     assert "Opaque object" in message
     assert "weights_only=True" in message
     assert not list(tmp_path.glob("checkpoint_*.mdl"))

@@ -14,7 +14,7 @@ import torch
 import plugtrain
 from plugtrain.scheduler import excluded_from_decay
 from plugtrain.train.params import build_param_groups
-from plugtrain.train.trainer import check_scheduler_overlap
+from plugtrain.train.scheduler_checks import check_scheduler_overlap
 
 
 def _optimizer():

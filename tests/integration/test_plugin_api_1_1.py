@@ -47,9 +47,11 @@ def _environment(**extra: str) -> dict[str, str]:
     return env
 
 
-def _setuptools_version() -> tuple[int, ...] | None:
+def _version(distribution: str) -> tuple[int, ...] | None:
+    """The installed version of a distribution (no import: inductor may have imported distutils,
+    and looking pip up then warns)."""
     try:
-        text = importlib.metadata.version("setuptools")
+        text = importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
     return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
@@ -58,8 +60,8 @@ def _setuptools_version() -> tuple[int, ...] | None:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One directory into which pip installed both packages."""
-    version = _setuptools_version()
-    if importlib.util.find_spec("pip") is None or version is None or version < (77,):
+    version = _version("setuptools")
+    if _version("pip") is None or version is None or version < (77,):
         pytest.skip("pip and setuptools >= 77 are needed to build the packages offline")
     work = tmp_path_factory.mktemp("api-1-1")
     sources = []

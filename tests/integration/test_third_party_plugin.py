@@ -38,9 +38,11 @@ HANG_LIMIT_S = 600
 # -- installing -----------------------------------------------------------------------------
 
 
-def _setuptools_version() -> tuple[int, ...] | None:
+def _version(distribution: str) -> tuple[int, ...] | None:
+    """The installed version of a distribution (no import: inductor may have imported distutils,
+    and looking pip up then warns)."""
     try:
-        text = importlib.metadata.version("setuptools")
+        text = importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
     return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
@@ -52,7 +54,7 @@ def _dotted(version: tuple[int, ...]) -> str:
 
 def _offline_build_problem() -> str | None:
     """Why the example cannot be built offline with this interpreter's tools, or ``None``."""
-    version = _setuptools_version()
+    version = _version("setuptools")
     if version is None:
         return "setuptools is not installed, so the example cannot be built without an index"
     if version < (61,):
@@ -70,7 +72,7 @@ def _copy_source(destination: Path, *, adapt: bool = True) -> Path:
         source,
         ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info", ".pytest_cache"),
     )
-    version = _setuptools_version()
+    version = _version("setuptools")
     if adapt and version is not None and version < (77,):
         # A license expression (PEP 639) needs setuptools >= 77; older ones take a table.
         pyproject = source / "pyproject.toml"
@@ -110,7 +112,7 @@ def adan_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     builds with isolation instead, fetching setuptools from the index; without an index the
     tests skip with both reasons.
     """
-    if importlib.util.find_spec("pip") is None:
+    if _version("pip") is None:
         pytest.skip("pip is not installed in this environment")
     work = tmp_path_factory.mktemp("acme-adan")
     target = work / "site"
@@ -388,7 +390,7 @@ def _pip_version() -> tuple[int, ...]:
 
 
 def test_pip_install_and_uninstall_in_a_fresh_venv(tmp_path: Path) -> None:
-    if importlib.util.find_spec("pip") is None:
+    if _version("pip") is None:
         pytest.skip("pip is not installed in this environment")
     problem = _offline_build_problem()
     if problem:

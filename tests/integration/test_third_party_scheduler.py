@@ -44,9 +44,11 @@ def _environment(**extra: str) -> dict[str, str]:
     return env
 
 
-def _setuptools_version() -> tuple[int, ...] | None:
+def _version(distribution: str) -> tuple[int, ...] | None:
+    """The installed version of a distribution (no import: inductor may have imported distutils,
+    and looking pip up then warns)."""
     try:
-        text = importlib.metadata.version("setuptools")
+        text = importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
     return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
@@ -54,7 +56,7 @@ def _setuptools_version() -> tuple[int, ...] | None:
 
 def _pip_install(source: Path, target: Path) -> subprocess.CompletedProcess[str]:
     """Install ``source`` into ``target`` offline, with this environment's setuptools."""
-    version = _setuptools_version()
+    version = _version("setuptools")
     if version is not None and version < (77,):  # PEP 639 license expressions need >= 77
         pyproject = source / "pyproject.toml"
         text = pyproject.read_text(encoding="utf-8")
@@ -75,9 +77,9 @@ def _pip_install(source: Path, target: Path) -> subprocess.CompletedProcess[str]
 
 
 def _install_problem() -> str | None:
-    if importlib.util.find_spec("pip") is None:
+    if _version("pip") is None:
         return "pip is not installed in this environment"
-    version = _setuptools_version()
+    version = _version("setuptools")
     if version is None or version < (61,):
         return "setuptools >= 61 is needed to build the example offline"
     if version < (70, 1) and importlib.util.find_spec("wheel") is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from plugtrain.errors import ComponentFailedError
 from plugtrain.protocols import CALLBACK_HOOKS
 from plugtrain.testing.conformance import (
     ConformanceReport,
@@ -197,7 +198,9 @@ def _callback_checks(build: Build, arguments: Mapping[str, Any]) -> dict[str, Ca
                 _tiny_fit(model_dir, callbacks=[observer, _Recording(callback, mine)])
             except Exception as exc:
                 hook = mine[-1] if mine else "its construction"
-                message = f"a 6-step fit raised {type(exc).__name__}: {exc} (last hook: {hook})"
+                own = exc.__cause__ if isinstance(exc, ComponentFailedError) else None
+                cause = own if own is not None else exc  # the callback's own error, not the wrapper
+                message = f"a 6-step fit raised {type(cause).__name__}: {cause} (last hook: {hook})"
                 raise PropertyFailed(message) from exc
         expected = [name for name in seen if name in defined]
         if mine != expected:

@@ -53,7 +53,7 @@ def build_optimization(
     from plugtrain.plugins import get_registry
     from plugtrain.train.assembly import optimizer_factory, scaled_per_group
     from plugtrain.train.components import build_component
-    from plugtrain.train.trainer import check_scheduler_overlap
+    from plugtrain.train.scheduler_checks import check_scheduler_overlap
 
     registry = registry if registry is not None else get_registry()
     optimizer_plan, scheduler_specs = _validated(registry, config)

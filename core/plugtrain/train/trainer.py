@@ -28,7 +28,6 @@ from plugtrain.config.sections import (
 )
 from plugtrain.config.speed import ProfileSettings
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
-from plugtrain.scheduler import excluded_from_decay, scheduler_groups, scheduler_key
 from plugtrain.schema import validated_arguments
 from plugtrain.strategy import strategy_of
 from plugtrain.train.backends import backend as make_backend
@@ -50,6 +49,7 @@ from plugtrain.train.optimizer_mode import evaluation_mode, training_mode
 from plugtrain.train.precision import Precision
 from plugtrain.train.profiling import profiler_callbacks
 from plugtrain.train.resume import DataStream, seed_everything
+from plugtrain.train.scheduler_checks import check_scheduler_overlap
 from plugtrain.train.sparsity import Sparsity, sparsity_groups
 from plugtrain.train.throughput import token_counter
 from plugtrain.train.trainer_state import TrainerState
@@ -76,42 +76,6 @@ def _as_list(value: Any) -> list[Any]:
     if isinstance(value, list | tuple):
         return list(value)
     return [value]
-
-
-def check_scheduler_overlap(schedulers: Sequence[Any]) -> None:
-    """Reject two schedulers of the same kind (LR or WD) that target one param group.
-
-    Kind and groups are read through the scheduler protocol (:mod:`plugtrain.scheduler`).
-    """
-    owner: dict[tuple[str, int], int] = {}
-    for index, scheduler in enumerate(schedulers):
-        for group in scheduler_groups(scheduler):
-            key = (scheduler_key(scheduler), group)
-            if key in owner:
-                message = (
-                    f"schedulers {owner[key]} ({type(schedulers[owner[key]]).__name__}) and "
-                    f"{index} ({type(scheduler).__name__}) both set '{key[0]}' of param group "
-                    f"{group}; give them disjoint param_group_tags"
-                )
-                raise ConfigError([ConfigIssue("schedulers", message)])
-            owner[key] = index
-        if scheduler_key(scheduler) == "weight_decay":
-            _warn_excluded(scheduler, index)
-
-
-def _warn_excluded(scheduler: Any, index: int) -> None:
-    """Warn about a weight-decay scheduler that writes zero-decay groups (not one of ours)."""
-    groups = scheduler.optimizer.param_groups
-    hit = [g for g in scheduler_groups(scheduler) if excluded_from_decay(groups[g])]
-    if hit:
-        log.warning(
-            "scheduler %d (%s) sets the weight decay of the zero-decay param groups %s (bias "
-            "and normalisation parameters); derive it from plugtrain.scheduler.Scheduler, or "
-            "skip groups where plugtrain.scheduler.excluded_from_decay(group) is true",
-            index,
-            type(scheduler).__name__,
-            hit,
-        )
 
 
 def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
