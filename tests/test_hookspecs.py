@@ -94,3 +94,7 @@ def test_hook_plugtrain_register_loggers(make_registry):
 
 def test_hook_plugtrain_register_sparsity(make_registry):
     _check_hook(make_registry, "plugtrain_register_sparsity")
+
+
+def test_hook_plugtrain_register_sparsity_schedules(make_registry):
+    _check_hook(make_registry, "plugtrain_register_sparsity_schedules")

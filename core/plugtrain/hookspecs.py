@@ -179,3 +179,21 @@ def plugtrain_register_sparsity(registry: ComponentRegistrar) -> None:
         algorithm.
     :returns: nothing; the return value is ignored.
     """
+
+
+@hookspec
+def plugtrain_register_sparsity_schedules(registry: ComponentRegistrar) -> None:
+    """Declare sparsity schedule types (a ``{type: NAME, ...}`` schedule); called once per registry.
+
+    A schedule type gives a sparsity algorithm's hyperparameter (``sparsity``,
+    ``drop_fraction``) a value per step. Its target is a subclass of
+    :class:`plugtrain.hyperparams.HyperParameterSchedule` that implements ``at(step)``; it is
+    constructed with the mapping's other keys, checked against ``schema`` first. ``check`` builds
+    schedules, so the target's module must not import torch. A run file writes the type by its
+    name, matched case-insensitively; the built-in types (``constant``, ``linear``, ``exp``,
+    ``power``, ``cosine``, ``cycling``) come first and cannot be replaced.
+
+    :param registry: call ``registry.register(name, "pkg.module:Class", schema=Args)`` for each
+        type; ``schema`` may be the class itself when it is an attrs class.
+    :returns: nothing; the return value is ignored.
+    """

@@ -5,8 +5,9 @@ A sparsity algorithm reads two kinds of schedule (SPEC-sparsity sections 2.4 and
 - a :class:`HyperParameterSchedule` gives a value per step: the target ``sparsity`` or the
   ``drop_fraction``. :func:`make_schedule` builds one from what a run file or a Python caller
   writes: a number (``constant``), a list (``cycling``), a mapping ``{type: ..., **arguments}``
-  (``constant``, ``linear``, ``exp``, ``power``, ``cosine``, ``cycling``; the type is
-  case-insensitive), a callable (``lambda``, Python only) or a schedule already built;
+  (``constant``, ``linear``, ``exp``, ``power``, ``cosine``, ``cycling``, or a type a plugin
+  registered through ``plugtrain_register_sparsity_schedules``, kind ``sparsity_schedule``; the
+  type is case-insensitive), a callable (``lambda``, Python only) or a schedule already built;
 - an :class:`UpdateSchedule` says whether a step is an update step (the mask may change).
   :func:`make_update_schedule` builds one from ``None`` (every step), ``{freq, start, stop}``,
   ``{steps: [...]}`` or a callable; they live in :mod:`plugtrain.update_schedule` and are
@@ -30,16 +31,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import attrs
 
 from plugtrain.curve import Curve
 from plugtrain.errors import HyperParameterError, HyperParameterTypeError
+from plugtrain.schema import argument_problems, validated_arguments
 from plugtrain.update_schedule import (
     FreqUpdateSchedule,
     ListUpdateSchedule,
     UpdateSchedule,
     make_update_schedule,
 )
+
+if TYPE_CHECKING:
+    from plugtrain.registry import Component
 
 __all__ = [
     "SCHEDULE_TYPES",
@@ -118,7 +125,13 @@ class HyperParameterSchedule:
         return Curve(self.at)
 
     def arguments(self) -> dict[str, Any]:
-        """The constructor arguments, by name (a ``{type: ...}`` mapping without ``type``)."""
+        """The constructor arguments, by name (a ``{type: ...}`` mapping without ``type``).
+
+        An attrs subclass (a plugin's schedule type may be its own schema) gives its fields.
+        """
+        cls: Any = type(self)
+        if attrs.has(cls):
+            return {field.name: getattr(self, field.name) for field in attrs.fields(cls)}
         return {name: getattr(self, name) for name in self.parameters}
 
     def __repr__(self) -> str:
@@ -354,19 +367,61 @@ def schedule_class(type_value: Any) -> type[HyperParameterSchedule]:
         )
         raise HyperParameterTypeError(message, "type")
     found = SCHEDULE_TYPES.get(type_value.lower())
-    if found is None:
-        message = f"Unknown schedule type {type_value!r}. Valid types: {', '.join(_WRITTEN_TYPES)}"
-        if type_value.lower() in ("polynomial", "step"):
-            message += f" (there is no {type_value.lower()!r} type)"
-        raise HyperParameterError(message, "type")
-    return found
+    if found is not None:
+        return found
+    return _registered(type_value).load()  # type: ignore[no-any-return]
+
+
+def _registered(type_value: str) -> Component:
+    """The schedule type a plugin registered as ``type_value`` (kind ``sparsity_schedule``)."""
+    from plugtrain.errors import DuplicateNameError, UnknownNameError
+    from plugtrain.plugins import get_registry
+
+    registry = get_registry()
+    try:
+        return registry.lookup("sparsity_schedule", type_value)
+    except DuplicateNameError as exc:
+        raise HyperParameterError(str(exc), "type") from exc
+    except UnknownNameError:
+        pass
+    valid = [*_WRITTEN_TYPES, *registry.names("sparsity_schedule")]
+    message = f"Unknown schedule type {type_value!r}. Valid types: {', '.join(valid)}"
+    if type_value.lower() in ("polynomial", "step"):
+        message += f" (there is no {type_value.lower()!r} type)"
+    raise HyperParameterError(message, "type")
+
+
+def _from_plugin(type_value: str, given: Mapping[str, Any]) -> HyperParameterSchedule:
+    """A plugin's schedule type, its arguments checked against its registered schema."""
+    component = _registered(type_value)
+    owner = f"{component.name} schedule"
+    problems = argument_problems(component.schema_class, given)
+    if problems:
+        first = problems[0]
+        placed = first.key in given
+        about = f"{first.key} " if placed and not first.of_key else ""
+        error = HyperParameterTypeError if first.of_key else HyperParameterError
+        message = f"{owner}: {about}{first.message}"
+        raise error(message, first.key if placed else None, unknown_key=first.of_key)
+    arguments = validated_arguments(component.schema_class, given, owner=owner)
+    schedule = component.load()(**arguments)
+    if not isinstance(schedule, HyperParameterSchedule):
+        message = (
+            f"sparsity schedule type {component.name!r} from {component.provider} built a "
+            f"{type(schedule).__name__}, not a plugtrain.hyperparams.HyperParameterSchedule"
+        )
+        raise HyperParameterTypeError(message, "type")
+    return schedule
 
 
 def _from_mapping(spec: Mapping[str, Any]) -> HyperParameterSchedule:
     if "type" not in spec:
         raise HyperParameterError("Must specify `type`")
-    cls = schedule_class(spec["type"])
     given = {k: v for k, v in spec.items() if k != "type"}
+    type_value = spec["type"]
+    if isinstance(type_value, str) and type_value.lower() not in SCHEDULE_TYPES:
+        return _from_plugin(type_value, given)
+    cls = schedule_class(type_value)
     for key in given:
         if key not in cls.parameters:
             valid = ", ".join(cls.parameters)

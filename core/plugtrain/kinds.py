@@ -59,6 +59,13 @@ KINDS: dict[str, Kind] = {
             ("params",),
             plural_name="sparsity algorithms",
         ),
+        Kind(
+            "sparsity_schedule",
+            "plugtrain_register_sparsity_schedules",
+            "plugtrain",
+            (),
+            plural_name="sparsity schedule types",
+        ),
     )
 }
 """Every kind, by name, in the order hooks are called."""
