@@ -16,12 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import torch
 
+from plugtrain import hookimpl
 from plugtrain.cli import main
 from plugtrain.errors import HyperParameterError, HyperParameterTypeError
 from plugtrain.hyperparams import make_schedule
+from plugtrain.schema import arg
 
 PLUGIN = '''\
 """A staircase sparsity schedule (torch-free, as check builds schedules)."""
@@ -83,6 +86,21 @@ def stairplug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     sys.modules.pop("stairplug", None)
 
 
+class _Broken:
+    """A plugin whose schedule type points at a module that does not exist."""
+
+    @hookimpl
+    def plugtrain_register_sparsity_schedules(self, registry: Any) -> None:
+        registry.register("gone", "no_such_module_here:Gone", schema=_GoneArgs)
+
+
+@attrs.frozen
+class _GoneArgs:
+    """A schedule type that cannot be imported."""
+
+    every: int = arg(help="steps")
+
+
 def _run_file(tmp_path: Path, arguments: str) -> Path:
     path = tmp_path / "run.yaml"
     text = RUN.format(model_dir=tmp_path / "model_dir", arguments=arguments)
@@ -112,6 +130,10 @@ def test_make_schedule_builds_a_plugin_type_and_checks_its_arguments(
     with pytest.raises(HyperParameterError, match="missing required argument 'every'") as info:
         make_schedule({"type": "staircase", "rise": 0.25})
     assert info.value.key is None
+    register_plugin(_Broken(), name="broken_schedules")
+    with pytest.raises(HyperParameterError, match="cannot be imported") as info:
+        make_schedule({"type": "gone", "every": 2})
+    assert info.value.key == "type"
     # the built-in types come first: a plugin cannot change what a written type means
     assert make_schedule({"type": "constant", "value": 0.5})(3) == 0.5
 

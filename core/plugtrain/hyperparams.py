@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from plugtrain.curve import Curve
-from plugtrain.errors import HyperParameterError, HyperParameterTypeError
+from plugtrain.errors import HyperParameterError, HyperParameterTypeError, PluginLoadError
 from plugtrain.schema import argument_problems, validated_arguments
 from plugtrain.update_schedule import (
     FreqUpdateSchedule,
@@ -404,7 +404,12 @@ def _from_plugin(type_value: str, given: Mapping[str, Any]) -> HyperParameterSch
         message = f"{owner}: {about}{first.message}"
         raise error(message, first.key if placed else None, unknown_key=first.of_key)
     arguments = validated_arguments(component.schema_class, given, owner=owner)
-    schedule = component.load()(**arguments)
+    try:
+        schedule = component.load()(**arguments)
+    except PluginLoadError as exc:
+        raise HyperParameterError(str(exc), "type") from exc
+    except (TypeError, ValueError) as exc:  # the plugin's own checks of its arguments
+        raise HyperParameterError(f"{owner}: {exc}") from exc
     if not isinstance(schedule, HyperParameterSchedule):
         message = (
             f"sparsity schedule type {component.name!r} from {component.provider} built a "
