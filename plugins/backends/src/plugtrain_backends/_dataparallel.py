@@ -56,6 +56,8 @@ class FSDPStrategy(DataParallelStrategy):
         model = model.to(self.backend.device)
         if self.backend.world_size == 1:
             return model
+        if self.backend.device.type == "cpu":
+            _fsdp.pin_mmap_threshold()
         plan = _fsdp.FSDPPlan.of_backend(self.backend)
         shape = plan.mesh_shape(self.backend.world_size)
         self.mesh = _fsdp.build_mesh(self.backend.device.type, shape)
