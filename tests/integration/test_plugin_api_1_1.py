@@ -13,15 +13,12 @@ directory on ``PYTHONPATH``, as after ``pip install``:
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -47,43 +44,10 @@ def _environment(**extra: str) -> dict[str, str]:
     return env
 
 
-def _version(distribution: str) -> tuple[int, ...] | None:
-    """The installed version of a distribution (no import: inductor may have imported distutils,
-    and looking pip up then warns)."""
-    try:
-        text = importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def site(install_offline: Callable[[str, Sequence[Path]], Path]) -> Path:
     """One directory into which pip installed both packages."""
-    version = _version("setuptools")
-    if _version("pip") is None or version is None or version < (77,):
-        pytest.skip("pip and setuptools >= 77 are needed to build the packages offline")
-    work = tmp_path_factory.mktemp("api-1-1")
-    sources = []
-    for name, folder in PACKAGES.items():
-        source = work / name
-        ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
-        shutil.copytree(folder, source, ignore=ignore)
-        sources.append(str(source))
-    target = work / "site"
-    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install"]
-    command += ["--no-deps", "--no-build-isolation", "--no-index", "--no-cache-dir", "--quiet"]
-    command += ["--target", str(target), *sources]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=_environment(),
-        timeout=HANG_LIMIT_S,
-    )
-    assert done.returncode == 0, f"pip install failed:\n{done.stdout}\n{done.stderr}"
-    return target
+    return install_offline("api-1-1", list(PACKAGES.values()))
 
 
 def _python(site: Path, script: str, *arguments: str, cwd: Path) -> dict:

@@ -10,14 +10,11 @@ are reported with their positions.
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -40,41 +37,10 @@ def _environment(**extra: str) -> dict[str, str]:
     return env
 
 
-def _version(distribution: str) -> tuple[int, ...] | None:
-    """The installed version of a distribution (no import: inductor may have imported distutils,
-    and looking pip up then warns)."""
-    try:
-        text = importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def site(install_offline: Callable[[str, Sequence[Path]], Path]) -> Path:
     """A directory into which pip installed acme-plugtrain-sparsity."""
-    version = _version("setuptools")
-    if _version("pip") is None or version is None or version < (77,):
-        pytest.skip("pip and setuptools >= 77 are needed to build the example offline")
-    work = tmp_path_factory.mktemp("acme-sparsity")
-    source = work / "acme-plugtrain-sparsity"
-    shutil.copytree(
-        EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
-    )
-    target = work / "site"
-    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install"]
-    command += ["--no-deps", "--no-build-isolation", "--no-index", "--no-cache-dir", "--quiet"]
-    command += ["--target", str(target), str(source)]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=_environment(),
-        timeout=HANG_LIMIT_S,
-    )
-    assert done.returncode == 0, f"pip install failed:\n{done.stdout}\n{done.stderr}"
-    return target
+    return install_offline("acme-sparsity", [EXAMPLE])
 
 
 def _plugtrain(site: Path, *arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
