@@ -3,7 +3,8 @@
     python bench/sharded.py                 # both strategies, prints the tables
     python bench/sharded.py --layers 4      # a smaller model (faster)
 
-Each strategy runs in its own torchrun launch of 2 processes (so that peak RSS is its own):
+Each strategy runs in its own torchrun launch of 2 processes (so that peak RSS is its own;
+FSDP2 twice: built on the meta device and filled per shard, and built whole first):
 plugtrain's Trainer trains a GPT decoder (default about 31 M parameters: 10 blocks of width
 512, AdamW) for a few steps; the worker records rank 0's local bytes of parameters, gradients
 and AdamW state, its peak RSS (during training, and after fit's final single-file save,
@@ -29,6 +30,11 @@ from pathlib import Path
 from typing import Any
 
 WARMUP, STEPS = 2, 6
+MODES: dict[str, dict[str, Any]] = {
+    "ddp": {"data_parallel": "ddp"},
+    "fsdp2": {"data_parallel": "fsdp2"},  # built on the meta device, filled per shard
+    "fsdp2-whole": {"data_parallel": "fsdp2", "meta_device_init": False},
+}
 
 
 def _worker(mode: str, layers: int, out: Path) -> None:
@@ -74,7 +80,7 @@ def _worker(mode: str, layers: int, out: Path) -> None:
     adamw = plugtrain.resolve("optimizer", "AdamW")
     work = Path(tempfile.mkdtemp(prefix=f"bench-sharded-{mode}-", dir=out))
     trainer = Trainer(
-        backend={"backend_type": "CPU", "num_processes": 2, "data_parallel": mode},
+        backend={"backend_type": "CPU", "num_processes": 2, **MODES[mode]},
         model=lambda: GPT(n_layer=layers, n_head=8, n_embd=512, block_size=64),
         optimizer=lambda m: adamw(m.parameters(), lr=1e-4),
         loop={"max_steps": WARMUP + STEPS},
@@ -147,7 +153,34 @@ def torch_batch() -> Any:
     return torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(1))
 
 
-def _launch(mode: str, layers: int, out: Path) -> dict[str, Any]:
+def _build_only(mode: str, layers: int, out: Path) -> None:
+    """Build the trainer's model and shard it, and record the peak RSS; no optimizer, no step."""
+    import torch
+    import torch.distributed as dist
+
+    from plugtrain.train.trainer import Trainer
+    from plugtrain_models.gpt import GPT
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    trainer = Trainer(
+        backend={"backend_type": "CPU", "num_processes": 2, **MODES[mode]},
+        model=lambda: GPT(n_layer=layers, n_head=8, n_embd=512, block_size=64),
+        seed=1,
+        model_dir=Path(tempfile.mkdtemp(prefix=f"bench-build-{mode}-", dir=out)),
+        logging={"log_steps": 1, "log_level": "WARNING"},
+    )
+    result = {
+        "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        "build_s": time.perf_counter() - start,
+        "peak_rss_mib": _peak_rss_mib(),
+    }
+    if dist.get_rank() == 0:
+        (out / f"{mode}-build.json").write_text(json.dumps(result))
+    trainer.backend.close()
+
+
+def _launch(mode: str, layers: int, out: Path, build_only: bool = False) -> dict[str, Any]:
     command = [
         sys.executable,
         "-m",
@@ -161,24 +194,34 @@ def _launch(mode: str, layers: int, out: Path) -> dict[str, Any]:
         str(layers),
         "--out",
         str(out),
+        *(["--build-only"] if build_only else []),
     ]
     subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return json.loads((out / f"{mode}.json").read_text())  # type: ignore[no-any-return]
+    name = f"{mode}-build.json" if build_only else f"{mode}.json"
+    return json.loads((out / name).read_text())  # type: ignore[no-any-return]
 
 
 def main() -> None:
     """Run both strategies and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=10, help="decoder blocks (10: ~31 M)")
+    parser.add_argument(
+        "--build-layers", type=int, default=40, help="blocks of the model only built (40: ~152 M)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker and args.build_only:
+        _build_only(args.worker, args.layers, Path(args.out))
+        return
     if args.worker:
         _worker(args.worker, args.layers, Path(args.out))
         return
     with tempfile.TemporaryDirectory() as scratch:
         ddp = _launch("ddp", args.layers, Path(scratch))
         fsdp = _launch("fsdp2", args.layers, Path(scratch))
+        built = {m: _launch(m, args.build_layers, Path(scratch), build_only=True) for m in MODES}
     mib = 2**20
     print(f"GPT, {ddp['parameters'] / 1e6:.1f} M parameters, 2 processes (gloo), rank 0:\n")
     print("| | DDP | FSDP2 | FSDP2 / DDP |")
@@ -194,6 +237,15 @@ def main() -> None:
     print(f"| peak RSS MiB, with fit's final save (file) | {a:.0f} | {b:.0f} | {b / a:.2f} |")
     a, b = ddp["step_s"], fsdp["step_s"]
     print(f"| median step s | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+    print(
+        f"\nBuilding a {built['ddp']['parameters'] / 1e6:.0f} M GPT ({args.build_layers} blocks) "
+        "and sharding it (no optimizer, no step): peak RSS MiB, rank 0\n"
+    )
+    print("| DDP | FSDP2, built whole | FSDP2, on meta | meta / whole | build s, meta / whole |")
+    print("|---|---|---|---|---|")
+    a, b, c = (built[m]["peak_rss_mib"] for m in ("ddp", "fsdp2-whole", "fsdp2"))
+    t = built["fsdp2"]["build_s"] / built["fsdp2-whole"]["build_s"]
+    print(f"| {a:.0f} | {b:.0f} | {c:.0f} | {c / b:.2f} | {t:.2f} |")
     saves = fsdp["save_s"]
     print("\nFSDP2 checkpoint, seconds the loop is blocked (rank 0):\n")
     print("| save | s | / DCP sync |")

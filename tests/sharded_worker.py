@@ -4,7 +4,9 @@
 built-in optimizer on shards, then trains a small GPT decoder 20 steps (2 micro-batches a step,
 AdamW, clipping) with DDP, with FSDP2 and DCP checkpoints, with FSDP2 into single-file
 checkpoints, with HSDP (2 replicas x 1 shard), and resumes the DCP checkpoint of step 10
-(saving asynchronously from there) and the file checkpoint of step 10;
+(saving asynchronously from there) and the file checkpoint of step 10, and trains once more
+with the gathered parameters kept after forward and activation checkpointing; the FSDP2 runs
+build the model on the meta device, except the single-file one and HSDP (built whole);
 ``python tests/sharded_worker.py OUT --alone`` resumes the DCP checkpoint of step 10 in one
 process. Each run's per-step losses, gradient norms and local parameter+gradient+optimizer
 bytes go to ``OUT/<run>.rank<R>.json``.
@@ -67,25 +69,44 @@ def loader() -> DataLoader:
     return DataLoader(data, batch_size=4, shuffle=False)
 
 
+def gpt(init_weights: bool = True) -> Any:
+    """The 34k-parameter GPT decoder (tied embeddings); optionally without ``init_weights``."""
+    from plugtrain_models.gpt import GPT
+
+    model = GPT(n_layer=2, n_head=2, n_embd=32, block_size=16)
+    if not init_weights:
+        model.init_weights = None  # as a model that does not declare it
+    return model
+
+
 def make_trainer(
-    out: Path, name: str, parallel: str, checkpoint: dict[str, Any], record: Record, keep: int = 0
+    out: Path,
+    name: str,
+    parallel: str,
+    checkpoint: dict[str, Any],
+    record: Record,
+    keep: int = 0,
+    **options: Any,
 ) -> Trainer:
     """The trainer of one run: a 34k-parameter GPT, AdamW, 2 micro-batches a step.
 
-    ``parallel`` ``hsdp`` is 2 replicas of 1 shard (a 2-D mesh) on 2 processes.
+    ``parallel`` ``hsdp`` is 2 replicas of 1 shard (a 2-D mesh) on 2 processes, its model
+    without ``init_weights`` (built whole). ``options``: more backend keys, and
+    ``activation_checkpointing``.
     """
-    from plugtrain_models.gpt import GPT
-
     world = int(os.environ.get("WORLD_SIZE", "1"))
     adamw = plugtrain.resolve("optimizer", "AdamW")
+    checkpointing = options.pop("activation_checkpointing", "off")
     return Trainer(
         backend={
             "backend_type": "CPU",
             "num_processes": world,
             "data_parallel": parallel,
             **({"dp_shard": 1, "dp_replicate": 2} if parallel == "hsdp" else {}),
+            **options,
         },
-        model=lambda: GPT(n_layer=2, n_head=2, n_embd=32, block_size=16),
+        model=lambda: gpt(init_weights=parallel != "hsdp"),
+        activation_checkpointing=checkpointing,
         optimizer=lambda m: adamw(m.parameters(), lr=1e-2, weight_decay=0.1),
         loop={"max_steps": STEPS, "grad_accum_steps": 4 // world},  # 16 samples a step
         seed=1,
@@ -99,14 +120,21 @@ def make_trainer(
 
 
 def run(
-    out: Path, name: str, parallel: str, checkpoint: dict[str, Any], ckpt_path: Any, keep: int = 0
+    out: Path,
+    name: str,
+    parallel: str,
+    checkpoint: dict[str, Any],
+    ckpt_path: Any,
+    keep: int = 0,
+    **options: Any,
 ) -> None:
     """Train (or resume) to step 20 and record the run as ``OUT/<name>.rank<R>.json``.
 
     :param keep: 1: with ``KeepNCheckpoints(n=1)``.
+    :param options: see :func:`make_trainer`.
     """
     record = Record()
-    trainer = make_trainer(out, name, parallel, checkpoint, record, keep)
+    trainer = make_trainer(out, name, parallel, checkpoint, record, keep, **options)
     trainer.fit(loader(), ckpt_path=ckpt_path)
     weights = {
         k: (v.full_tensor() if hasattr(v, "full_tensor") else v).tolist()
@@ -118,6 +146,7 @@ def run(
         "grad_norms": record.grad_norms,
         "bytes": record.bytes,
         "param_type": type(next(trainer.model.parameters())).__name__,
+        "built_on_meta": getattr(trainer.strategy, "built_on_meta", False),
         "ln_f": weights,
     }
     rank = os.environ.get("RANK", "0")
@@ -213,8 +242,10 @@ def main() -> None:
     optimizer_sweep(out)
     run(out, "ddp", "ddp", {}, None)
     run(out, "fsdp2_dcp", "fsdp2", {"format": "dcp"}, None)
-    run(out, "fsdp2_file", "fsdp2", {}, None)
+    run(out, "fsdp2_file", "fsdp2", {}, None, meta_device_init=False)
     run(out, "hsdp", "hsdp", {}, None)
+    no_reshard = {"reshard_after_forward": False, "activation_checkpointing": "full"}
+    run(out, "fsdp2_kept_checkpointed", "fsdp2", {}, None, **no_reshard)
     dcp10 = runs / "fsdp2_dcp" / "checkpoint_10.mdl"
     background = {"format": "dcp", "async_save": True, "steps": 5}  # saves at 15 and 20
     run(out, "dcp_resume", "fsdp2", background, dcp10, keep=1)

@@ -78,6 +78,29 @@ def test_fsdp2_trains_like_ddp_on_half_the_memory(runs: Path) -> None:
     assert _relative(ddp["losses"], hsdp["losses"]) <= 1e-5
 
 
+def test_meta_device_init_fills_each_shard_with_the_whole_models_values(runs: Path) -> None:
+    ddp, meta = _record(runs, "ddp"), _record(runs, "fsdp2_dcp")
+    whole = _record(runs, "fsdp2_file")  # meta_device_init: false
+    hsdp = _record(runs, "hsdp")  # its model has no init_weights(): built whole
+    assert (meta["built_on_meta"], whole["built_on_meta"], hsdp["built_on_meta"]) == (
+        True,
+        False,
+        False,
+    )
+    # the same first loss (same initial weights) and the same updates as a whole build
+    assert meta["losses"] == whole["losses"]
+    assert meta["losses"][0] == pytest.approx(ddp["losses"][0], rel=1e-6)
+
+
+def test_kept_parameters_and_activation_checkpointing_train_like_ddp(runs: Path) -> None:
+    ddp, kept = _record(runs, "ddp"), _record(runs, "fsdp2_kept_checkpointed")
+    assert kept["param_type"] == "DTensor"
+    assert kept["built_on_meta"]
+    assert _relative(ddp["losses"], kept["losses"]) <= 1e-5
+    norms = zip(ddp["grad_norms"], kept["grad_norms"], strict=True)
+    assert max(abs(a - b) for a, b in norms) <= 2e-4
+
+
 def test_dcp_and_file_checkpoints_resume_bit_exactly_at_2_processes(runs: Path) -> None:
     whole = _record(runs, "fsdp2_dcp")
     for name in ("dcp_resume", "file_resume"):

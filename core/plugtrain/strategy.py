@@ -40,6 +40,14 @@ class ParallelStrategy:
     def __init__(self, backend: Any) -> None:
         self.backend = backend
 
+    def build_model(self, build: Any) -> Any:
+        """The model from the Trainer's ``model`` callable: ``build()``, called once.
+
+        A strategy may build it elsewhere (FSDP2 builds a model that declares ``init_weights()``
+        on the ``meta`` device and fills each shard in :meth:`wrap_model`).
+        """
+        return build()
+
     def wrap_model(self, model: Any) -> Any:
         """The model placed for training: the backend's ``prepare_model``."""
         return self.backend.prepare_model(model)

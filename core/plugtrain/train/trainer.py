@@ -172,8 +172,11 @@ class Trainer:
         self.device: torch.device = self.backend.device
         self.precision = self._make_precision(precision)
         self._move_batches = self.device.type != "cpu"
-        built = model if isinstance(model, nn.Module) else model()
         groups = sparsity_groups(sparsity)
+        if isinstance(model, nn.Module):
+            built = model
+        else:  # sparsity reads the weights as they are built: whole, on this device
+            built = model() if groups else self.strategy.build_model(model)
         self.sparsity: Sparsity | None = Sparsity(groups, built, seed=seed or 0) if groups else None
         """The model's weight sparsity (masks and algorithms); ``None`` without."""
         built = prepare_model(

@@ -11,6 +11,8 @@ from plugtrain.strategy import ParallelStrategy
 
 __all__ = ["DataParallelBackend", "DataParallelStrategy", "FSDPStrategy"]
 
+log = logging.getLogger("plugtrain")
+
 
 class DataParallelStrategy(ParallelStrategy):
     """DDP: gradients are all-reduced once per optimizer step, on its last micro-batch.
@@ -47,13 +49,45 @@ class FSDPStrategy(DataParallelStrategy):
         super().__init__(backend)
         self.mesh: Any = None
         """The device mesh (``None`` until :meth:`wrap_model`, and in a single process)."""
+        self.built_on_meta = False
+        """Whether :meth:`build_model` built the model on ``meta`` (filled per shard later)."""
+
+    def build_model(self, build: Any) -> Any:
+        """On the ``meta`` device when the model declares ``init_weights()`` (see the module).
+
+        Only in a sharded run (more than one process) with ``meta_device_init`` on; a model
+        without ``init_weights()`` is built again, whole (a meta build costs no memory and
+        draws no random numbers).
+        """
+        if self.backend.world_size == 1 or not getattr(self.backend, "meta_device_init", True):
+            return build()
+        import torch
+
+        from plugtrain_backends import _meta_init
+
+        with torch.device("meta"):
+            model = build()
+        if not _meta_init.can_build_on_meta(model):
+            log.info(
+                "%s has no init_weights(): built whole in every process, then sharded",
+                type(model).__name__,
+            )
+            return build()
+        self.built_on_meta = True
+        return model
 
     def wrap_model(self, model: Any) -> Any:
-        """The model on the backend's device, sharded with ``fully_shard`` on the run's mesh."""
-        from plugtrain_backends import _fsdp
+        """The model on the backend's device, sharded with ``fully_shard`` on the run's mesh.
+
+        A model built on ``meta`` is sharded there, then each process fills its own shards
+        (:func:`plugtrain_backends._meta_init.materialise`).
+        """
+        from plugtrain_backends import _fsdp, _meta_init
 
         self.backend.check_runnable()
-        model = model.to(self.backend.device)
+        on_meta = _meta_init.built_on_meta(model)
+        if not on_meta:
+            model = model.to(self.backend.device)
         if self.backend.world_size == 1:
             return model
         if self.backend.device.type == "cpu":
@@ -62,7 +96,10 @@ class FSDPStrategy(DataParallelStrategy):
         shape = plan.mesh_shape(self.backend.world_size)
         self.mesh = _fsdp.build_mesh(self.backend.device.type, shape)
         policy = _fsdp.mixed_precision(getattr(self.backend, "half_type", None))
-        return _fsdp.shard_model(model, self.mesh, plan, policy)
+        model = _fsdp.shard_model(model, self.mesh, plan, policy)
+        if on_meta:
+            _meta_init.materialise(model, self.backend.device)
+        return model
 
     def unwrap_model(self, model: Any) -> Any:
         """The model itself: ``fully_shard`` changes it in place."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import fnmatch
 import logging
+import os
 import platform
 from collections.abc import Sequence
 from typing import Any
@@ -179,8 +180,15 @@ def pin_mmap_threshold() -> bool:
     unmapped each time (which costs page faults: step time). 1 MiB, not glibc's default
     128 KiB: mapping every activation too cost more system time (8.9 s against 7.1 s over 8
     steps there) for 75 MiB less. Returns whether the setting was made (only on glibc).
+
+    A threshold the environment sets with glibc's own tunables (``MALLOC_MMAP_THRESHOLD_``,
+    or ``glibc.malloc.mmap_threshold`` in ``GLIBC_TUNABLES``) wins: then nothing is changed.
+    That is also the way to trade the memory back for step time (a large fixed threshold).
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "glibc.malloc.mmap_threshold" in tunables:
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")

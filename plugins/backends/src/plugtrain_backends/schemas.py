@@ -71,6 +71,14 @@ def _reshard_arg() -> Any:
     return arg(True, help="fsdp2/hsdp: free the gathered parameters after forward (less memory)")
 
 
+def _meta_init_arg() -> Any:
+    return arg(
+        True,
+        help="fsdp2/hsdp: build a model with init_weights() on the meta device and fill only "
+        "this process's shards; false: build it whole in every process first",
+    )
+
+
 def _fsdp_modules_arg() -> Any:
     return arg(
         [],
@@ -138,6 +146,7 @@ class CPUArgs:
     dp_replicate: int = _dp_replicate_arg()
     reshard_after_forward: bool = _reshard_arg()
     fsdp_modules: list[str] = _fsdp_modules_arg()
+    meta_device_init: bool = _meta_init_arg()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -184,6 +193,7 @@ class GPUArgs:
     dp_replicate: int = _dp_replicate_arg()
     reshard_after_forward: bool = _reshard_arg()
     fsdp_modules: list[str] = _fsdp_modules_arg()
+    meta_device_init: bool = _meta_init_arg()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:

@@ -40,8 +40,14 @@ class AlibiSlopes(nn.Module):
 
     def __init__(self, heads: int, trainable: bool) -> None:
         super().__init__()
+        self.heads = heads
         slopes = torch.tensor(alibi_slopes(heads)).unsqueeze(1)
         self.slopes = nn.Parameter(slopes, requires_grad=trainable)
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """ALiBi's fixed slopes again (the values construction gives them)."""
+        self.slopes.copy_(torch.tensor(alibi_slopes(self.heads)).unsqueeze(1))
 
 
 class EmbeddingLayer(nn.Module):
@@ -58,6 +64,13 @@ class EmbeddingLayer(nn.Module):
             table = sinusoidal_table(s.max_positions, s.hidden_size)
             self.register_buffer("fixed_positions", table, persistent=False)
         self.positions = s.positions
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """The fixed position table again (the only value this module holds itself)."""
+        if self.positions == "fixed":
+            table = self.get_buffer("fixed_positions")
+            table.copy_(sinusoidal_table(table.shape[0], table.shape[1]))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``W_tok[ids]`` plus the position table at ``positions`` where there is one."""

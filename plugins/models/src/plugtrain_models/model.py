@@ -57,6 +57,22 @@ class DecoderLM(nn.Module):
         self.model = LanguageModel(settings)
         initialise(self.model)
 
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Give every parameter and buffer the value construction gives it, with the same draws.
+
+        plugtrain's meta-device contract (see ``docs/sharded.md``): the Trainer may build the
+        model on the ``meta`` device, shard it, and call this to fill each shard. Every module's
+        ``reset_parameters`` runs in module order (the order construction creates them, so the
+        random draws are the same), then Model Zoo's initialisation: after the same seed, the
+        values equal those of a model built whole.
+        """
+        for module in self.model.modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
+        initialise(self.model)
+
     @property
     def settings(self) -> DecoderSettings:
         """The resolved settings of the decoder."""
