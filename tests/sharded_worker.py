@@ -32,6 +32,12 @@ BUILT_IN_OPTIMIZERS = (
     *("Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "Lamb"),
     *("Lion", "Muon", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"),
 )
+BRIDGED_TORCH_OPTIMIZERS = (
+    *("torch:ASGD", "torch:Adadelta", "torch:Adafactor", "torch:Adagrad", "torch:Adam"),
+    *("torch:AdamW", "torch:Adamax", "torch:Muon", "torch:NAdam", "torch:RAdam"),
+    *("torch:RMSprop", "torch:Rprop", "torch:SGD", "torch:SparseAdam"),
+)
+"""``torch.optim``'s optimizers through plugtrain-bridges (the built-ins have their names)."""
 
 
 class Record:
@@ -179,7 +185,7 @@ def compare_with_torch_save(out: Path, folder: Path) -> None:
 
 
 def optimizer_sweep(out: Path) -> None:
-    """Every built-in optimizer, 3 steps on a sharded and on a whole copy of one model.
+    """Every built-in and bridged torch optimizer, 3 steps on a sharded and a whole model.
 
     Records, per optimizer, the largest difference of the weights, or the error it raised.
     """
@@ -189,7 +195,7 @@ def optimizer_sweep(out: Path) -> None:
 
     mesh = init_device_mesh("cpu", (2,))
     results: dict[str, Any] = {}
-    for name in BUILT_IN_OPTIMIZERS:
+    for name in BUILT_IN_OPTIMIZERS + BRIDGED_TORCH_OPTIMIZERS:
         torch.manual_seed(0)
         whole = nn.Sequential(nn.Linear(8, 6), nn.Tanh(), nn.Linear(6, 4))
         sharded = fully_shard(
@@ -224,8 +230,8 @@ def optimizer_sweep(out: Path) -> None:
             results[name] = max(
                 float((full[k] - v).abs().max()) for k, v in whole.state_dict().items()
             )
-        except RuntimeError as exc:
-            results[name] = str(exc)
+        except (RuntimeError, ValueError) as exc:
+            results[name] = f"{type(exc).__name__}: {exc}"
     if os.environ.get("RANK") == "0":
         (out / "optimizers.json").write_text(json.dumps(results))
 

@@ -17,9 +17,23 @@ from plugtrain.schema import arg
 from plugtrain_bridges import table
 from plugtrain_bridges.generate import REQUIRED
 
-__all__ = ["Schemas", "pytorch_optimizer", "schema_for", "torch_optim"]
+__all__ = ["STEPS_SHARDS", "Schemas", "pytorch_optimizer", "schema_for", "torch_optim"]
 
 _ = Any  # the table's "Any" annotations resolve in this module's namespace
+
+
+STEPS_SHARDS: dict[str, frozenset[str]] = {
+    "torch": frozenset(
+        (
+            *("ASGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "RAdam"),
+            *("RMSprop", "SGD"),
+        )
+    ),
+}
+"""The bridged optimizers that step FSDP2's DTensor shards exactly as whole tensors (checked in
+tests/test_sharded.py; torch's Adafactor and Rprop fail on shards, its Muon differs, SparseAdam
+needs sparse gradients). The others declare ``supports_sharded_params = False``: ``plugtrain
+check`` refuses them under ``data_parallel: fsdp2``/``hsdp``."""
 
 
 def schema_for(library: str, name: str) -> type:
@@ -38,6 +52,7 @@ def schema_for(library: str, name: str) -> type:
         annotations[argument] = type_name
     doc = f"{summary}\n\n{name} of {library} {version} ({target}), bridged by plugtrain-bridges."
     namespace = {"__annotations__": annotations, "__doc__": doc, "__module__": __name__, **fields}
+    namespace["supports_sharded_params"] = name in STEPS_SHARDS.get(library, frozenset())
     cls = type(f"{name}Args", (), namespace)
     return attrs.frozen(cls)
 
