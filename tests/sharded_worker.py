@@ -236,6 +236,25 @@ def optimizer_sweep(out: Path) -> None:
         (out / "optimizers.json").write_text(json.dumps(results))
 
 
+def refused_when_made_in_python(out: Path) -> None:
+    """A Trainer given Lamb (not declared for shards) by a callable under FSDP2: the error."""
+    from plugtrain.errors import ConfigError
+
+    lamb = plugtrain.resolve("optimizer", "Lamb")
+    try:
+        Trainer(
+            backend={"backend_type": "CPU", "num_processes": 2, "data_parallel": "fsdp2"},
+            model=gpt,
+            optimizer=lambda m: lamb(m.parameters(), lr=1e-2),
+            model_dir=out / "runs" / "refused",
+        )
+        message = "accepted"
+    except ConfigError as exc:
+        message = str(exc)
+    if os.environ.get("RANK") == "0":
+        (out / "refused.txt").write_text(message)
+
+
 def main() -> None:
     """The runs of one launch (2 processes) or of ``--alone``."""
     out = Path(sys.argv[1])
@@ -246,6 +265,7 @@ def main() -> None:
         compare_with_torch_save(out, dcp10)
         return
     optimizer_sweep(out)
+    refused_when_made_in_python(out)
     run(out, "ddp", "ddp", {}, None)
     run(out, "fsdp2_dcp", "fsdp2", {"format": "dcp"}, None)
     run(out, "fsdp2_file", "fsdp2", {}, None, meta_device_init=False)

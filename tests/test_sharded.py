@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+import plugtrain
 from plugtrain.errors import CorruptCheckpointError
 
 pytestmark = pytest.mark.slow  # two real launches (2 processes, then 1)
@@ -187,6 +188,33 @@ def test_each_built_in_or_torch_optimizer_matches_its_whole_run_or_is_refused(ru
         *("Adafactor", "Lamb", "Muon", "torch:Adafactor", "torch:Muon"),
         *("torch:Rprop", "torch:SparseAdam"),
     ]
+
+
+def test_a_trainer_refuses_an_undeclared_optimizer_made_in_python(runs: Path) -> None:
+    message = (runs / "refused.txt").read_text()
+    assert message.startswith("optimizer: Lamb cannot run on sharded parameters"), message
+    assert "optimizers that do:" in message
+    assert "AdamW" in message
+
+
+def test_optimizer_refusal_reads_the_registered_flag_of_a_class() -> None:
+    from plugtrain.config.sharding import optimizer_refusal
+    from plugtrain.plugins import get_registry
+
+    registry = get_registry()
+    assert optimizer_refusal(registry, torch.optim.AdamW, "fsdp2") is None  # torch:AdamW
+    refusal = optimizer_refusal(registry, torch.optim.Rprop, "hsdp")
+    assert refusal is not None
+    assert refusal.startswith("torch:Rprop cannot run on sharded parameters (data_parallel: hsdp)")
+    lamb = plugtrain.resolve("optimizer", "Lamb")
+    assert (optimizer_refusal(registry, lamb, "fsdp2") or "").startswith("Lamb cannot")
+
+    class Mine(torch.optim.SGD):
+        pass
+
+    assert optimizer_refusal(registry, Mine, "fsdp2") is None  # unregistered, undeclared
+    Mine.supports_sharded_params = False  # type: ignore[attr-defined]
+    assert (optimizer_refusal(registry, Mine, "fsdp2") or "").startswith("Mine cannot")
 
 
 BAD_PLAN = """\

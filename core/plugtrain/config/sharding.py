@@ -20,7 +20,7 @@ from plugtrain.config.plan import BackendPlan
 from plugtrain.errors import DuplicateNameError, UnknownNameError
 from plugtrain.registry import Registry
 
-__all__ = ["SHARDED_MODES", "check_sharding", "supports_sharded_params"]
+__all__ = ["SHARDED_MODES", "check_sharding", "optimizer_refusal", "supports_sharded_params"]
 
 SHARDED_MODES = ("fsdp2", "hsdp")
 """The ``data_parallel`` values that shard parameters."""
@@ -86,3 +86,43 @@ def check_sharding(
                 f"declares {FLAG} = False"
             )
             checker.add((*path, "callbacks", index, name), message, entry, name, of_key=True)
+
+
+def _implements(target: str, cls: type) -> bool:
+    module, _, attribute = target.partition(":")
+    home = cls.__module__
+    return attribute == cls.__qualname__ and (home == module or home.startswith(module + "."))
+
+
+def _spelling(registry: Registry, component: Any) -> str:
+    """The component's name, qualified by its plugin where the bare name means another."""
+    try:
+        if registry.lookup("optimizer", component.name) is component:
+            return str(component.name)
+    except (UnknownNameError, DuplicateNameError):
+        pass
+    return f"{component.plugin.name}:{component.name}"
+
+
+def optimizer_refusal(registry: Registry, optimizer_class: type, mode: str) -> str | None:
+    """Why an optimizer made in Python cannot step sharded parameters; ``None`` if it can.
+
+    The components registered with ``optimizer_class`` as their target (``torch.optim:Adam``
+    for ``torch.optim.adam.Adam``) answer through their schemas, as ``check`` reads them: one
+    that declares the flag is enough. A class no plugin registers answers through its own
+    ``supports_sharded_params`` attribute; undeclared, it is trusted (the user's own code).
+    """
+    registered = [
+        c for c in registry.components("optimizer") if _implements(c.target, optimizer_class)
+    ]
+    if registered:
+        declared = any(getattr(c.schema_class, FLAG, False) for c in registered)
+    else:
+        declared = getattr(optimizer_class, FLAG, True) is not False
+    if declared:
+        return None
+    name = _spelling(registry, registered[0]) if registered else optimizer_class.__name__
+    return (
+        f"{name} cannot run on sharded parameters (data_parallel: {mode}): it does not declare "
+        f"{FLAG}; optimizers that do: {_would(registry, 'optimizer')}"
+    )

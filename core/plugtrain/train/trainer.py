@@ -26,8 +26,10 @@ from plugtrain.config.sections import (
     LoggingSettings,
     LoopSettings,
 )
+from plugtrain.config.sharding import optimizer_refusal
 from plugtrain.config.speed import ProfileSettings
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
+from plugtrain.plugins import get_registry
 from plugtrain.schema import validated_arguments
 from plugtrain.strategy import strategy_of
 from plugtrain.train.backends import backend as make_backend
@@ -255,11 +257,20 @@ class Trainer:
 
     def _make_optimizer(self, optimizer: Any) -> Any:
         if optimizer is None or isinstance(optimizer, torch.optim.Optimizer):
-            return optimizer
-        if callable(optimizer):
-            return optimizer(self.unwrapped_model)
-        message = f"optimizer must be an optimizer or a callable, got {type(optimizer).__name__}"
-        raise ConfigError([ConfigIssue("optimizer", message)])
+            made = optimizer
+        elif callable(optimizer):
+            made = optimizer(self.unwrapped_model)
+        else:
+            kind = type(optimizer).__name__
+            message = f"optimizer must be an optimizer or a callable, got {kind}"
+            raise ConfigError([ConfigIssue("optimizer", message)])
+        sharded = getattr(self.strategy, "sharded_parameters", False)
+        if made is not None and sharded and self.strategy.world_size > 1:
+            mode = getattr(self.backend, "data_parallel", "fsdp2")
+            refusal = optimizer_refusal(get_registry(), type(made), mode)
+            if refusal is not None:  # as `plugtrain check` says of a run file
+                raise ConfigError([ConfigIssue("optimizer", refusal)])
+        return made
 
     @property
     def unwrapped_model(self) -> nn.Module:
