@@ -5,8 +5,9 @@ built-in optimizer on shards, then trains a small GPT decoder 20 steps (2 micro-
 AdamW, clipping) with DDP, with FSDP2 and DCP checkpoints, with FSDP2 into single-file
 checkpoints, with HSDP (2 replicas x 1 shard), and resumes the DCP checkpoint of step 10
 (saving asynchronously from there) and the file checkpoint of step 10, and trains once more
-with the gathered parameters kept after forward and activation checkpointing; the FSDP2 runs
-build the model on the meta device, except the single-file one and HSDP (built whole);
+with the gathered parameters kept after forward, activation checkpointing and regional
+compile; the FSDP2 runs build the model on the meta device, except the single-file one and
+HSDP (built whole);
 ``python tests/sharded_worker.py OUT --alone`` resumes the DCP checkpoint of step 10 in one
 process. Each run's per-step losses, gradient norms and local parameter+gradient+optimizer
 bytes go to ``OUT/<run>.rank<R>.json``.
@@ -98,11 +99,12 @@ def make_trainer(
 
     ``parallel`` ``hsdp`` is 2 replicas of 1 shard (a 2-D mesh) on 2 processes, its model
     without ``init_weights`` (built whole). ``options``: more backend keys, and
-    ``activation_checkpointing``.
+    ``activation_checkpointing`` and ``compile``.
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     adamw = plugtrain.resolve("optimizer", "AdamW")
     checkpointing = options.pop("activation_checkpointing", "off")
+    compiled = options.pop("compile", "off")
     return Trainer(
         backend={
             "backend_type": "CPU",
@@ -113,6 +115,7 @@ def make_trainer(
         },
         model=lambda: gpt(init_weights=parallel != "hsdp"),
         activation_checkpointing=checkpointing,
+        compile=compiled,
         optimizer=lambda m: adamw(m.parameters(), lr=1e-2, weight_decay=0.1),
         loop={"max_steps": STEPS, "grad_accum_steps": 4 // world},  # 16 samples a step
         seed=1,
@@ -270,7 +273,11 @@ def main() -> None:
     run(out, "fsdp2_dcp", "fsdp2", {"format": "dcp"}, None)
     run(out, "fsdp2_file", "fsdp2", {}, None, meta_device_init=False)
     run(out, "hsdp", "hsdp", {}, None)
-    no_reshard = {"reshard_after_forward": False, "activation_checkpointing": "full"}
+    no_reshard = {
+        "reshard_after_forward": False,
+        "activation_checkpointing": "full",
+        "compile": "regional",
+    }
     run(out, "fsdp2_kept_checkpointed", "fsdp2", {}, None, **no_reshard)
     dcp10 = runs / "fsdp2_dcp" / "checkpoint_10.mdl"
     background = {"format": "dcp", "async_save": True, "steps": 5}  # saves at 15 and 20

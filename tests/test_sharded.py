@@ -93,7 +93,7 @@ def test_meta_device_init_fills_each_shard_with_the_whole_models_values(runs: Pa
     assert meta["losses"][0] == pytest.approx(ddp["losses"][0], rel=1e-6)
 
 
-def test_kept_parameters_and_activation_checkpointing_train_like_ddp(runs: Path) -> None:
+def test_kept_parameters_checkpointing_and_regional_compile_train_like_ddp(runs: Path) -> None:
     ddp, kept = _record(runs, "ddp"), _record(runs, "fsdp2_kept_checkpointed")
     assert kept["param_type"] == "DTensor"
     assert kept["built_on_meta"]

@@ -341,7 +341,12 @@ class Model(Protocol):
       ``Throughput`` record unless the callback is listed); ``repeated_blocks()`` (or an
       attribute of that name) returning the repeated modules (a decoder's layers), which
       ``compile: regional`` compiles and ``activation_checkpointing`` wraps one by one (without
-      it, the items of every ``nn.ModuleList`` of two or more modules of one class).
+      it, the items of every ``nn.ModuleList`` of two or more modules of one class);
+    - sharding (optional, since plugin API 1.1): ``fsdp_modules``, globs of the submodules that
+      get their own FSDP2 unit when the backend names none; ``init_weights()``, which gives
+      every parameter and buffer the value construction gives it, drawing random numbers in
+      the same order: then FSDP2 builds the model on the ``meta`` device and fills only each
+      process's shards by calling it (``docs/sharded.md``).
 
     Checkpoints hold ``state_dict()`` of the unwrapped model.
     """

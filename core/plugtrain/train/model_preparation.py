@@ -18,7 +18,6 @@ Both change the module in place and keep its parameter names, so checkpoints are
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,7 +26,6 @@ from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
     create_selective_checkpoint_contexts,
-    noop_context_fn,
 )
 
 from plugtrain.config.speed import ACTIVATION_CHECKPOINTING, COMPILE
@@ -82,15 +80,17 @@ def _selective_policy(_context: Any, op: Any, *_args: Any, **_kwargs: Any) -> Ch
 def _checkpointed(block: nn.Module, selective: bool) -> None:
     """Make ``block``'s forward pass recomputed in the backward pass (in place)."""
     forward = block.forward
-    context_fn: Callable[[], Any] = (
-        functools.partial(create_selective_checkpoint_contexts, _selective_policy)
-        if selective
-        else noop_context_fn
-    )
+    # Full checkpointing passes no context_fn: torch.compile (regional) traces checkpoint only
+    # with its default one or a selective policy, not another function it cannot see into.
+    options: dict[str, Any] = {"use_reentrant": False}
+    if selective:
+        options["context_fn"] = functools.partial(
+            create_selective_checkpoint_contexts, _selective_policy
+        )
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
-        return checkpoint(forward, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        return checkpoint(forward, *args, **options, **kwargs)
 
     block.forward = run
 
