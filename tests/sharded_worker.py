@@ -99,12 +99,13 @@ def make_trainer(
 
     ``parallel`` ``hsdp`` is 2 replicas of 1 shard (a 2-D mesh) on 2 processes, its model
     without ``init_weights`` (built whole). ``options``: more backend keys, and
-    ``activation_checkpointing`` and ``compile``.
+    ``activation_checkpointing``, ``compile`` and ``half`` (``precision``'s ``fp16_type``).
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     adamw = plugtrain.resolve("optimizer", "AdamW")
     checkpointing = options.pop("activation_checkpointing", "off")
     compiled = options.pop("compile", "off")
+    half = options.pop("half", None)
     return Trainer(
         backend={
             "backend_type": "CPU",
@@ -121,7 +122,8 @@ def make_trainer(
         seed=1,
         model_dir=out / "runs" / name,
         checkpoint={"steps": 10, **checkpoint},
-        precision={"enabled": False, "max_gradient_norm": 1.0},
+        precision={"enabled": half is not None, "max_gradient_norm": 1.0}
+        | ({"fp16_type": half} if half else {}),
         logging={"log_steps": 1},
         callbacks=[record, *({"KeepNCheckpoints": {"n": 1}} for _ in range(keep))],
         loggers=[{"MetricsFilesLogger": None}],
@@ -144,6 +146,11 @@ def run(
     """
     record = Record()
     trainer = make_trainer(out, name, parallel, checkpoint, record, keep, **options)
+    computed_in: set[str] = set()  # the dtype of a block's parameters during its forward
+    block = trainer.unwrapped_model.model.transformer_decoder.layers[0]
+    block.register_forward_pre_hook(
+        lambda module, _: computed_in.add(str(next(module.parameters()).dtype))
+    )
     trainer.fit(loader(), ckpt_path=ckpt_path)
     weights = {
         k: (v.full_tensor() if hasattr(v, "full_tensor") else v).tolist()
@@ -156,6 +163,8 @@ def run(
         "bytes": record.bytes,
         "param_type": type(next(trainer.model.parameters())).__name__,
         "built_on_meta": getattr(trainer.strategy, "built_on_meta", False),
+        "computed_in": sorted(computed_in),
+        "kept_in": sorted({str(p.dtype) for p in trainer.model.parameters()}),
         "ln_f": weights,
     }
     rank = os.environ.get("RANK", "0")
@@ -279,6 +288,8 @@ def main() -> None:
         "compile": "regional",
     }
     run(out, "fsdp2_kept_checkpointed", "fsdp2", {}, None, **no_reshard)
+    run(out, "fsdp2_bfloat16", "fsdp2", {}, None, half="bfloat16")
+    run(out, "fsdp2_float16", "fsdp2", {}, None, half="float16")
     dcp10 = runs / "fsdp2_dcp" / "checkpoint_10.mdl"
     background = {"format": "dcp", "async_save": True, "steps": 5}  # saves at 15 and 20
     run(out, "dcp_resume", "fsdp2", background, dcp10, keep=1)
