@@ -64,6 +64,9 @@ def recording_sgd(params, lr, momentum=0.0):
         if os.environ.get("STOP_RANK") == RANK and count[0] == int(os.environ["STOP_STEP"]):
             if os.environ["STOP_MODE"] == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            # Hang, but end at the SIGTERM torchrun sends once rank 0 has failed: fit's stop
+            # handler would only note it, and torchrun would SIGKILL this rank 30 s later.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             time.sleep(600)
         return result
 
@@ -259,6 +262,9 @@ def test_a_hung_rank_fails_the_run_after_the_timeout_with_a_clear_message(tmp_pa
     assert "Timed out" in done.stderr
     assert "rank 0 (pid " in done.stderr
     assert "(first failure)" in done.stderr
+    assert "was killed by signal SIGTERM (stopped by torchrun after the first failure)" in (
+        done.stderr
+    )
 
 
 # -- launch helpers (in process) -------------------------------------------------------------

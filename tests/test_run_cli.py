@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,9 +76,26 @@ def test_every_example_passes_check_without_importing_torch(example, example_cwd
     assert lines[-2:] == ["EXIT 0", "NO-TORCH"], done.stdout + done.stderr
 
 
-def test_fit_writes_metrics_checkpoints_and_the_schedule_plot(tmp_path):
-    run = write_run(tmp_path)
-    done = plugtrain("fit", str(run))
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One ``plugtrain fit`` of the 40-step run (its folder and the finished process).
+
+    Read only: a test that runs more on it works on a copy (:func:`copy_of_fitted`).
+    """
+    tmp_path = tmp_path_factory.mktemp("fitted")
+    return tmp_path, plugtrain("fit", str(write_run(tmp_path)))
+
+
+def copy_of_fitted(fitted: tuple[Path, subprocess.CompletedProcess], tmp_path: Path) -> Path:
+    """The fitted model folder copied under ``tmp_path``, with a run file that names the copy."""
+    folder, done = fitted
+    assert done.returncode == 0, done.stderr
+    shutil.copytree(folder / "model", tmp_path / "model")
+    return write_run(tmp_path)
+
+
+def test_fit_writes_metrics_checkpoints_and_the_schedule_plot(fitted):
+    tmp_path, done = fitted
     assert done.returncode == 0, done.stderr
     assert "validation loss" in done.stdout
     model_dir = tmp_path / "model"
@@ -99,9 +117,8 @@ def test_set_overrides_values(tmp_path):
     assert sorted(p.name for p in (tmp_path / "model").glob("*.mdl")) == ["checkpoint_10.mdl"]
 
 
-def test_validate_evaluates_the_newest_checkpoint(tmp_path):
-    run = write_run(tmp_path)
-    assert plugtrain("fit", str(run)).returncode == 0
+def test_validate_evaluates_the_newest_checkpoint(fitted, tmp_path):
+    run = copy_of_fitted(fitted, tmp_path)
     done = plugtrain("validate", str(run))
     assert done.returncode == 0, done.stderr
     assert "validation at step 40" in done.stderr

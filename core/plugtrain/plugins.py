@@ -442,7 +442,7 @@ def run_file_plugin_settings(
     modules = list(dict.fromkeys(modules))
     current = settings or _default_settings or PluginSettings.from_env()
     withheld: list[str] = []
-    if not import_local:
+    if not import_local and modules:  # the scan of installed plugins takes milliseconds
         installed = installed_plugin_names()
         withheld = [m for m in modules if m not in current.explicit and m not in installed]
         modules = [m for m in modules if m not in withheld]

@@ -1,10 +1,10 @@
-"""Shared fixtures of the integration tests: pip-installing example packages offline."""
+"""Shared fixtures of the integration tests: pip-installing example packages offline.
+
+Also makes ``offline_install`` (the build checks) importable."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -13,21 +13,12 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from offline_install import fit_to_setuptools, offline_build_problem
+
 # A safety net against a hung pip, not a performance assertion.
 PIP_HANG_LIMIT_S = 600
-
-
-def _version(distribution: str) -> tuple[int, ...] | None:
-    """The installed version of a distribution, read from its metadata.
-
-    Never imported or looked up with ``find_spec``: once ``torch.compile`` has imported
-    setuptools' distutils in this worker, looking pip up warns (an error under pytest).
-    """
-    try:
-        text = importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
 def clean_environment(**extra: str) -> dict[str, str]:
@@ -47,20 +38,22 @@ def install_offline(
 ) -> Callable[[str, Sequence[Path]], Path]:
     """``install(label, folders)``: pip-install copies of ``folders`` into a fresh target folder.
 
-    No index, no build isolation, no dependencies (they are this environment's); skips the test
-    where pip or setuptools >= 77 (PEP 639 metadata) is missing.
+    No index, no build isolation, no dependencies (they are this environment's); the copies are
+    fitted to setuptools 61-76 (:func:`fit_to_setuptools`). Skips the test where this
+    environment cannot build them (:func:`offline_build_problem`).
     """
 
     def install(label: str, folders: Sequence[Path]) -> Path:
-        setuptools = _version("setuptools")
-        if _version("pip") is None or setuptools is None or setuptools < (77,):
-            pytest.skip("pip and setuptools >= 77 are needed to build the packages offline")
+        problem = offline_build_problem()
+        if problem is not None:
+            pytest.skip(f"cannot build the packages offline: {problem}")
         work = tmp_path_factory.mktemp(label)
-        ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+        ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info", ".pytest_cache")
         sources = []
         for folder in folders:
             source = work / folder.name
             shutil.copytree(folder, source, ignore=ignore)
+            fit_to_setuptools(source)
             sources.append(str(source))
         target = work / "site"
         command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install"]

@@ -11,7 +11,6 @@ in a fresh virtual environment.
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
 import os
 import re
@@ -20,10 +19,12 @@ import site
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from offline_install import fit_to_setuptools, offline_build_problem, version_of
 
 pytestmark = pytest.mark.slow
 
@@ -38,32 +39,6 @@ HANG_LIMIT_S = 600
 # -- installing -----------------------------------------------------------------------------
 
 
-def _version(distribution: str) -> tuple[int, ...] | None:
-    """The installed version of a distribution (no import: inductor may have imported distutils,
-    and looking pip up then warns)."""
-    try:
-        text = importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
-
-
-def _dotted(version: tuple[int, ...]) -> str:
-    return ".".join(map(str, version))
-
-
-def _offline_build_problem() -> str | None:
-    """Why the example cannot be built offline with this interpreter's tools, or ``None``."""
-    version = _version("setuptools")
-    if version is None:
-        return "setuptools is not installed, so the example cannot be built without an index"
-    if version < (61,):
-        return f"setuptools {_dotted(version)} predates PEP 621 metadata (needs >= 61)"
-    if version < (70, 1) and importlib.util.find_spec("wheel") is None:
-        return f"setuptools {_dotted(version)} needs the 'wheel' package to build wheels"
-    return None
-
-
 def _copy_source(destination: Path, *, adapt: bool = True) -> Path:
     """Copy the example to ``destination``; with ``adapt``, fit it to this setuptools."""
     source = destination / "acme-plugtrain-adan"
@@ -72,14 +47,8 @@ def _copy_source(destination: Path, *, adapt: bool = True) -> Path:
         source,
         ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info", ".pytest_cache"),
     )
-    version = _version("setuptools")
-    if adapt and version is not None and version < (77,):
-        # A license expression (PEP 639) needs setuptools >= 77; older ones take a table.
-        pyproject = source / "pyproject.toml"
-        text = pyproject.read_text(encoding="utf-8")
-        text = text.replace('license = "MIT"', 'license = { text = "MIT" }')
-        text = text.replace('requires = ["setuptools>=77"]', 'requires = ["setuptools>=61"]')
-        pyproject.write_text(text, encoding="utf-8")
+    if adapt:
+        fit_to_setuptools(source)
     return source
 
 
@@ -104,26 +73,29 @@ def _install_arguments(source: Path, *, offline: bool = True) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def adan_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def adan_target(
+    install_offline: Callable[[str, Sequence[Path]], Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
     """A directory into which pip installed acme-plugtrain-adan (once per session).
 
-    The build uses this environment's setuptools, offline. Where that cannot work (no
-    setuptools, or one too old to build wheels by itself, as in a fresh Python 3.11 venv), pip
-    builds with isolation instead, fetching setuptools from the index; without an index the
-    tests skip with both reasons.
+    The build uses this environment's setuptools, offline (the shared ``install_offline``).
+    Where that cannot work (no setuptools, or one too old to build wheels by itself, as in a
+    fresh Python 3.11 venv), pip builds with isolation instead, fetching setuptools from the
+    index; without an index the tests skip with both reasons.
     """
-    if _version("pip") is None:
+    if version_of("pip") is None:
         pytest.skip("pip is not installed in this environment")
+    problem = offline_build_problem()
+    if problem is None:
+        return install_offline("acme-adan", [EXAMPLE])
     work = tmp_path_factory.mktemp("acme-adan")
     target = work / "site"
-    problem = _offline_build_problem()
-    source = _copy_source(work, adapt=problem is None)
-    arguments = _install_arguments(source, offline=problem is None)
-    done = _pip(*arguments, "--target", str(target))
-    if problem is not None and done.returncode != 0:
+    source = _copy_source(work, adapt=False)
+    done = _pip(*_install_arguments(source, offline=False), "--target", str(target))
+    if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         pytest.skip(f"cannot build the example offline ({problem}) nor with an index ({last})")
-    assert done.returncode == 0, f"pip install failed:\n{done.stdout}\n{done.stderr}"
     return target
 
 
@@ -390,9 +362,7 @@ def _pip_version() -> tuple[int, ...]:
 
 
 def test_pip_install_and_uninstall_in_a_fresh_venv(tmp_path: Path) -> None:
-    if _version("pip") is None:
-        pytest.skip("pip is not installed in this environment")
-    problem = _offline_build_problem()
+    problem = offline_build_problem()
     if problem:
         pytest.skip(f"cannot install the example plugin offline: {problem}")
     if _pip_version() < (22, 3):

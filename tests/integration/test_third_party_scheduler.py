@@ -11,15 +11,14 @@ disjoint tags, is checked, plotted, trained, and resumed exactly.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,64 +43,10 @@ def _environment(**extra: str) -> dict[str, str]:
     return env
 
 
-def _version(distribution: str) -> tuple[int, ...] | None:
-    """The installed version of a distribution (no import: inductor may have imported distutils,
-    and looking pip up then warns)."""
-    try:
-        text = importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
-
-
-def _pip_install(source: Path, target: Path) -> subprocess.CompletedProcess[str]:
-    """Install ``source`` into ``target`` offline, with this environment's setuptools."""
-    version = _version("setuptools")
-    if version is not None and version < (77,):  # PEP 639 license expressions need >= 77
-        pyproject = source / "pyproject.toml"
-        text = pyproject.read_text(encoding="utf-8")
-        text = text.replace('license = "MIT"', 'license = { text = "MIT" }')
-        text = text.replace('requires = ["setuptools>=77"]', 'requires = ["setuptools>=61"]')
-        pyproject.write_text(text, encoding="utf-8")
-    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install"]
-    command += ["--no-deps", "--no-build-isolation", "--no-index", "--no-cache-dir", "--quiet"]
-    command += ["--target", str(target), str(source)]
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=_environment(),
-        timeout=HANG_LIMIT_S,
-    )
-
-
-def _install_problem() -> str | None:
-    if _version("pip") is None:
-        return "pip is not installed in this environment"
-    version = _version("setuptools")
-    if version is None or version < (61,):
-        return "setuptools >= 61 is needed to build the example offline"
-    if version < (70, 1) and importlib.util.find_spec("wheel") is None:
-        return "this setuptools needs the 'wheel' package to build wheels"
-    return None
-
-
 @pytest.fixture(scope="session")
-def warmup_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def warmup_target(install_offline: Callable[[str, Sequence[Path]], Path]) -> Path:
     """A directory into which pip installed acme-plugtrain-warmup (once per session)."""
-    problem = _install_problem()
-    if problem:
-        pytest.skip(f"cannot install the example plugin offline: {problem}")
-    work = tmp_path_factory.mktemp("acme-warmup")
-    source = work / "acme-plugtrain-warmup"
-    shutil.copytree(
-        EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
-    )
-    target = work / "site"
-    done = _pip_install(source, target)
-    assert done.returncode == 0, f"pip install failed:\n{done.stdout}\n{done.stderr}"
-    return target
+    return install_offline("acme-warmup", [EXAMPLE])
 
 
 def _run(
@@ -319,11 +264,10 @@ def plugtrain_register_schedulers(registry):
 
 
 def test_an_error_in_a_plugins_code_names_its_distribution_and_component(
-    warmup_target: Path, tmp_path: Path
+    warmup_target: Path,
+    tmp_path: Path,
+    install_offline: Callable[[str, Sequence[Path]], Path],
 ) -> None:
-    problem = _install_problem()
-    if problem:
-        pytest.skip(problem)
     source = tmp_path / "acme-fragile"
     (source / "acme_fragile").mkdir(parents=True)
     (source / "acme_fragile" / "__init__.py").write_text("", encoding="utf-8")
@@ -335,9 +279,7 @@ def test_an_error_in_a_plugins_code_names_its_distribution_and_component(
         '[tool.setuptools]\npackages = ["acme_fragile"]\n',
         encoding="utf-8",
     )
-    target = tmp_path / "site"
-    done = _pip_install(source, target)
-    assert done.returncode == 0, done.stderr
+    target = install_offline("acme-fragile", [source])
     run = tmp_path / "run.yaml"
     run.write_text(
         _write_run(tmp_path, "base.yaml", tmp_path / "model", 6)

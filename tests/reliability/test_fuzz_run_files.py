@@ -392,7 +392,10 @@ FUZZ = settings(
     phases=[Phase.explicit, Phase.generate],  # no shrinking: a failure prints its draws at once
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-STRUCTURE_EXAMPLES = 1000
+# 2,000 in all (issue 7). F01's examples cost twice F02's, and add less after about 600: of the
+# 74 kinds of problem message (names and numbers taken out) in 1,000 examples, 71 had appeared
+# after 600.
+STRUCTURE_EXAMPLES = 700
 TEXT_EXAMPLES = 1100
 OVERRIDE_EXAMPLES = 200
 
