@@ -32,7 +32,7 @@ _METADATA = frozenset(
 _METADATA_METHODS = frozenset(("dim", "size", "numel", "element_size", "is_floating_point"))
 """Calls that read only a tensor's shape or type, answered by the sharded parameter."""
 _FACTORIES = frozenset(("new_tensor", "new_empty", "new_zeros", "new_ones", "new_full"))
-"""``x.new_*(...)``: a plain tensor of x's type and device, made from the local shard."""
+"""``x.new_*(...)``: a plain tensor of x's type on the CPU, where the scratch tensors are."""
 _OVERWRITES = frozenset(
     (
         *("normal_", "uniform_", "fill_", "zero_", "copy_", "random_", "trunc_normal_"),
@@ -87,7 +87,8 @@ class ShardFiller(TorchFunctionMode):
         if _is_metadata(func):
             return func(*args, **kwargs)
         if getattr(func, "__name__", "") in _FACTORIES and isinstance(args[0], DTensor):
-            return func(args[0].to_local(), *args[1:], **kwargs)
+            receiver = torch.empty(0, dtype=args[0].dtype)  # the scratch tensors' device
+            return func(receiver, *args[1:], **kwargs)
         touched: dict[int, DTensor] = {}
 
         def note(value: Any) -> Any:
@@ -115,11 +116,13 @@ class ShardFiller(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _whole(self, key: int, parameter: DTensor, overwritten: bool) -> torch.Tensor:
+        # On the CPU, whatever the mesh's device: a model built whole is built on the CPU (and
+        # moved after), so its random draws come from the CPU generator; so must these.
         if key in self._filled and not overwritten:  # read again later: every process gathers
             self.gathered += 1
-            return parameter.full_tensor().clone()
-        local = parameter.to_local()
-        return torch.empty(parameter.shape, dtype=local.dtype, device=local.device)
+            return parameter.full_tensor().to("cpu", copy=True)
+        dtype = parameter.to_local().dtype
+        return torch.empty(parameter.shape, dtype=dtype, device="cpu")
 
     def _keep_shard(self, key: int) -> None:
         parameter, whole = self._sharded[key], self._open.pop(key)
