@@ -65,6 +65,10 @@ def _is_metadata(func: Callable[..., Any]) -> bool:
 class ShardFiller(TorchFunctionMode):
     """Runs torch calls on sharded parameters against whole scratch tensors (see the module).
 
+    A view of a parameter taken inside ``init_weights`` (``w.view(-1)``) is a view of its
+    scratch tensor: it must be written before a call touches another parameter, which keeps
+    the shard of the first (``torch.nn.init``'s functions all do so).
+
     :param parameters: the sharded parameters (DTensors) to fill.
     """
 
@@ -86,7 +90,7 @@ class ShardFiller(TorchFunctionMode):
         kwargs = kwargs or {}
         if _is_metadata(func):
             return func(*args, **kwargs)
-        if getattr(func, "__name__", "") in _FACTORIES and isinstance(args[0], DTensor):
+        if getattr(func, "__name__", "") in _FACTORIES and args and isinstance(args[0], DTensor):
             receiver = torch.empty(0, dtype=args[0].dtype)  # the scratch tensors' device
             return func(receiver, *args[1:], **kwargs)
         touched: dict[int, DTensor] = {}
