@@ -100,14 +100,26 @@ def test_i09_an_ignored_sighup_stays_ignored(tmp_path):
         signal.signal(signal.SIGHUP, previous)
 
 
+STEPS, EVERY = 200, 10
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The final checkpoint of the run the signalled runs are compared with (run once)."""
+    folder = tmp_path_factory.mktemp("straight")
+    done = finish_process(
+        start_plugtrain("fit", str(write_train_run(folder, steps=STEPS, every=EVERY)))
+    )
+    assert done.status == 0, done.err
+    return folder / "model" / f"checkpoint_{STEPS}.mdl"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_i09_a_signal_to_plugtrain_fit_exits_128_plus_it_and_resumes_bit_for_bit(signum, tmp_path):
-    steps, every = 200, 10
-    straight = write_train_run(tmp_path / "straight", steps=steps, every=every)
-    done = finish_process(start_plugtrain("fit", str(straight)))
-    assert done.status == 0, done.err
-
+def test_i09_a_signal_to_plugtrain_fit_exits_128_plus_it_and_resumes_bit_for_bit(
+    signum, tmp_path, uninterrupted
+):
+    steps, every = STEPS, EVERY
     cut = write_train_run(tmp_path / "cut", steps=steps, every=every)
     process = start_plugtrain("fit", str(cut))
     wait_until((tmp_path / "cut/model/checkpoint_20.mdl").exists, process)
@@ -128,8 +140,7 @@ def test_i09_a_signal_to_plugtrain_fit_exits_128_plus_it_and_resumes_bit_for_bit
     resumed = finish_process(start_plugtrain("fit", str(cut)))
     assert resumed.status == 0, resumed.err
     assert f"resumed from {saved} at step {step}" in resumed.err
-    final = f"checkpoint_{steps}.mdl"
-    _same_weights(tmp_path / "straight/model" / final, tmp_path / "cut/model" / final)
+    _same_weights(uninterrupted, tmp_path / "cut/model" / f"checkpoint_{steps}.mdl")
 
 
 # -- two processes under the launcher ----------------------------------------------------------
