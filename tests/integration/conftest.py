@@ -4,7 +4,6 @@ Also makes ``offline_install`` (the build checks) importable."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -15,21 +14,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from offline_install import fit_to_setuptools, offline_build_problem
+from offline_install import clean_environment, fit_to_setuptools, offline_build_problem
 
 # A safety net against a hung pip, not a performance assertion.
 PIP_HANG_LIMIT_S = 600
-
-
-def clean_environment(**extra: str) -> dict[str, str]:
-    """This process's environment without plugtrain's variables and PYTHONPATH, plus ``extra``."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("PLUGTRAIN_") and key != "PYTHONPATH"
-    }
-    env.update(extra)
-    return env
 
 
 @pytest.fixture(scope="session")

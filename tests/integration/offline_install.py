@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 from pathlib import Path
 
@@ -48,3 +49,14 @@ def fit_to_setuptools(source: Path) -> None:
     text = text.replace('license = "MIT"', 'license = { text = "MIT" }')
     text = text.replace('requires = ["setuptools>=77"]', 'requires = ["setuptools>=61"]')
     pyproject.write_text(text, encoding="utf-8")
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    """This process's environment without plugtrain's variables and PYTHONPATH, plus ``extra``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("PLUGTRAIN_") and key != "PYTHONPATH"
+    }
+    env.update(extra)
+    return env

@@ -14,7 +14,6 @@ directory on ``PYTHONPATH``, as after ``pip install``:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from offline_install import clean_environment
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +32,6 @@ PACKAGES = {
 }
 # A safety net against a hung subprocess, not a performance assertion.
 HANG_LIMIT_S = 600
-
-
-def _environment(**extra: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("PLUGTRAIN_") and key != "PYTHONPATH"
-    }
-    env.update(extra)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +46,7 @@ def _python(site: Path, script: str, *arguments: str, cwd: Path) -> dict:
         capture_output=True,
         text=True,
         check=False,
-        env=_environment(PYTHONPATH=str(site)),
+        env=clean_environment(PYTHONPATH=str(site)),
         cwd=cwd,
         timeout=HANG_LIMIT_S,
     )

@@ -11,13 +11,13 @@ with their positions.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from offline_install import clean_environment
 
 pytestmark = pytest.mark.slow
 
@@ -25,16 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "acme-plugtrain-callbacks"
 # A safety net against a hung subprocess, not a performance assertion.
 HANG_LIMIT_S = 600
-
-
-def _environment(**extra: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("PLUGTRAIN_") and key != "PYTHONPATH"
-    }
-    env.update(extra)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +39,7 @@ def _plugtrain(site: Path, *arguments: str, cwd: Path) -> subprocess.CompletedPr
         capture_output=True,
         text=True,
         check=False,
-        env=_environment(PYTHONPATH=str(site)),
+        env=clean_environment(PYTHONPATH=str(site)),
         cwd=cwd,
         timeout=HANG_LIMIT_S,
     )
@@ -133,7 +123,7 @@ def test_the_example_s_own_tests_pass_where_it_is_installed(site, tmp_path):
         capture_output=True,
         text=True,
         check=False,
-        env=_environment(PYTHONPATH=str(site)),
+        env=clean_environment(PYTHONPATH=str(site)),
         cwd=tmp_path,
         timeout=HANG_LIMIT_S,
     )

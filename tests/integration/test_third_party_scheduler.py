@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from offline_install import clean_environment
 
 pytestmark = pytest.mark.slow
 
@@ -31,16 +32,6 @@ EXAMPLE = REPO / "examples" / "acme-plugtrain-warmup"
 DISTRIBUTION = "acme-plugtrain-warmup"
 # A safety net against a hung subprocess, not a performance assertion.
 HANG_LIMIT_S = 600
-
-
-def _environment(**extra: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("PLUGTRAIN_") and key != "PYTHONPATH"
-    }
-    env.update(extra)
-    return env
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +48,7 @@ def _run(
         capture_output=True,
         text=True,
         check=False,
-        env=_environment(PYTHONPATH=path),
+        env=clean_environment(PYTHONPATH=path),
         cwd=cwd,
         timeout=HANG_LIMIT_S,
     )
