@@ -7,11 +7,14 @@
   gathered); loading reshards, so a checkpoint of 2 processes loads on 1 or 3;
 - ``trainer.pt`` (a single-file checkpoint, written by the writing process) holds the rest:
   step, schedulers, grad scaler, RNG, data position, callbacks, sparsity, the optimizer's
-  param groups and metadata; it is read with ``weights_only=True``.
+  param groups, its per-parameter scalars (step counts) and metadata; it is read with
+  ``weights_only=True``.
 
 Saving is atomic: everything is written into the hidden folder ``.NAME.partial`` and renamed
-once complete. With ``async_save`` DCP copies the state and writes it in the background; the
-next save (and the end of the run, and any load) waits for it first.
+once complete. With ``async_save`` the state is copied (into buffers kept between saves,
+:mod:`plugtrain.train.dcp_staging`) and DCP writes the copy in a thread; the next save (and the
+end of the run, and any load) waits for it first. Shard files are written with ``O_DIRECT``
+(:mod:`plugtrain.train.direct_io`), which takes a fraction of the CPU a buffered write takes.
 """
 
 from __future__ import annotations
@@ -28,14 +31,18 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+from torch.distributed.tensor import DTensor
 
 from plugtrain.errors import CheckpointError, CorruptCheckpointError
 from plugtrain.train import checkpoint as single_file
 from plugtrain.train.checkpointer import Checkpointer
+from plugtrain.train.dcp_staging import CachedStager
+from plugtrain.train.direct_io import DirectFileSystemWriter
 from plugtrain.train.state_check import verify_first_checkpoint
 
 __all__ = [
@@ -75,15 +82,22 @@ def split_state(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         tensor_state: dict[str, dict[str, Any]] = {}
         other_state: dict[Any, dict[str, Any]] = {}
         for index, entries in optimizer["state"].items():
-            tensor_state[str(index)] = {
-                k: v for k, v in entries.items() if isinstance(v, torch.Tensor)
-            }
-            other_state[index] = {
-                k: v for k, v in entries.items() if not isinstance(v, torch.Tensor)
-            }
+            tensor_state[str(index)] = {k: v for k, v in entries.items() if _is_shard_data(v)}
+            other_state[index] = {k: v for k, v in entries.items() if not _is_shard_data(v)}
         tensors["optimizer_state"] = tensor_state
         rest["optimizer"] = {**optimizer, "state": other_state}
     return tensors, rest
+
+
+def _is_shard_data(value: Any) -> bool:
+    """Whether an optimizer state entry goes to DCP: tensors, except plain scalars.
+
+    A step count is the same on every process and would cost DCP a record of its own;
+    ``trainer.pt`` holds it.
+    """
+    if isinstance(value, DTensor):
+        return True
+    return isinstance(value, torch.Tensor) and value.dim() > 0
 
 
 def join_state(tensors: Mapping[str, Any], rest: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,6 +140,14 @@ def verify_folder(path: Path) -> None:
             what = "missing" if size < 0 else f"{size} bytes, {end} expected"
             raise CorruptCheckpointError(f"{path}: shard file {name} is {what} (truncated?)")
     single_file.verify_archive(path / REST_FILE)
+
+
+def _planner() -> DefaultSavePlanner:
+    """DCP's planner, reusing the previous save's plan when no process's part changed.
+
+    That spares exchanging the plans between processes and checking them again.
+    """
+    return DefaultSavePlanner(enable_plan_caching=True)
 
 
 def state_template(trainer: Any, with_optimizer_state: bool) -> dict[str, Any]:
@@ -189,6 +211,8 @@ class DCPCheckpointer(Checkpointer):
         self.async_save = async_save
         self._pending: tuple[Future[Any], Path, Path] | None = None
         self._async_group: Any = None
+        self.stager = CachedStager()
+        """Copies the state for background saves into buffers kept between them."""
 
     # -- saving ----------------------------------------------------------------------------
 
@@ -213,14 +237,21 @@ class DCPCheckpointer(Checkpointer):
                 with single_process_quiet():
                     future = dcp_async_save(
                         tensors,
-                        checkpoint_id=str(partial),
+                        storage_writer=DirectFileSystemWriter(partial),
+                        planner=_planner(),
                         process_group=self._group(),
+                        async_stager=self.stager,
                         no_dist=not distributed,
                     )
                 self._pending = (future, partial, final)  # type: ignore[assignment]
                 return final
             with single_process_quiet():
-                dcp_save(tensors, checkpoint_id=str(partial), no_dist=not distributed)
+                dcp_save(
+                    tensors,
+                    storage_writer=DirectFileSystemWriter(partial),
+                    planner=_planner(),
+                    no_dist=not distributed,
+                )
         except (OSError, RuntimeError) as exc:
             message = f"{final}: cannot be written ({type(exc).__name__}: {exc})"
             raise CheckpointError(message) from exc
