@@ -11,8 +11,9 @@ and AdamW state, its peak RSS (during training, and after fit's final single-fil
 which gathers the whole state on rank 0 under FSDP2), and the median step time. The FSDP2
 launch then times, on the same state, how long a checkpoint blocks the loop: a single file
 (gathered), DCP synchronous, DCP asynchronous (``checkpoint.async_save``: the call returns
-once the state is staged), and the first step after an asynchronous save (which overlaps the
-background write).
+once the state is staged; the first one also makes the staging buffers), and the step after
+an asynchronous save (which overlaps the background write) against a step with nothing in
+the background; medians of several saves.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 WARMUP, STEPS = 2, 6
+SAVES = 5
 MODES: dict[str, dict[str, Any]] = {
     "ddp": {"data_parallel": "ddp"},
     "fsdp2": {"data_parallel": "fsdp2"},  # built on the meta device, filled per shard
@@ -112,39 +114,74 @@ def _peak_rss_mib() -> float:
 
 
 def _save_times(trainer: Any, work: Path, dist: Any, dcp_class: Any, template: Any) -> dict:
-    """Seconds each kind of save blocks rank 0 (after a barrier), and the step after async."""
+    """Seconds each kind of save blocks rank 0 (after a barrier), and the steps around async.
+
+    DCP saves are repeated (:data:`SAVES` times) and their median taken; the first async save
+    also makes the staging buffers and is reported apart. Each async save is followed by one
+    step while it writes; each wait for it by a step with nothing in the background.
+    """
+    import shutil
+
     from plugtrain.train.checkpoint_format import checkpointer_for
 
-    def blocked(step: int) -> float:
+    step = [100]
+
+    def blocked() -> float:
         dist.barrier()
         start = time.perf_counter()
-        trainer.global_step = step
+        step[0] += 1
+        trainer.global_step = step[0]
         trainer.save_checkpoint()
         return time.perf_counter() - start
 
-    found: dict[str, float] = {}
+    def one_step() -> float:
+        start = time.perf_counter()
+        trainer.forward(batch).loss.backward()
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad()
+        return time.perf_counter() - start
+
+    batch = {"input_ids": torch_batch(), "labels": torch_batch()}
+    found: dict[str, Any] = {}
     trainer.checkpointer = checkpointer_for(trainer)
-    found["file"] = blocked(100)
+    found["file"] = blocked()
+    times: dict[str, list[float]] = {"dcp_sync": [], "dcp_async": [], "during": [], "after": []}
     for name, background in (("dcp_sync", False), ("dcp_async", True)):
+        folder = work / name
         trainer.checkpointer = dcp_class(
-            work / name,
+            folder,
             "checkpoint_{step}",
             lambda with_state: template(trainer, with_state),
             is_writer=trainer.strategy.is_writer,
             async_save=background,
         )
-        found[name] = blocked(101)
-    batch = {"input_ids": torch_batch(), "labels": torch_batch()}
-    start = time.perf_counter()
-    trainer.forward(batch).loss.backward()  # the next step's work, while the write runs
-    trainer.optimizer.step()
-    found["step_during_async"] = time.perf_counter() - start
-    trainer.checkpointer.wait()
-    start = time.perf_counter()
-    trainer.forward(batch).loss.backward()
-    trainer.optimizer.step()
-    found["step_after"] = time.perf_counter() - start
+        trainer.state.verified = True  # as after a run's first save (which waits to verify)
+        for _ in range(SAVES + background):
+            times[name].append(blocked())
+            if background:
+                times["during"].append(one_step())  # the next step's work, while the write runs
+                trainer.checkpointer.wait()
+                dist.barrier()
+                times["after"].append(one_step())
+            if dist.get_rank() == 0:
+                shutil.rmtree(folder, ignore_errors=True)
+            dist.barrier()
+    found["dcp_sync"] = statistics.median(times["dcp_sync"])
+    found["dcp_async_first"] = times["dcp_async"][0]
+    found["dcp_async"] = statistics.median(times["dcp_async"][1:])
+    found["step_during_async"] = statistics.median(times["during"][1:])
+    found["step_after"] = statistics.median(times["after"][1:])
+    found["samples"] = times
+    found["rss_mib_after_async"] = _current_rss_mib()  # the staging buffers stay resident
     return found
+
+
+def _current_rss_mib() -> float:
+    """This process's resident set size now, MiB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def torch_batch() -> Any:
@@ -247,15 +284,21 @@ def main() -> None:
     t = built["fsdp2"]["build_s"] / built["fsdp2-whole"]["build_s"]
     print(f"| {a:.0f} | {b:.0f} | {c:.0f} | {c / b:.2f} | {t:.2f} |")
     saves = fsdp["save_s"]
-    print("\nFSDP2 checkpoint, seconds the loop is blocked (rank 0):\n")
+    print(f"\nFSDP2 checkpoint, seconds the loop is blocked (rank 0, median of {SAVES}):\n")
     print("| save | s | / DCP sync |")
     print("|---|---|---|")
-    for key in ("file", "dcp_sync", "dcp_async"):
+    for key in ("file", "dcp_sync", "dcp_async_first", "dcp_async"):
         print(f"| {key} | {saves[key]:.3f} | {saves[key] / saves['dcp_sync']:.2f} |")
     ratio = saves["step_during_async"] / saves["step_after"]
     print(
         f"\nstep while the async save writes: {saves['step_during_async']:.3f} s, "
-        f"a step after it: {saves['step_after']:.3f} s ({ratio:.2f}x)"
+        f"a step after it: {saves['step_after']:.3f} s ({ratio:.2f}x; medians of {SAVES})"
+    )
+    pairs = zip(saves["samples"]["during"][1:], saves["samples"]["after"][1:], strict=True)
+    print("each save's ratio: " + ", ".join(f"{d / a:.2f}" for d, a in pairs))
+    print(
+        f"RSS after the async saves (staging buffers kept): {saves['rss_mib_after_async']:.0f} MiB"
+        f" (DDP's training peak: {ddp['peak_rss_training_mib']:.0f} MiB)"
     )
 
 

@@ -209,3 +209,42 @@ def test_scalars_of_the_optimizer_state_go_to_trainer_pt() -> None:
     joined = join_state(tensors, rest)
     assert joined["optimizer"]["state"][0].keys() == state["optimizer"]["state"][0].keys()
     assert joined["model"] is state["model"]
+
+
+# -- a background save's first verification ------------------------------------------------
+
+
+def _background_save(tmp_path: Path):
+    from plugtrain.train.dcp_checkpointer import DCPCheckpointer
+
+    template = {"model": {"w": torch.zeros(5000)}, "optimizer": None}
+    checkpointer = DCPCheckpointer(
+        tmp_path, "checkpoint_{step}", lambda _: template, async_save=True
+    )
+    state = {"model": {"w": torch.arange(5000.0)}, "global_step": 3, "optimizer": None}
+    path = checkpointer.save(3, state)
+    checkpointer.verify(path, state, {"model": None})  # does not wait for the write
+    assert checkpointer._pending is not None
+    assert checkpointer.stager.rebuilt == 1
+    checkpointer._pending[0].result()  # the write is done; not yet checked nor in place
+    return checkpointer, path
+
+
+def test_a_background_saves_folder_is_checked_when_it_is_put_in_place(tmp_path: Path) -> None:
+    checkpointer, path = _background_save(tmp_path)
+    assert not path.exists()
+    checkpointer.wait()
+    assert torch.equal(checkpointer.load(path)["model"]["w"], torch.arange(5000.0))
+
+
+def test_a_background_save_damaged_before_its_check_is_not_put_in_place(tmp_path: Path) -> None:
+    from plugtrain.errors import CorruptCheckpointError
+
+    checkpointer, path = _background_save(tmp_path)
+    partial = tmp_path / f".{path.name}.partial"
+    (shard,) = partial.glob("*.distcp")
+    with shard.open("r+b") as damaged:
+        damaged.truncate(100)
+    with pytest.raises(CorruptCheckpointError, match=r"__0_0\.distcp is 100 bytes"):
+        checkpointer.wait()
+    assert not path.exists()

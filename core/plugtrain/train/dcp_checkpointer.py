@@ -65,11 +65,14 @@ TENSORS = ("model", "optimizer_state")
 """The top-level keys of the DCP part: the model's state dict, the optimizer's tensor state."""
 
 
+SINGLE_PROCESS_WARNING = "torch.distributed is disabled"
+
+
 @contextlib.contextmanager
 def single_process_quiet() -> Iterator[None]:
     """No "torch.distributed is disabled ... assuming ... a single process" warning: intended."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        warnings.filterwarnings("ignore", message=SINGLE_PROCESS_WARNING)
         yield
 
 
@@ -211,6 +214,7 @@ class DCPCheckpointer(Checkpointer):
         self.async_save = async_save
         self._pending: tuple[Future[Any], Path, Path] | None = None
         self._async_group: Any = None
+        self._check_folder = False
         self.stager = CachedStager()
         """Copies the state for background saves into buffers kept between them."""
 
@@ -234,6 +238,8 @@ class DCPCheckpointer(Checkpointer):
             dist.barrier()  # the folder exists before anyone writes into it
         try:
             if self.async_save:
+                if not distributed:  # DCP warns in its thread, after any `with` has ended
+                    warnings.filterwarnings("ignore", message=SINGLE_PROCESS_WARNING)
                 with single_process_quiet():
                     future = dcp_async_save(
                         tensors,
@@ -286,14 +292,25 @@ class DCPCheckpointer(Checkpointer):
         except Exception as exc:
             message = f"{final}: the background save failed ({type(exc).__name__}: {exc})"
             raise CheckpointError(message) from exc
+        if self._check_folder and self.is_writer:
+            self._check_folder = False
+            verify_folder(partial)
         self._finish(partial, final)
 
     def verify(self, path: Path, state: Mapping[str, Any], owners: Mapping[str, Any]) -> None:
-        """Check the folder (after a background save ends) and that ``trainer.pt`` loads."""
-        self.wait()
+        """Check that ``trainer.pt`` loads, and the folder once its write is complete.
+
+        A background save is not waited for: its ``trainer.pt`` (written before the call
+        returned) is checked now, its folder when :meth:`wait` puts it in place.
+        """
         if not self.is_writer:
             return
         _, rest = split_state(state)
+        if self._pending is not None:
+            _, partial, _ = self._pending
+            verify_first_checkpoint(partial / REST_FILE, rest, owners)
+            self._check_folder = True
+            return
         verify_folder(path)
         verify_first_checkpoint(path / REST_FILE, rest, owners)
 
