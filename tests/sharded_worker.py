@@ -97,9 +97,10 @@ def make_trainer(
 ) -> Trainer:
     """The trainer of one run: a 34k-parameter GPT, AdamW, 2 micro-batches a step.
 
-    ``parallel`` ``hsdp`` is 2 replicas of 1 shard (a 2-D mesh) on 2 processes, its model
-    without ``init_weights`` (built whole). ``options``: more backend keys, and
-    ``activation_checkpointing``, ``compile`` and ``half`` (``precision``'s ``fp16_type``).
+    ``parallel`` ``hsdp`` is 2 replicas of ``WORLD_SIZE / 2`` shards (a 2-D mesh: 2 x 1 on 2
+    processes, 2 x 2 on 4), its model without ``init_weights`` (built whole). ``options``:
+    more backend keys, and ``activation_checkpointing``, ``compile`` and ``half``
+    (``precision``'s ``fp16_type``).
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     adamw = plugtrain.resolve("optimizer", "AdamW")
@@ -111,7 +112,7 @@ def make_trainer(
             "backend_type": "CPU",
             "num_processes": world,
             "data_parallel": parallel,
-            **({"dp_shard": 1, "dp_replicate": 2} if parallel == "hsdp" else {}),
+            **({"dp_shard": world // 2, "dp_replicate": 2} if parallel == "hsdp" else {}),
             **options,
         },
         model=lambda: gpt(init_weights=parallel != "hsdp"),
@@ -271,6 +272,9 @@ def main() -> None:
     """The runs of one launch (2 processes) or of ``--alone``."""
     out = Path(sys.argv[1])
     runs = out / "runs"
+    if "--four" in sys.argv:  # before the launch of 2, which resumes this run's checkpoint
+        run(out, "hsdp_2x2", "hsdp", {"format": "dcp"}, None)
+        return
     if "--alone" in sys.argv:
         dcp10 = runs / "fsdp2_dcp" / "checkpoint_10.mdl"
         run(out, "alone_dcp_resume", "fsdp2", {"format": "dcp"}, dcp10)
@@ -295,6 +299,8 @@ def main() -> None:
     run(out, "dcp_resume", "fsdp2", background, dcp10, keep=1)
     file10 = runs / "fsdp2_file" / "checkpoint_10.mdl"
     run(out, "file_resume", "fsdp2", {}, file10)
+    hsdp10 = runs / "hsdp_2x2" / "checkpoint_10.mdl"  # 2 x 2 processes, resharded onto 1 x 2
+    run(out, "hsdp_2x2_resume", "fsdp2", {"format": "dcp"}, hsdp10)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""FSDP2 and DCP checkpoints for real: two gloo processes (one torchrun launch), then one.
+"""FSDP2 and DCP checkpoints for real: gloo processes in torchrun launches of 4, 2, then 1.
 
-The runs are in ``tests/sharded_worker.py``: a 34k-parameter GPT decoder, 20 steps of 2
-micro-batches, AdamW, clipping at norm 1, with DDP, with FSDP2 (DCP and single-file
-checkpoints) and HSDP, resumed from step 10 at 2 processes (saving asynchronously) and at 1.
+The runs are in ``tests/sharded_worker.py``: a 34k-parameter GPT decoder, 20 steps of 16
+samples, AdamW, clipping at norm 1, with DDP, with FSDP2 (DCP and single-file checkpoints) and
+HSDP (2 x 1 on 2 processes, 2 x 2 on 4), resumed from step 10 at 2 processes (saving
+asynchronously, and from the 2 x 2 checkpoint) and at 1.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import plugtrain
 from plugtrain.errors import CorruptCheckpointError
 
-pytestmark = pytest.mark.slow  # two real launches (2 processes, then 1)
+pytestmark = pytest.mark.slow  # three real launches (4 processes, 2, then 1)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "sharded_worker.py"
@@ -45,8 +46,9 @@ def _python(out: Path, *command: str) -> None:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every run's record, in one launch of 2 processes and one of 1."""
     out = tmp_path_factory.mktemp("sharded")
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    _python(out, *torchrun, str(WORKER), str(out))
+    torchrun = ["-m", "torch.distributed.run", "--standalone"]
+    _python(out, *torchrun, "--nproc-per-node=4", str(WORKER), str(out), "--four")
+    _python(out, *torchrun, "--nproc-per-node=2", str(WORKER), str(out))
     _python(out, str(WORKER), str(out), "--alone")
     return out
 
@@ -77,6 +79,20 @@ def test_fsdp2_trains_like_ddp_on_half_the_memory(runs: Path) -> None:
     hsdp = _record(runs, "hsdp")  # 2 replicas x 1 shard: a 2-D mesh
     assert hsdp["param_type"] == "DTensor"
     assert _relative(ddp["losses"], hsdp["losses"]) <= 1e-5
+
+
+def test_hsdp_2x2_shards_in_each_replica_and_its_checkpoint_resumes_at_2(runs: Path) -> None:
+    ddp = _record(runs, "ddp")  # 2 processes, 2 micro-batches each: the same 16 samples a step
+    for rank in range(4):
+        hsdp = _record(runs, "hsdp_2x2", rank)
+        assert hsdp["param_type"] == "DTensor"
+        assert _relative(ddp["losses"], hsdp["losses"]) <= 1e-5
+        local = sum(hsdp["bytes"].values())
+        assert local <= 0.55 * sum(ddp["bytes"].values()), (rank, local)  # 2 shards a replica
+    files = sorted(p.name for p in (runs / "runs" / "hsdp_2x2" / "checkpoint_10.mdl").iterdir())
+    assert [f for f in files if f.endswith(".distcp")] == [f"__{r}_0.distcp" for r in range(4)]
+    resumed = _record(runs, "hsdp_2x2_resume")
+    assert _relative(_record(runs, "hsdp_2x2")["losses"][10:], resumed["losses"]) <= 1e-5
 
 
 def test_meta_device_init_fills_each_shard_with_the_whole_models_values(runs: Path) -> None:
