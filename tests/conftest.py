@@ -54,3 +54,16 @@ def example_cwd(
             monkeypatch.chdir(request.getfixturevalue("stdlib_gpt_root"))
 
     return enter
+
+
+@pytest.fixture
+def one_process_group(tmp_path: Path) -> Iterator[None]:
+    """A gloo process group of one process (DTensors and meshes without launching anything)."""
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

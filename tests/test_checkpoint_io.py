@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
 
@@ -133,16 +131,6 @@ def test_dcp_written_with_o_direct_loads_with_dcps_own_reader(tmp_path: Path) ->
 
 
 # -- the cached stager ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def one_process_group(tmp_path: Path) -> Iterator[None]:
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_staging_copies_into_the_same_buffers_until_the_layout_changes() -> None:

@@ -7,11 +7,9 @@ parameters in a one-process mesh (the two-process runs are in tests/test_sharded
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from plugtrain.errors import BackendError
@@ -95,16 +93,6 @@ class TwoPasses(nn.Module):
         nn.init.kaiming_uniform_(self.proj.weight)
         self.proj.bias.uniform_(-1, 1)
         self.embed.weight.mul_(self.proj.weight.abs().mean())
-
-
-@pytest.fixture
-def one_process_group(tmp_path: Path) -> Iterator[None]:
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_shards_are_filled_and_a_parameter_read_again_is_gathered(one_process_group) -> None:

@@ -10,14 +10,17 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -255,3 +258,23 @@ def small_data() -> Any:
     from plugtrain.builtin.data import synthetic_loader
 
     return synthetic_loader(batch_size=16, num_examples=128, in_features=16, num_classes=4)
+
+
+@contextlib.contextmanager
+def tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
+    """A real tmpfs mount of ``size`` (skips when this machine does not allow mounting)."""
+    if not shutil.which("mount") or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    point = tmp_path / f"mnt-{uuid.uuid4().hex[:6]}"
+    point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False)

@@ -25,12 +25,13 @@ from reliability_support import (
     small_data,
     small_trainer,
     start_plugtrain,
+    tmpfs,
     write_train_run,
 )
 
 import plugtrain
 from plugtrain.builtin.models import MLP
-from plugtrain.errors import ConfigError
+from plugtrain.errors import CheckpointError, ConfigError
 from plugtrain.train.checkpoint import (
     CheckpointMismatchError,
     CorruptCheckpointError,
@@ -382,3 +383,26 @@ def test_c06_a_valid_checkpoint_name_saves_and_resumes(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="plugtrain"):
         _trainer(tmp_path, loop={"max_steps": 12}, checkpoint=named).fit(_data())
     assert f"resumed from {tmp_path / 'ckpt-10.pt'} at step 10" in caplog.messages
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["sync", "async_save"])
+def test_c08_a_dcp_save_on_a_full_disk_fails_by_name_and_leaves_no_checkpoint(
+    tmp_path, background
+):
+    from plugtrain.train.dcp_checkpointer import DCPCheckpointer
+
+    with tmpfs(tmp_path, "1m") as disk:
+        template = {"model": {"w": torch.zeros(600_000)}, "optimizer": None}  # 2.4 MB
+        checkpointer = DCPCheckpointer(
+            disk, "checkpoint_{step}", lambda _: template, async_save=background
+        )
+        state = {"model": {"w": torch.ones(600_000)}, "global_step": 4, "optimizer": None}
+        final = disk / "checkpoint_4"
+        with pytest.raises(CheckpointError) as info:
+            checkpointer.save(4, state)
+            checkpointer.wait()  # a background save fails where it is waited for
+        assert str(info.value).startswith(f"{final}: ")
+        assert "No space left on device" in str(info.value), info.value
+        assert not final.exists()
+        assert checkpointer.list_checkpoints() == []
+        assert [p.name for p in checkpointer.clean_up()] == [".checkpoint_4.partial"]

@@ -14,19 +14,16 @@ import logging
 import math
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import HANG_GUARD_S, Outcome, small_data, small_trainer
+from reliability_support import HANG_GUARD_S, Outcome, small_data, small_trainer, tmpfs
 
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import ConfigError
@@ -295,26 +292,6 @@ def test_i05_a_model_dir_without_room_is_refused_before_training_rlimit(tmp_path
     outcome = fit(run, preexec_fn=_limit_file_size(64 * 1024))
     _refused_before_training(outcome, tmp_path / "model", "has no room for a checkpoint (about ")
     assert "File too large" in outcome.err
-
-
-@contextlib.contextmanager
-def tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
-    """A real tmpfs mount of ``size`` (skips when this machine does not allow mounting)."""
-    if not shutil.which("mount") or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    point = tmp_path / f"mnt-{uuid.uuid4().hex[:6]}"
-    point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", "-l", str(point)], check=False)
 
 
 def test_i05_a_model_dir_on_a_full_disk_is_refused_before_training_tmpfs(tmp_path):

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -48,6 +49,7 @@ from plugtrain.train.state_check import verify_first_checkpoint
 __all__ = [
     "REST_FILE",
     "DCPCheckpointer",
+    "described",
     "join_state",
     "single_process_quiet",
     "split_state",
@@ -117,6 +119,18 @@ def join_state(tensors: Mapping[str, Any], rest: Mapping[str, Any]) -> dict[str,
             },
         }
     return state
+
+
+def described(error: BaseException) -> str:
+    """``Type: message`` of ``error``, or of each process's failure in it.
+
+    DCP's ``CheckpointException`` derives from ``BaseException`` (an ``except Exception`` lets
+    it through) and prints whole tracebacks; it is described by its failures instead.
+    """
+    if isinstance(error, CheckpointException):
+        failures = sorted(error.failures.items())
+        return "; ".join(f"rank {rank}: {described(failure)}" for rank, (failure, _) in failures)
+    return f"{type(error).__name__}: {error}"
 
 
 def verify_folder(path: Path) -> None:
@@ -258,9 +272,8 @@ class DCPCheckpointer(Checkpointer):
                     planner=_planner(),
                     no_dist=not distributed,
                 )
-        except (OSError, RuntimeError) as exc:
-            message = f"{final}: cannot be written ({type(exc).__name__}: {exc})"
-            raise CheckpointError(message) from exc
+        except (OSError, RuntimeError, CheckpointException) as exc:
+            raise CheckpointError(f"{final}: cannot be written ({described(exc)})") from exc
         self._finish(partial, final)
         return final
 
@@ -289,8 +302,8 @@ class DCPCheckpointer(Checkpointer):
         self._pending = None
         try:
             future.result()
-        except Exception as exc:
-            message = f"{final}: the background save failed ({type(exc).__name__}: {exc})"
+        except (Exception, CheckpointException) as exc:
+            message = f"{final}: the background save failed ({described(exc)})"
             raise CheckpointError(message) from exc
         if self._check_folder and self.is_writer:
             self._check_folder = False
@@ -342,8 +355,8 @@ class DCPCheckpointer(Checkpointer):
         try:
             with single_process_quiet():
                 dcp_load(tensors, checkpoint_id=str(path), no_dist=not distributed)
-        except Exception as exc:
-            message = f"{path}: the DCP shards do not load ({type(exc).__name__}: {exc})"
+        except (Exception, CheckpointException) as exc:
+            message = f"{path}: the DCP shards do not load ({described(exc)})"
             raise CorruptCheckpointError(message) from exc
         return join_state(tensors, rest)
 
