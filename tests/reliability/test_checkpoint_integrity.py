@@ -398,9 +398,13 @@ def test_c08_a_dcp_save_on_a_full_disk_fails_by_name_and_leaves_no_checkpoint(
         )
         state = {"model": {"w": torch.ones(600_000)}, "global_step": 4, "optimizer": None}
         final = disk / "checkpoint_4"
-        with pytest.raises(CheckpointError) as info:
+
+        def save_and_wait() -> None:
             checkpointer.save(4, state)
             checkpointer.wait()  # a background save fails where it is waited for
+
+        with pytest.raises(CheckpointError) as info:
+            save_and_wait()
         assert str(info.value).startswith(f"{final}: ")
         assert "No space left on device" in str(info.value), info.value
         assert not final.exists()
