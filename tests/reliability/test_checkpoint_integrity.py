@@ -386,7 +386,7 @@ def test_c06_a_valid_checkpoint_name_saves_and_resumes(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("background", [False, True], ids=["sync", "async_save"])
-def test_c08_a_dcp_save_on_a_full_disk_fails_by_name_and_leaves_no_checkpoint(tmp_path, background):
+def test_c10_a_dcp_save_on_a_full_disk_fails_by_name_and_leaves_no_checkpoint(tmp_path, background):
     from plugtrain.train.dcp_checkpointer import DCPCheckpointer
 
     with tmpfs(tmp_path, "1m") as disk:
