@@ -299,14 +299,14 @@ class DCPCheckpointer(Checkpointer):
         if self._pending is None:
             return
         future, partial, final = self._pending
+        check_folder, self._check_folder = self._check_folder, False  # this save's, not the next
         self._pending = None
         try:
             future.result()
         except (Exception, CheckpointException) as exc:
             message = f"{final}: the background save failed ({described(exc)})"
             raise CheckpointError(message) from exc
-        if self._check_folder and self.is_writer:
-            self._check_folder = False
+        if check_folder:
             verify_folder(partial)
         self._finish(partial, final)
 

@@ -8,8 +8,8 @@ wall time). For a background save that CPU is taken from training.
 :class:`DirectFileSystemWriter` is DCP's ``FileSystemWriter`` with one change: the files it
 creates are :class:`DirectFile` streams. The bytes, offsets and lengths DCP records are the
 same as with a plain file, so the checkpoint is an ordinary DCP checkpoint (``FileSystemReader``
-and ``dcp_to_torch_save`` read it). Where ``O_DIRECT`` is not available (not Linux, tmpfs) the
-file is an ordinary buffered one.
+and ``dcp_to_torch_save`` read it). Where ``O_DIRECT`` is not available (not Linux, some file
+systems) the file is an ordinary buffered one.
 """
 
 from __future__ import annotations
