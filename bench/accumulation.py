@@ -33,7 +33,7 @@ def _worker() -> None:
 
     import plugtrain
     from plugtrain.builtin.models import MLP
-    from plugtrain.train.resume import DataStream
+    from plugtrain.train.data.stream import DataStream
     from plugtrain.train.trainer import Trainer
 
     torch.set_num_threads(1)

@@ -162,7 +162,7 @@ def trainer_loop(
     :param callbacks: callback objects for the Trainer.
     """
     model, optimizer, scheduler = _components()
-    from plugtrain.train.backends import release_backend_type
+    from plugtrain.backend_base import release_backend_type
 
     release_backend_type()
     trainer = Trainer(
@@ -241,7 +241,7 @@ def gpt_hand_loop(steps: int, directory: Path) -> float:
 def gpt_trainer_loop(steps: int, directory: Path) -> float:
     """The same GPT work through ``Trainer.fit``; returns seconds for the whole fit."""
     model, optimizer, scheduler, loader = _gpt_components()
-    from plugtrain.train.backends import release_backend_type
+    from plugtrain.backend_base import release_backend_type
 
     release_backend_type()
     trainer = Trainer(

@@ -2,7 +2,7 @@
 
 The built-in MLP (``--hidden`` wide, 2 hidden layers: about 2.2M weights at 1024), AdamW,
 random batches of 64. Its three weights are sparsified at 75% by plugtrain's core
-(:mod:`plugtrain.train.sparsity`), through the same hooks a fit uses. Timed, interleaved,
+(:mod:`plugtrain.train.loop.sparsity`), through the same hooks a fit uses. Timed, interleaved,
 median of ``--repeats`` rounds of ``--steps`` each:
 
 - ``optimizer.step()`` alone, unmasked, and masked (the core's pre- and post-step hooks zero
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from plugtrain.builtin.models import MLP
-from plugtrain.train.sparsity import Sparsity, SparsityGroup
+from plugtrain.train.loop.sparsity import Sparsity, SparsityGroup
 from plugtrain_sparsity.rigl import RigL
 from plugtrain_sparsity.set import SET
 from plugtrain_sparsity.static import Static

@@ -40,7 +40,7 @@ import torch
 
 
 def _throughput(repeats: int = 200_000, log_steps: int = 50) -> None:
-    from plugtrain.train.throughput import Throughput, token_counter
+    from plugtrain.train.observability.throughput import Throughput, token_counter
 
     class Stream:
         tokens = samples = 0

@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import plugtrain
-from plugtrain.train.sharded_state import local_tensor
+from plugtrain.train.distributed.dtensor_state import local_tensor
 from plugtrain.train.trainer import Trainer
 
 STEPS = 20

@@ -21,7 +21,7 @@ import torch
 
 from plugtrain.config import check_run, load_yaml
 from plugtrain.errors import ConfigError
-from plugtrain.train.accumulation import StepLoss
+from plugtrain.train.loop.accumulation import StepLoss
 from plugtrain.train.trainer import Trainer
 
 PLUGIN = '''\
@@ -142,7 +142,7 @@ def tokens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 @pytest.fixture(autouse=True)
 def _fresh_backend_type() -> Any:
-    from plugtrain.train.backends import release_backend_type
+    from plugtrain.backend_base import release_backend_type
 
     release_backend_type()
     yield

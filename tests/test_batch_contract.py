@@ -13,13 +13,13 @@ import torch
 from torch import nn
 
 from plugtrain.errors import TrainingError
-from plugtrain.train.batches import MetricSums, batch_size, move_batch, score_batch
+from plugtrain.train.loop.batches import MetricSums, batch_size, move_batch, score_batch
 from plugtrain.train.trainer import Trainer
 
 
 @pytest.fixture(autouse=True)
 def _fresh_backend_type():
-    from plugtrain.train.backends import release_backend_type
+    from plugtrain.backend_base import release_backend_type
 
     release_backend_type()
     yield

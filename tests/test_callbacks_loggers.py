@@ -20,9 +20,9 @@ from plugtrain.config import check_run, load_yaml
 from plugtrain.config.plan import ComponentSpec, RemovedDefault
 from plugtrain.errors import ConfigError
 from plugtrain.protocols import CALLBACK_HOOKS
-from plugtrain.train.checkpoint import load_checkpoint
-from plugtrain.train.checkpoint_parts import PARTS
-from plugtrain.train.loggers import MetricsFilesLogger, ProgressLogger
+from plugtrain.train.checkpointing.archive import load_checkpoint
+from plugtrain.train.checkpointing.parts import PARTS
+from plugtrain.train.observability.loggers import MetricsFilesLogger, ProgressLogger
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
@@ -439,7 +439,7 @@ def test_check_of_callbacks_and_loggers_imports_no_torch(tmp_path):
     path.write_text(RUN)
     code = (
         "import sys\n"
-        "from plugtrain.train.run import check_run_file\n"
+        "from plugtrain.train.build.run import check_run_file\n"
         "check_run_file(sys.argv[1])\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
@@ -451,7 +451,7 @@ def test_check_of_callbacks_and_loggers_imports_no_torch(tmp_path):
 
 def test_a_run_file_without_the_metrics_logger_writes_no_metrics(tmp_path, installed_registry):
     from plugtrain.config import plan_run
-    from plugtrain.train.run import run_plan
+    from plugtrain.train.build.run import run_plan
 
     text = RUN.replace("device: CPU", f"device: CPU\n    model_dir: {tmp_path / 'run'}")
     plan = plan_run(load_yaml(text.encode(), "run.yaml"), installed_registry, "run.yaml")
@@ -483,7 +483,7 @@ def test_callback_state_is_matched_by_class_name_and_occurrence(tmp_path):
 
 
 def test_callback_state_saved_without_a_name_is_matched_by_position():
-    from plugtrain.train.callbacks import Callbacks
+    from plugtrain.train.loop.callbacks import Callbacks
 
     a, b = Counter(), Other()
     Callbacks([a, b]).load_state_dict([None, {"state": {"records": 5}}])

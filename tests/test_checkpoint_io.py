@@ -14,11 +14,11 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
 
-from plugtrain.train import direct_io
-from plugtrain.train.checkpoint_fit import first_non_finite
-from plugtrain.train.dcp_checkpointer import join_state, single_process_quiet, split_state
-from plugtrain.train.dcp_staging import CachedStager
-from plugtrain.train.direct_io import BLOCK, CHUNK, DirectFile, DirectFileSystemWriter
+from plugtrain.train.checkpointing import direct_io
+from plugtrain.train.checkpointing.fit_check import first_non_finite
+from plugtrain.train.checkpointing.dcp import join_state, single_process_quiet, split_state
+from plugtrain.train.checkpointing.staging import CachedStager
+from plugtrain.train.checkpointing.direct_io import BLOCK, CHUNK, DirectFile, DirectFileSystemWriter
 
 SIZES = [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, CHUNK - 1, CHUNK, CHUNK + 5, 2 * CHUNK + BLOCK + 3]
 
@@ -203,7 +203,7 @@ def test_scalars_of_the_optimizer_state_go_to_trainer_pt() -> None:
 
 
 def _background_save(tmp_path: Path):
-    from plugtrain.train.dcp_checkpointer import DCPCheckpointer
+    from plugtrain.train.checkpointing.dcp import DCPCheckpointer
 
     template = {"model": {"w": torch.zeros(5000)}, "optimizer": None}
     checkpointer = DCPCheckpointer(

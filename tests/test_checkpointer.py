@@ -9,7 +9,7 @@ import pytest
 
 from plugtrain.testing.checkpointer_kit import CHECKPOINTER_PROPERTIES, check_checkpointer
 from plugtrain.testing.conformance import ConformanceError
-from plugtrain.train.checkpointer import FileCheckpointer
+from plugtrain.train.checkpointing.file import FileCheckpointer
 
 
 def test_the_single_file_checkpointer_keeps_the_contract() -> None:

@@ -19,7 +19,7 @@ import torch
 
 import plugtrain
 from plugtrain.launching import LaunchedProcess, launched_process
-from plugtrain.train.launch import processes_wanted
+from plugtrain.train.distributed.torchrun import processes_wanted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ import torch
 
 import plugtrain
 from plugtrain import hookimpl
-from plugtrain.train import checkpoint
+from plugtrain.train.checkpointing import archive as checkpoint
 from plugtrain.schema import arg
 
 RECORD_DIR = os.environ["RECORD_DIR"]
@@ -291,7 +291,7 @@ def installed_plugins():
 
 @pytest.mark.usefixtures("installed_plugins")
 def test_trainers_of_one_file_must_agree_on_the_process_count(tmp_path):
-    from plugtrain.train.run import check_run_file
+    from plugtrain.train.build.run import check_run_file
 
     body = textwrap.dedent(
         """\

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from plugtrain.builtin.text import stdlib_text_loader
-from plugtrain.train.params import name_matches
+from plugtrain.train.build.param_groups import name_matches
 from plugtrain.train.trainer import Trainer
 
 GPT = pytest.importorskip("plugtrain_models.gpt", reason="plugtrain-models is not installed").GPT
@@ -100,7 +100,7 @@ def test_gpt_loss_is_the_mean_cross_entropy_of_the_scored_tokens():
 
 
 def test_gpt_trains_under_bfloat16_autocast(tmp_path):
-    from plugtrain.train.backends import release_backend_type
+    from plugtrain.backend_base import release_backend_type
 
     release_backend_type()
     torch.manual_seed(0)

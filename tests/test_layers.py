@@ -64,7 +64,7 @@ DOCUMENTED = (
 
 
 def module_name(path: Path) -> str:
-    """``plugtrain.train.loop`` for ``core/plugtrain/train/loop.py``."""
+    """``plugtrain.train.loop.training_loop`` for ``core/plugtrain/train/loop.py``."""
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()

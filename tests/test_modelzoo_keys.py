@@ -21,9 +21,9 @@ from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config import CheckpointSettings, load_yaml, plan_run
 from plugtrain.errors import ConfigError
-from plugtrain.train import console as console_module
-from plugtrain.train.assembly import build_trainer
-from plugtrain.train.checkpoint import (
+from plugtrain.train.observability import console as console_module
+from plugtrain.train.build.assembly import build_trainer
+from plugtrain.train.checkpointing.archive import (
     CheckpointError,
     CheckpointMismatchError,
     load_checkpoint,
@@ -719,7 +719,7 @@ def test_bad_adjust_learning_rate_is_refused(tmp_path, written, expected):
 
 
 def test_a_parameter_matched_by_two_factors_is_refused(tmp_path):
-    from plugtrain.train.params import adjust_learning_rate_groups, build_param_groups
+    from plugtrain.train.build.param_groups import adjust_learning_rate_groups, build_param_groups
 
     model = MLP(in_features=4, out_features=2, hidden=3)
     with pytest.raises(ConfigError, match=r"fc1\.weight is matched by several factors"):
@@ -727,7 +727,7 @@ def test_a_parameter_matched_by_two_factors_is_refused(tmp_path):
 
 
 def test_model_zoo_group_names_and_unmatched_keys(tmp_path):
-    from plugtrain.train.params import adjust_learning_rate_groups, build_param_groups
+    from plugtrain.train.build.param_groups import adjust_learning_rate_groups, build_param_groups
 
     class Named(nn.Module):
         def __init__(self):
@@ -876,7 +876,7 @@ class _Factored(MLP):
 def test_a_models_learning_rate_factors_are_defaults_under_the_run_files(
     tmp_path, written, expected
 ):
-    from plugtrain.train.assembly import optimizer_factory
+    from plugtrain.train.build.assembly import optimizer_factory
 
     text = ADJUSTED.format(model_dir=tmp_path / "run", schedulers="")
     if written is None:
@@ -892,7 +892,7 @@ def test_a_models_learning_rate_factors_are_defaults_under_the_run_files(
 
 
 def test_a_model_with_no_factors_gets_plain_groups(tmp_path):
-    from plugtrain.train.assembly import optimizer_factory
+    from plugtrain.train.build.assembly import optimizer_factory
 
     class Plain(MLP):
         def learning_rate_factors(self) -> dict[str, float]:

@@ -24,7 +24,7 @@ import torch
 from plugtrain import cluster
 from plugtrain.errors import BackendError
 from plugtrain.launching import NodeSettings
-from plugtrain.train.launch import cluster_environment, torchrun_arguments
+from plugtrain.train.distributed.torchrun import cluster_environment, torchrun_arguments
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ import attrs
 
 import plugtrain
 from plugtrain import hookimpl
-from plugtrain.train import checkpoint
+from plugtrain.train.checkpointing import archive as checkpoint
 from plugtrain.schema import arg
 
 RECORD_DIR = os.environ["RECORD_DIR"]

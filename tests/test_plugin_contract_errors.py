@@ -10,7 +10,7 @@ from plugtrain import hookimpl
 from plugtrain.curve import Curve, as_curve
 from plugtrain.errors import PluginContractError
 from plugtrain.schema import arg
-from plugtrain.train.components import build_component
+from plugtrain.train.components.building import build_component
 
 
 @attrs.frozen

@@ -20,9 +20,9 @@ import plugtrain
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config.precision import PrecisionSettings
-from plugtrain.train.checkpoint import load_checkpoint
-from plugtrain.train.resume import seed_everything
-from plugtrain.train.run import check_run_file
+from plugtrain.train.checkpointing.archive import load_checkpoint
+from plugtrain.train.data.stream import seed_everything
+from plugtrain.train.build.run import check_run_file
 from plugtrain.train.trainer import Trainer, TrainingError
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
@@ -494,7 +494,7 @@ def test_bf16_with_clipping_trains_from_a_run_file_through_plugtrain_fit(tmp_pat
 
 
 def test_a_resumed_scaler_keeps_this_runs_settings(tmp_path):
-    from plugtrain.train.precision import Precision
+    from plugtrain.train.loop.precision import Precision
 
     saved = {"scale": 4096.0, "growth_factor": 2.0, "backoff_factor": 0.5}
     saved.update({"growth_interval": 7, "_growth_tracker": 3})

@@ -19,8 +19,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from plugtrain.errors import ConfigError
-from plugtrain.train.global_sampler import GlobalBatchSampler, follow_global_order
-from plugtrain.train.sample_order import GlobalOrder
+from plugtrain.train.data.global_sampler import GlobalBatchSampler, follow_global_order
+from plugtrain.train.data.sample_order import GlobalOrder
 
 NUM_SAMPLES = 100  # 6 steps of 16 per epoch; 4 samples of each epoch's permutation unused
 EPOCHS = 3
@@ -385,7 +385,7 @@ def test_a_resume_loads_no_batch_to_find_its_place(tmp_path):
 
 
 def test_ranks_that_loaded_different_checkpoints_are_named_with_their_files():
-    from plugtrain.train.agreement import disagreement
+    from plugtrain.train.checkpointing.agreement import disagreement
 
     def name(step: int) -> str:
         return f"checkpoint_{step}.mdl"
@@ -433,7 +433,7 @@ HIDE_ON_RANK_1 = """\
 
 import os
 
-from plugtrain.train import checkpointer
+from plugtrain.train.checkpointing import checkpointer
 
 if os.environ.get("RANK") == "1":
 

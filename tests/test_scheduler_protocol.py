@@ -23,9 +23,9 @@ from plugtrain.builtin.models import MLP
 from plugtrain.config import check_run, load_yaml
 from plugtrain.errors import ComponentError, ConfigError
 from plugtrain.schema import arg
-from plugtrain.train.checkpoint import CheckpointError
-from plugtrain.train.components import build_component
-from plugtrain.train.params import build_param_groups
+from plugtrain.train.checkpointing.archive import CheckpointError
+from plugtrain.train.components.building import build_component
+from plugtrain.train.build.param_groups import build_param_groups
 from plugtrain.train.trainer import Trainer
 
 pytest.importorskip("plugtrain_schedulers", reason="plugtrain-schedulers is not installed")

@@ -155,7 +155,7 @@ def test_dcp_folders_hold_a_shard_per_process_and_async_writes_the_same(runs: Pa
 
 
 def test_a_damaged_dcp_checkpoint_is_skipped_for_the_previous_one(runs: Path, tmp_path) -> None:
-    from plugtrain.train.dcp_checkpointer import DCPCheckpointer, verify_folder
+    from plugtrain.train.checkpointing.dcp import DCPCheckpointer, verify_folder
 
     for step in (10, 20):
         source = runs / "runs" / "fsdp2_dcp" / f"checkpoint_{step}.mdl"
@@ -311,7 +311,7 @@ def test_convert_round_trips_bit_exactly_and_exports_the_weights(runs: Path, tmp
     from safetensors.torch import load_file
 
     from plugtrain.cli import main
-    from plugtrain.train.checkpoint_convert import convert, export, load_any
+    from plugtrain.train.checkpointing.convert import convert, export, load_any
 
     folder = runs / "runs" / "fsdp2_dcp" / "checkpoint_10.mdl"
     file = runs / "runs" / "fsdp2_file" / "checkpoint_10.mdl"  # the same run, gathered

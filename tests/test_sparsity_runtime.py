@@ -1,4 +1,4 @@
-"""The core's sparsity machinery (plugtrain.train.sparsity) with an algorithm written here.
+"""The core's sparsity machinery (plugtrain.train.loop.sparsity) with an algorithm written here.
 
 The algorithm below meets only the documented protocol, so these tests check what the core
 does for any algorithm: parameter selection, mask buffers, masking of weights, gradients and
@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from plugtrain.protocols import SparsityAlgorithm
-from plugtrain.train.checkpoint import CheckpointMismatchError
-from plugtrain.train.sparsity import (
+from plugtrain.train.checkpointing.archive import CheckpointMismatchError
+from plugtrain.train.loop.sparsity import (
     Sparsity,
     SparsityGroup,
     default_param_filter,

@@ -19,8 +19,8 @@ import torch
 
 from plugtrain.config import check_run, load_yaml
 from plugtrain.errors import ConfigError
-from plugtrain.train.assembly import build_trainer
-from plugtrain.train.model_preparation import prepare_model, repeated_blocks
+from plugtrain.train.build.assembly import build_trainer
+from plugtrain.train.loop.model_preparation import prepare_model, repeated_blocks
 from plugtrain.train.trainer import Trainer
 
 RUN = """\
@@ -86,7 +86,7 @@ def test_the_profiler_traces_exactly_the_asked_steps(installed_registry: Any, tm
 
 def test_no_profile_adds_nothing(tmp_path: Path) -> None:
     from plugtrain.builtin.models import MLP
-    from plugtrain.train.profiling import ProfilerWindow
+    from plugtrain.train.observability.profiling import ProfilerWindow
 
     trainer = Trainer(model=MLP(in_features=4, out_features=2), model_dir=tmp_path)
     assert not any(isinstance(c, ProfilerWindow) for c in trainer.callbacks)

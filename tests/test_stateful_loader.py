@@ -15,7 +15,7 @@ from plugtrain.train.trainer import Trainer
 
 @pytest.fixture(autouse=True)
 def _fresh_backend_type() -> Any:
-    from plugtrain.train.backends import release_backend_type
+    from plugtrain.backend_base import release_backend_type
 
     release_backend_type()
     yield

@@ -16,7 +16,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from plugtrain.builtin.models import MLP
-from plugtrain.train.throughput import Throughput, token_counter, tokens_in
+from plugtrain.train.observability.throughput import Throughput, token_counter, tokens_in
 from plugtrain.train.trainer import Trainer, default_loss
 
 
@@ -97,7 +97,7 @@ def test_the_default_throughput_is_silent_without_tokens(tmp_path: Path) -> None
 def test_decoder_flops_equal_flop_counters_with_accumulation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from plugtrain.train.peak_flops import cpu_peak_flops
+    from plugtrain.train.observability.peak_flops import cpu_peak_flops
     from plugtrain_models.gpt import GPT
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

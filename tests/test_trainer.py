@@ -14,7 +14,7 @@ from plugtrain import hookimpl
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import ConfigError
-from plugtrain.train.checkpoint import find_latest, load_checkpoint, save_checkpoint
+from plugtrain.train.checkpointing.archive import find_latest, load_checkpoint, save_checkpoint
 from plugtrain.train.trainer import Trainer, TrainingError
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
@@ -69,7 +69,7 @@ class FakeCSXBackend:
     backend_type = "FAKECSX"
 
     def __init__(self):
-        from plugtrain.train.backends import claim_backend_type
+        from plugtrain.backend_base import claim_backend_type
 
         claim_backend_type(self.backend_type)
 
@@ -228,7 +228,7 @@ def test_checkpoints_are_written_atomically(tmp_path):
 def test_a_file_that_is_not_a_checkpoint_is_a_clear_error(tmp_path):
     bad = tmp_path / "checkpoint_1.mdl"
     bad.write_bytes(b"garbage")
-    from plugtrain.train.checkpoint import CheckpointError
+    from plugtrain.train.checkpointing.archive import CheckpointError
 
     with pytest.raises(CheckpointError, match="not a readable plugtrain checkpoint"):
         load_checkpoint(bad)

@@ -13,8 +13,8 @@ import torch
 
 import plugtrain
 from plugtrain.scheduler import excluded_from_decay
-from plugtrain.train.params import build_param_groups
-from plugtrain.train.scheduler_checks import check_scheduler_overlap
+from plugtrain.train.build.param_groups import build_param_groups
+from plugtrain.train.components.scheduler_checks import check_scheduler_overlap
 
 
 def _optimizer():

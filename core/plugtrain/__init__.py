@@ -27,9 +27,12 @@ from plugtrain.schema import arg
 
 if TYPE_CHECKING:
     from plugtrain import distributed, optim
-    from plugtrain.train.backends import backend
-    from plugtrain.train.optimization import build_optimization
-    from plugtrain.train.params import configure_param_groups, partition_params_group_with_tags
+    from plugtrain.backend_base import backend
+    from plugtrain.train.build import (
+        build_optimization,
+        configure_param_groups,
+        partition_params_group_with_tags,
+    )
     from plugtrain.train.trainer import Trainer
 
     ClusterConfig: Any  # the CSX backend plugin's class, found through the registry
@@ -91,15 +94,15 @@ def describe(kind: str, name: str) -> ComponentInfo:
 
 _LAZY = {
     "optim": ("plugtrain.optim", None),
-    "backend": ("plugtrain.train.backends", "backend"),
+    "backend": ("plugtrain.backend_base", "backend"),
     "distributed": ("plugtrain.distributed", None),
     "ClusterConfig": ("plugtrain.distributed", "ClusterConfig"),
     "partition_params_group_with_tags": (
-        "plugtrain.train.params",
+        "plugtrain.train.build.param_groups",
         "partition_params_group_with_tags",
     ),
-    "configure_param_groups": ("plugtrain.train.params", "configure_param_groups"),
-    "build_optimization": ("plugtrain.train.optimization", "build_optimization"),
+    "configure_param_groups": ("plugtrain.train.build.param_groups", "configure_param_groups"),
+    "build_optimization": ("plugtrain.train.build.optimization", "build_optimization"),
     "Trainer": ("plugtrain.train.trainer", "Trainer"),
 }
 

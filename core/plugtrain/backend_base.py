@@ -22,6 +22,7 @@ from plugtrain.schema import bind_arguments, constructor_signature, validated_ar
 __all__ = [
     "BackendBase",
     "active_backend_type",
+    "backend",
     "check_backend",
     "claim_backend_type",
     "missing_backend_members",
@@ -249,3 +250,14 @@ def check_backend(backend: Any) -> None:
             "plugtrain.backend_base.BackendBase, which provides the single-process defaults"
         )
         raise BackendError(message)
+
+
+def backend(backend_type: str, **arguments: Any) -> Any:
+    """Create a backend: ``plugtrain.backend("CSX", cluster_config=...)``.
+
+    :param backend_type: ``"CPU"``, ``"GPU"``, ``"CSX"`` or any registered backend (any case).
+    :param arguments: the backend's arguments (see ``plugtrain show CPU``).
+    """
+    from plugtrain.plugins import get_registry
+
+    return get_registry().resolve("backend", backend_type)(**arguments)

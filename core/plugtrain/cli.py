@@ -272,13 +272,13 @@ def _check_world(args: argparse.Namespace, plan: Any, registry: Registry) -> lis
         raise ConfigError(issues)
     if not args.deep:
         return []
-    from plugtrain.train.deep_check import deep_check
+    from plugtrain.train.build import deep_check
 
     return deep_check(plan, registry, data, world_size)
 
 
 def _cmd_checkpoint(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
-    from plugtrain.train import checkpoint_convert
+    from plugtrain.train.checkpointing import convert as checkpoint_convert
 
     if args.action == "convert":
         written = checkpoint_convert.convert(args.source, args.target)
@@ -302,8 +302,8 @@ def _configure_logging() -> None:
 def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     from plugtrain import launching
     from plugtrain.config import load_plan
-    from plugtrain.train import launch
-    from plugtrain.train.run import run_plan
+    from plugtrain.train.build import run_plan
+    from plugtrain.train.distributed import torchrun as launch
 
     _configure_logging()
     # Validated once, used throughout; fit and validate import the run file's local plugins.

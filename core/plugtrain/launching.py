@@ -279,7 +279,7 @@ def exit_worker_when_done() -> Iterator[None]:
     usual): output is flushed, every ``atexit`` handler runs, logging is shut down, and the
     process exits with status 0 without the interpreter's teardown. Errors leave through the
     normal path, except a stop on a signal
-    (:class:`~plugtrain.train.interrupt.TrainingInterrupted`) in a launched run of several
+    (:class:`~plugtrain.train.distributed.signals.TrainingInterrupted`) in a launched run of several
     processes: rank 0 prints where it saved, and every worker exits ``128 + signal`` the same
     way, after its ``atexit`` handlers.
     """

@@ -223,7 +223,8 @@ class Backend(Protocol):
 
     Optional (since plugin API 1.1): ``peak_flops(dtype) -> float | None``, the device's peak
     FLOP/s in ``dtype``, the denominator of the ``Throughput`` callback's MFU (without it, a
-    table of known GPUs, or a matmul probe on a CPU: :mod:`plugtrain.train.peak_flops`).
+    table of known GPUs, or a matmul probe on a CPU:
+    :mod:`plugtrain.train.observability.peak_flops`).
 
     Optional flags, read as ``False`` when absent: ``compiles_precision`` (the backend's own
     compiler applies the precision settings, so the Trainer does not autocast; ``CSX``) and
@@ -288,7 +289,7 @@ class Model(Protocol):
     """A model: a :class:`torch.nn.Module` built as ``Model(**arguments)``.
 
     What the Trainer does with it, at each step (the batch and loss contract; the code is
-    :mod:`plugtrain.train.batches`):
+    :mod:`plugtrain.train.loop.batches`):
 
     - a batch may be anything the data loader yields. It is moved to the backend's device when
       that is not the CPU, whatever its shape: tensors inside lists, tuples (named ones too),
@@ -455,7 +456,7 @@ class Callback(Protocol):
     ``backend``, ``model_dir``, ``loop``, ``checkpoint``, ``logging``, ``global_step``,
     ``target_step`` (the step the running fit ends at), ``samples_seen`` (training examples this
     process drew in the fit), ``is_main_process``, ``callbacks``, ``loggers`` and ``sparsity``
-    (``None``, or the run's :class:`plugtrain.train.sparsity.Sparsity`: its ``groups`` each
+    (``None``, or the run's :class:`plugtrain.train.loop.sparsity.Sparsity`: its ``groups`` each
     have ``algorithm`` and ``params``, each parameter ``name`` and ``mask``).
     """
 
@@ -562,7 +563,7 @@ class SparsityAlgorithm(Protocol):
     :func:`plugtrain.hyperparams.make_schedule` turns it into a schedule). It may keep the
     parameters to read their values later; it must not change them.
 
-    The core (:mod:`plugtrain.train.sparsity`) does the rest, for every algorithm alike: it
+    The core (:mod:`plugtrain.train.loop.sparsity`) does the rest, for every algorithm alike: it
     keeps each mask as a persistent bool buffer ``<name>_mask`` on the parameter's module,
     zeroes the weights where masked before every forward, the gradients in backward and the
     optimizer's state tensors of the parameter's shape around each optimizer step, saves and

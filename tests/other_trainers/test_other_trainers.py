@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import plugtrain
-from plugtrain.train.run import build_component
+from plugtrain.train.build.run import build_component
 from plugtrain.train.trainer import Trainer
 
 pytest.importorskip("plugtrain_schedulers", reason="plugtrain-schedulers is not installed")
@@ -41,7 +41,7 @@ def _run(block: int, namespace: dict | None = None) -> tuple[dict, str]:
 @pytest.fixture(scope="module")
 def plugtrain_lrs(tmp_path_factory):
     """The learning rates plugtrain's own Trainer uses at each of 30 steps (every group)."""
-    from plugtrain.train.backends import release_backend_type
+    from plugtrain.backend_base import release_backend_type
 
     page, _ = _run(0)
     registry = plugtrain.get_registry()

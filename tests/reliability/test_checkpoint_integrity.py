@@ -32,7 +32,7 @@ from reliability_support import (
 import plugtrain
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import CheckpointError, ConfigError
-from plugtrain.train.checkpoint import (
+from plugtrain.train.checkpointing.archive import (
     CheckpointMismatchError,
     CorruptCheckpointError,
     find_latest,
@@ -387,7 +387,7 @@ def test_c06_a_valid_checkpoint_name_saves_and_resumes(tmp_path, caplog):
 
 @pytest.mark.parametrize("background", [False, True], ids=["sync", "async_save"])
 def test_c10_a_dcp_save_on_a_full_disk_fails_by_name_and_leaves_no_checkpoint(tmp_path, background):
-    from plugtrain.train.dcp_checkpointer import DCPCheckpointer
+    from plugtrain.train.checkpointing.dcp import DCPCheckpointer
 
     with tmpfs(tmp_path, "1m") as disk:
         template = {"model": {"w": torch.zeros(600_000)}, "optimizer": None}  # 2.4 MB

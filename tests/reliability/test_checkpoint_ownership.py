@@ -16,9 +16,10 @@ from reliability_support import small_data, small_trainer, write_train_run
 
 import plugtrain
 from plugtrain.errors import CheckpointError, ModelDirBusyError
-from plugtrain.train.checkpoint import load_checkpoint, save_checkpoint
-from plugtrain.train.checkpointer import Checkpointer, FileCheckpointer
-from plugtrain.train.lock import ModelDirLock
+from plugtrain.train.checkpointing.archive import load_checkpoint, save_checkpoint
+from plugtrain.train.checkpointing.checkpointer import Checkpointer
+from plugtrain.train.checkpointing.file import FileCheckpointer
+from plugtrain.train.checkpointing.lock import ModelDirLock
 
 
 def _keep(n: int) -> Any:
@@ -165,7 +166,7 @@ def test_o05_checkpoint_root_is_locked_and_owned_by_one_run(tmp_path):
 
 def test_o06_the_launcher_names_the_checkpoint_in_checkpoint_root(tmp_path):
     from plugtrain.config import load_plan
-    from plugtrain.train import launch
+    from plugtrain.train.distributed import torchrun as launch
 
     root = tmp_path / "ckpts"
     run = write_train_run(

@@ -13,7 +13,7 @@ import torch
 from reliability_support import small_data, small_trainer
 
 from plugtrain.errors import ComponentFailedError, ConfigError
-from plugtrain.train.checkpoint import load_checkpoint
+from plugtrain.train.checkpointing.archive import load_checkpoint
 
 
 class FailingCallback:

@@ -27,7 +27,7 @@ from reliability_support import HANG_GUARD_S, Outcome, small_data, small_trainer
 
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import ConfigError
-from plugtrain.train.checkpoint import CheckpointError, find_latest, load_checkpoint
+from plugtrain.train.checkpointing.archive import CheckpointError, find_latest, load_checkpoint
 from plugtrain.train.trainer import Trainer, TrainingError, TrainingInterrupted
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

@@ -26,7 +26,7 @@ from reliability_support import (
     write_train_run,
 )
 
-from plugtrain.train.checkpoint import load_checkpoint
+from plugtrain.train.checkpointing.archive import load_checkpoint
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

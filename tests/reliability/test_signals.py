@@ -26,8 +26,8 @@ from reliability_support import (
     write_train_run,
 )
 
-from plugtrain.train.checkpoint import find_latest, load_checkpoint
-from plugtrain.train.interrupt import StoppedAtOnce, TrainingInterrupted
+from plugtrain.train.checkpointing.archive import find_latest, load_checkpoint
+from plugtrain.train.distributed.signals import StoppedAtOnce, TrainingInterrupted
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
@@ -150,7 +150,7 @@ SPY = '''\
 
 import os
 
-from plugtrain.train import checkpoint
+from plugtrain.train.checkpointing import archive as checkpoint
 
 RECORD_DIR = os.environ["RECORD_DIR"]
 RANK = os.environ.get("RANK", "launcher")

@@ -15,7 +15,7 @@ from reliability_support import finish_process, last_line, start_plugtrain
 
 import plugtrain
 from plugtrain.builtin.models import MLP
-from plugtrain.train.checkpoint import CheckpointError
+from plugtrain.train.checkpointing.archive import CheckpointError
 from plugtrain.train.trainer import Trainer, TrainingError
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

@@ -4,8 +4,8 @@ A scheduler whose schema offers a closed form (``schedule_key`` and a staticmeth
 ``curve(arguments, child_curve)``, see :class:`plugtrain.protocols.CurveSchema`) is evaluated
 without torch, through :func:`plugtrain.curve.closed_form`. Any other scheduler (a plain torch
 ``LRScheduler``, a stepped third-party one, a wrapper holding one) is built on a throw-away
-optimizer and stepped (:mod:`plugtrain.train.schedule_steps`, which imports torch); its legend
-says so. matplotlib is needed only by :func:`plot_schedules` and imported there.
+optimizer and stepped (:mod:`plugtrain.train.build.schedule_values`, which imports torch);
+its legend says so. matplotlib is needed only by :func:`plot_schedules` and imported there.
 
 Sparsity groups (``trainer.init.sparsity``) are drawn beside them: each group's target
 ``sparsity`` and, for SET and RigL, its ``drop_fraction``, from the closed forms its algorithm's
@@ -138,7 +138,7 @@ class _Stepped:
     def __init__(
         self, registry: Registry, spec: Any, where: str, initial: Mapping[str, float]
     ) -> None:
-        from plugtrain.train.schedule_steps import SteppedSchedule
+        from plugtrain.train.build import SteppedSchedule
 
         name, given = spec_parts(spec, where)
         schema = registry.lookup("scheduler", name).schema_class

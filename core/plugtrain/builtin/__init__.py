@@ -36,7 +36,9 @@ def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
 def plugtrain_register_callbacks(registry: ComponentRegistrar) -> None:
     """Register the default callback (on in every trainer unless removed with ``Name: null``)."""
     registry.register(
-        "Throughput", "plugtrain.train.throughput:Throughput", schema=schemas.ThroughputArgs
+        "Throughput",
+        "plugtrain.train.observability.throughput:Throughput",
+        schema=schemas.ThroughputArgs,
     )
 
 
@@ -45,11 +47,11 @@ def plugtrain_register_loggers(registry: ComponentRegistrar) -> None:
     """Register the default loggers (on in every trainer unless removed with ``Name: null``)."""
     registry.register(
         "ProgressLogger",
-        "plugtrain.train.loggers:ProgressLogger",
+        "plugtrain.train.observability.loggers:ProgressLogger",
         schema=schemas.ProgressLoggerArgs,
     )
     registry.register(
         "MetricsFilesLogger",
-        "plugtrain.train.loggers:MetricsFilesLogger",
+        "plugtrain.train.observability.loggers:MetricsFilesLogger",
         schema=schemas.MetricsFilesLoggerArgs,
     )

@@ -3,7 +3,7 @@
 The keys, defaults and rules of Model Zoo's ``precision`` section: its ``MixedPrecision``
 callback as in the current Cerebras/modelzoo sources (``fp16_type`` bfloat16 by default,
 ``log_loss_scale`` unset meaning "when dynamic"), and cstorch's bounds for dynamic loss
-scaling. :mod:`plugtrain.train.precision` runs them: ``torch.autocast`` for the forward pass
+scaling. :mod:`plugtrain.train.loop.precision` runs them: ``torch.autocast`` for the forward pass
 and the loss, a ``torch.amp.GradScaler`` for ``float16``, clipping after unscaling.
 """
 

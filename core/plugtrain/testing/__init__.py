@@ -333,7 +333,7 @@ def _round_trip(
             return []  # needs arguments nobody gave
         given = {}
     try:
-        from plugtrain.train.state_check import round_trip_problems
+        from plugtrain.train.checkpointing import round_trip_problems
     except ImportError:  # no torch: nothing can be built
         return []
     try:
@@ -429,7 +429,7 @@ if pytest is not None:
     @pytest.fixture
     def fresh_backend() -> Iterator[None]:
         """Forget the process's backend type before and after the test (one type per process)."""
-        from plugtrain.train.backends import release_backend_type
+        from plugtrain.backend_base import release_backend_type
 
         release_backend_type()
         yield

@@ -1,4 +1,4 @@
-"""The contract every :class:`~plugtrain.train.checkpointer.Checkpointer` must keep.
+"""The contract every :class:`~plugtrain.train.checkpointing.checkpointer.Checkpointer` must keep.
 
 :func:`check_checkpointer` takes a factory ``make(directory, name) -> Checkpointer`` and tries
 each property of :data:`CHECKPOINTER_PROPERTIES` in fresh temporary folders: a save loads back
@@ -20,7 +20,7 @@ import torch
 
 from plugtrain.errors import CheckpointError, CorruptCheckpointError
 from plugtrain.testing.conformance import ConformanceReport, PropertyFailed, run_properties
-from plugtrain.train.checkpointer import Checkpointer
+from plugtrain.train.checkpointing import Checkpointer
 
 __all__ = ["CHECKPOINTER_PROPERTIES", "check_checkpointer"]
 

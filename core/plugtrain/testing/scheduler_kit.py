@@ -139,7 +139,7 @@ class _SchedulerChecks:
             raise PropertyFailed(message)
 
     def state_round_trip(self) -> None:
-        from plugtrain.train.state_check import round_trip_problems
+        from plugtrain.train.checkpointing import round_trip_problems
 
         problems = round_trip_problems("scheduler", self.build, self.arguments, self.steps)
         if problems:

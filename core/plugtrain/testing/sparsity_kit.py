@@ -71,7 +71,7 @@ def _fit(
     watch: _Watch | None = None,
     made: list[Any] | None = None,
 ) -> Any:
-    from plugtrain.train.sparsity import SparsityGroup
+    from plugtrain.train.loop import SparsityGroup
     from plugtrain.train.trainer import Trainer
 
     def group(params: list[tuple[str, torch.Tensor]]) -> Any:

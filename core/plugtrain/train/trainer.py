@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from plugtrain.backend_base import backend as make_backend
 from plugtrain.backend_base import check_backend, claim_backend_type
 from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.sections import (
@@ -32,31 +33,40 @@ from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
 from plugtrain.plugins import get_registry
 from plugtrain.schema import validated_arguments
 from plugtrain.strategy import strategy_of
-from plugtrain.train.backends import backend as make_backend
-from plugtrain.train.batches import Scored, move_batch, score_batch
-from plugtrain.train.callbacks import Callbacks
-from plugtrain.train.checkpoint_format import checkpointer_for
-from plugtrain.train.checkpointer import Checkpointer
-from plugtrain.train.console import console_logging, say_inert_off_csx
-from plugtrain.train.evaluation import UNSET, Evaluation
-from plugtrain.train.failures import allow_failures
-from plugtrain.train.global_sampler import in_global_order
-from plugtrain.train.interrupt import InterruptRequest, TrainingInterrupted
-from plugtrain.train.lock import run_locks
-from plugtrain.train.loggers import DEFAULT_CALLBACKS, DEFAULT_LOGGERS, Loggers, assemble
-from plugtrain.train.loop import TrainingLoop, group_values, steps_per_epoch, target_step
-from plugtrain.train.model_preparation import prepare_model
-from plugtrain.train.nan_guard import NonFiniteGuard
-from plugtrain.train.optimizer_mode import evaluation_mode, training_mode
-from plugtrain.train.precision import Precision
-from plugtrain.train.profiling import profiler_callbacks
-from plugtrain.train.resume import DataStream, seed_everything
-from plugtrain.train.scheduler_checks import check_scheduler_overlap
-from plugtrain.train.sparsity import Sparsity, sparsity_groups
-from plugtrain.train.throughput import token_counter
-from plugtrain.train.trainer_state import TrainerState
+from plugtrain.train.checkpointing import Checkpointer, TrainerState, checkpointer_for, run_locks
+from plugtrain.train.components import check_scheduler_overlap, evaluation_mode, training_mode
+from plugtrain.train.data import DataStream, in_global_order, seed_everything
+from plugtrain.train.distributed import InterruptRequest
+from plugtrain.train.loop import (
+    UNSET,
+    Callbacks,
+    Evaluation,
+    NonFiniteGuard,
+    Precision,
+    Scored,
+    Sparsity,
+    TrainingLoop,
+    group_values,
+    move_batch,
+    prepare_model,
+    score_batch,
+    sparsity_groups,
+    steps_per_epoch,
+    target_step,
+)
+from plugtrain.train.observability import (
+    DEFAULT_CALLBACKS,
+    DEFAULT_LOGGERS,
+    Loggers,
+    allow_failures,
+    assemble,
+    console_logging,
+    profiler_callbacks,
+    say_inert_off_csx,
+    token_counter,
+)
 
-__all__ = ["Trainer", "TrainingError", "TrainingInterrupted"]
+__all__ = ["Trainer"]
 
 log = logging.getLogger("plugtrain")
 
@@ -101,11 +111,11 @@ class Trainer:
     :param checkpoint: :class:`CheckpointSettings` or its mapping.
     :param logging: :class:`LoggingSettings` or its mapping.
     :param precision: :class:`PrecisionSettings` or its mapping (Model Zoo's ``precision``:
-        autocast, loss scaling, gradient clipping; see :mod:`plugtrain.train.precision`).
+        autocast, loss scaling, gradient clipping; see :mod:`plugtrain.train.loop.precision`).
     :param sparsity: weight sparsity (Model Zoo's ``sparsity``): a level (one ``static``
         group), a group mapping ``{algorithm: ..., sparsity: ..., ...}``, a list of them, or
-        :class:`plugtrain.train.sparsity.SparsityGroup` objects; see
-        :mod:`plugtrain.train.sparsity`.
+        :class:`plugtrain.train.loop.sparsity.SparsityGroup` objects; see
+        :mod:`plugtrain.train.loop.sparsity`.
     :param callbacks: objects with any of the methods of :class:`plugtrain.protocols.Callback`,
         or ``{Name: {arguments}}`` of registered callbacks; called in list order, then the
         default ``Throughput`` (``{Name: None}`` removes it).
@@ -114,11 +124,12 @@ class Trainer:
         removes a default, and an object of a default's class replaces it.
     :param seed: seeds Python, numpy and torch before the model is built.
     :param loss_fn: ``loss_fn(outputs, targets)`` for models that return outputs rather than
-        their loss (:mod:`plugtrain.train.batches`); default cross-entropy for class labels.
+        their loss (:mod:`plugtrain.train.loop.batches`); default cross-entropy for class labels.
     :param config: the resolved run configuration, stored in checkpoints' metadata.
     :param compile: ``off``, ``regional`` or ``full`` (:mod:`.model_preparation`).
     :param activation_checkpointing: ``off``, ``full`` or ``selective`` (the same module).
-    :param profile: a profiler window (:mod:`plugtrain.train.profiling`) or its mapping.
+    :param profile: a profiler window (:mod:`plugtrain.train.observability.profiling`) or its
+        mapping.
     """
 
     data_description: dict[str, Any] | None = None
@@ -292,7 +303,7 @@ class Trainer:
         return self.stream.samples if self.stream is not None else 0
 
     def forward(self, batch: Any, model: nn.Module | None = None) -> Scored:
-        """Loss, count and metrics of one batch (the contract of :mod:`plugtrain.train.batches`)."""
+        """Loss, count and metrics of one batch (the contract of :mod:`.loop.batches`)."""
         batch = move_batch(batch, self.device) if self._move_batches else batch
         keywords = bool(getattr(self.unwrapped_model, "batch_as_kwargs", False))
         model = model or self.model
@@ -371,7 +382,7 @@ class Trainer:
         """Restore a checkpoint: weights, optimizer, schedulers, grad scaler, step, RNG, data.
 
         Callback state too. Callbacks' ``on_before_load_checkpoint`` may delete parts (see
-        :mod:`plugtrain.train.checkpoint_parts`) to keep them as they are; the RNG is restored
+        :mod:`plugtrain.train.checkpointing.parts`) to keep them as they are; the RNG is restored
         with ``global_step``.
 
         :raises CorruptCheckpointError: the file is damaged or holds non-finite weights.

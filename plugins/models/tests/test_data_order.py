@@ -139,7 +139,7 @@ def test_a_data_parallel_backend_keeps_the_sharded_sampler(tmp_path: Path) -> No
 
 
 def test_a_resumed_stream_continues_exactly(tmp_path: Path) -> None:
-    from plugtrain.train.resume import DataStream
+    from plugtrain.train.data.stream import DataStream
 
     loader = _map(_write_samples(tmp_path, [5]), batch_size=2, shuffle=True, shuffle_seed=1)
     stream = DataStream(loader, None)

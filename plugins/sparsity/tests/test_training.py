@@ -192,7 +192,7 @@ def test_python_forms_are_validated_like_a_run_file(tmp_path):
 def test_an_interrupted_run_resumes_bit_for_bit(tmp_path):
     import signal
 
-    from plugtrain.train.interrupt import TrainingInterrupted
+    from plugtrain.train.distributed.signals import TrainingInterrupted
 
     class SignalAt:
         def on_train_step_end(self, trainer, metrics):

@@ -1,0 +1,58 @@
+"""``plugtrain check --deep``: each trainer's sharded model built on a fake process group.
+
+For a backend that defines ``deep_check(arguments, make_model, make_optimizer, world_size)``
+(the CPU and GPU backends under ``data_parallel: fsdp2`` or ``hsdp``), the model and the
+optimizer state are built on the ``meta`` device, sharded on torch's ``fake`` process group of
+``world_size`` (no process started, no memory used), and the per-rank bytes of parameters,
+gradients and optimizer state reported next to DDP's; a plan that cannot work (a module glob
+matching nothing, a mesh that does not cover the processes) is an error at its line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plugtrain.config.plan import RunPlan
+from plugtrain.config.world_check import backend_mappings, issue_at
+from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.registry import Registry
+
+__all__ = ["deep_check"]
+
+
+def deep_check(plan: RunPlan, registry: Registry, data: Any, world_size: int) -> list[str]:
+    """The report lines of every trainer whose backend can say; raises on a plan's problems.
+
+    :param data: the run file as read (for the positions of the backend's arguments).
+    :raises ConfigError: naming each problem at its ``file:line:column``.
+    """
+    from plugtrain.train.build.assembly import optimizer_factory
+    from plugtrain.train.components import build_component
+
+    located = dict(backend_mappings(data))
+    lines: list[str] = []
+    issues: list[ConfigIssue] = []
+    for trainer in plan.trainers:
+        backend_class = registry.lookup("backend", trainer.backend_type).load()
+        check = getattr(backend_class, "deep_check", None)
+        if check is None:
+            lines.append(f"{trainer.path}: the {trainer.backend_type} backend has no deep check")
+            continue
+
+        def make_model(spec: Any = trainer.model) -> Any:
+            return build_component(registry, "model", spec)
+
+        make_optimizer = (
+            optimizer_factory(registry, trainer.optimizer) if trainer.optimizer else None
+        )
+        report = check(dict(trainer.backend.arguments), make_model, make_optimizer, world_size)
+        if report is None:
+            lines.append(f"{trainer.path}: ddp (nothing sharded)")
+            continue
+        path = f"{trainer.path}.init.backend"
+        for key, message in report.problems:
+            issues.append(issue_at(path, located.get(path), key, message))
+        lines += [f"{trainer.path}: {line}" for line in report.lines]
+    if issues:
+        raise ConfigError(issues)
+    return lines

@@ -1,0 +1,39 @@
+"""Several processes: torchrun's launcher, stops agreed on every rank, sharded (DTensor) state."""
+
+from __future__ import annotations
+
+from plugtrain.train.distributed.dtensor_state import (
+    gathered,
+    local_tensor,
+    model_shards,
+    optimizer_shards,
+)
+from plugtrain.train.distributed.signals import (
+    InterruptRequest,
+    StoppedAtOnce,
+    TrainingInterrupted,
+    also_stop_on,
+    signal_name,
+)
+from plugtrain.train.distributed.torchrun import (
+    cluster_environment,
+    collective_errors,
+    torchrun,
+    torchrun_arguments,
+)
+
+__all__ = [
+    "InterruptRequest",
+    "StoppedAtOnce",
+    "TrainingInterrupted",
+    "also_stop_on",
+    "cluster_environment",
+    "collective_errors",
+    "gathered",
+    "local_tensor",
+    "model_shards",
+    "optimizer_shards",
+    "signal_name",
+    "torchrun",
+    "torchrun_arguments",
+]

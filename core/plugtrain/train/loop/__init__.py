@@ -1,0 +1,43 @@
+"""The training loop and what runs inside a step.
+
+Batches and their loss, micro-batch accumulation, precision, the NaN guard, sparsity, callbacks,
+and evaluation.
+"""
+
+from __future__ import annotations
+
+from plugtrain.train.loop.batches import MetricSums, Scored, move_batch, score_batch
+from plugtrain.train.loop.callbacks import Callbacks
+from plugtrain.train.loop.evaluation import UNSET, Evaluation
+from plugtrain.train.loop.model_preparation import prepare_model
+from plugtrain.train.loop.nan_guard import NonFiniteGuard, first_non_finite
+from plugtrain.train.loop.precision import Precision
+from plugtrain.train.loop.sparsity import Sparsity, SparsityGroup, group_from_spec, sparsity_groups
+from plugtrain.train.loop.training_loop import (
+    TrainingLoop,
+    group_values,
+    steps_per_epoch,
+    target_step,
+)
+
+__all__ = [
+    "UNSET",
+    "Callbacks",
+    "Evaluation",
+    "MetricSums",
+    "NonFiniteGuard",
+    "Precision",
+    "Scored",
+    "Sparsity",
+    "SparsityGroup",
+    "TrainingLoop",
+    "first_non_finite",
+    "group_from_spec",
+    "group_values",
+    "move_batch",
+    "prepare_model",
+    "score_batch",
+    "sparsity_groups",
+    "steps_per_epoch",
+    "target_step",
+]

@@ -1,0 +1,362 @@
+"""The training loop: optimizer steps of ``k`` micro-batches, logging, evaluation and saving.
+
+One optimizer step runs ``loop.grad_accum_steps`` micro-batches, each in the context the
+parallel strategy gives (:mod:`plugtrain.strategy`; only the last one synchronises gradients
+in a data-parallel run). The losses are averaged as ``loop.loss_averaging`` says
+(:mod:`.accumulation`), summed on the device and read once per optimizer step
+(for the NaN guard, which must decide before the next step).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from plugtrain.config.sections import LoopSettings
+from plugtrain.errors import (
+    CheckpointMismatchError,
+    ComponentFailedError,
+    ConfigError,
+    ConfigIssue,
+    PlugtrainError,
+)
+from plugtrain.train.data import DataStream
+from plugtrain.train.distributed import InterruptRequest, TrainingInterrupted, signal_name
+from plugtrain.train.loop.accumulation import StepLoss
+from plugtrain.train.loop.batches import MetricSums
+
+__all__ = ["TrainingLoop", "eval_period", "group_values", "steps_per_epoch", "target_step"]
+
+log = logging.getLogger("plugtrain")
+
+
+def eval_period(frequency: int | float | None, total_steps: int) -> int:
+    """Steps between evaluations (0: only at the end), Model Zoo's rule.
+
+    An int is a number of steps; a float in (0, 1] is that fraction of the fit's steps, rounded
+    up (0.25 of 100 steps: every 25).
+    """
+    if not frequency:
+        return 0
+    if isinstance(frequency, float):
+        return max(math.ceil(frequency * total_steps), 1)
+    return int(frequency)
+
+
+def target_step(loop: LoopSettings | None, global_step: int, train_dataloader: Any) -> int:
+    """The step a fit ends at: the nearest of ``max_steps``, ``num_steps`` and ``num_epochs``."""
+    if loop is None:
+        message = "fit needs loop settings with max_steps, num_steps or num_epochs"
+        raise ConfigError([ConfigIssue("loop", message)])
+    limits = []
+    if loop.max_steps is not None:
+        limits.append(loop.max_steps)
+    if loop.num_steps is not None:
+        limits.append(global_step + loop.num_steps)
+    if loop.num_epochs is not None:
+        per_epoch = steps_per_epoch(loop, train_dataloader)
+        if per_epoch is None:
+            message = "num_epochs needs a data loader with a length; use num_steps"
+            raise ConfigError([ConfigIssue("loop.num_epochs", message)]) from None
+        limits.append(global_step + loop.num_epochs * per_epoch)
+    if not limits:
+        message = "give at least one of max_steps, num_steps or num_epochs"
+        raise ConfigError([ConfigIssue("loop", message)])
+    return min(limits)
+
+
+def steps_per_epoch(loop: LoopSettings, train_dataloader: Any) -> int | None:
+    """Optimizer steps in one epoch: ``loop.steps_per_epoch``, else one pass of the data.
+
+    :raises ConfigError: ``steps_per_epoch`` needs more batches than one pass holds.
+    """
+    accum = loop.grad_accum_steps
+    try:
+        length: int | None = len(train_dataloader)
+    except TypeError:
+        length = None
+    wanted = loop.steps_per_epoch
+    if wanted is None:
+        return None if length is None else max(length // accum, 1)
+    if length is not None and wanted * accum > length:
+        message = (
+            f"steps_per_epoch {wanted} needs {wanted * accum} batches per epoch, but the "
+            f"training data loader yields {length}"
+        )
+        raise ConfigError([ConfigIssue("loop.steps_per_epoch", message)])
+    return wanted
+
+
+def _group_label(group: Mapping[str, Any], index: int) -> str:
+    tags = group.get("tags")
+    if tags:
+        names = [tags] if isinstance(tags, str) else sorted(map(str, tags))
+        return f"{index}:{'+'.join(names)}"
+    return str(index)
+
+
+def group_values(optimizer: Any) -> dict[str, float]:
+    """Learning rate and weight decay of every param group, for metrics."""
+    values: dict[str, float] = {}
+    for index, group in enumerate(optimizer.param_groups):
+        label = _group_label(group, index)
+        values[f"lr/{label}"] = float(group["lr"])
+        if "weight_decay" in group:
+            values[f"weight_decay/{label}"] = float(group["weight_decay"])
+    return values
+
+
+class _Window:
+    """What the steps since the last log line add up to."""
+
+    def __init__(self) -> None:
+        self.loss = 0.0
+        self.correct: int | torch.Tensor = 0
+        self.count = 0
+        self.steps = 0
+        self.skipped = 0
+        self.extra = MetricSums()
+        self.start = time.perf_counter()
+
+
+class TrainingLoop:
+    """Runs a :class:`~plugtrain.train.trainer.Trainer`'s steps up to a target step.
+
+    :param trainer: the trainer whose model, optimizer, schedulers, callbacks and loggers run.
+    """
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def train_step(self, stream: DataStream) -> tuple[float, Any, int, MetricSums]:
+        """One optimizer step; returns its loss, correct labels, label count and metrics."""
+        trainer = self.trainer
+        trainer.callbacks_dispatch.on_train_step_start(trainer, trainer.global_step + 1)
+        accum = trainer.loop.grad_accum_steps if trainer.loop else 1
+        trainer.optimizer.zero_grad(set_to_none=True)
+        if trainer.sparsity is not None:
+            trainer.sparsity.step_start()
+        mode = trainer.loop.loss_averaging if trainer.loop else "global"
+        strategy = trainer.strategy
+        step_loss = StepLoss(mode, accum, getattr(strategy, "world_size", 1))
+        correct: Any = 0
+        count = 0
+        extra = MetricSums()
+        for index in range(accum):
+            with strategy.micro_batch_context(trainer.model, synchronize=index == accum - 1):
+                scored = trainer.forward(stream.next())
+                trainer.precision.backward(step_loss.to_backward(scored.loss, scored.weight))
+            step_loss.add(scored.loss, scored.weight)
+            correct = correct + scored.correct
+            count += scored.count
+            extra.add(scored.metrics, scored.weight)
+        total_loss = step_loss.finish(strategy, self._step_gradients())
+        finite = trainer.nan_guard.agreed_finite(math.isfinite(total_loss))
+        if finite:
+            problem = self._optimizer_step()
+        elif math.isfinite(total_loss):
+            problem = "the loss is not finite on another process"
+            total_loss = math.nan  # this step counts as skipped here too
+        else:
+            problem = f"the loss is {total_loss}"
+        trainer.nan_guard.step_done(problem, finite)
+        if trainer.sparsity is not None:
+            trainer.sparsity.step_end()  # masks change only if the optimizer applied the step
+        trainer.callbacks_dispatch.on_after_optimizer_step(trainer, trainer.optimizer)
+        for scheduler in trainer.schedulers:
+            scheduler.step()
+        trainer.global_step += 1
+        return total_loss, correct, count, extra
+
+    def _step_gradients(self) -> list[torch.Tensor]:
+        """The gradients one optimizer step accumulated: the parameters' and sparsity's."""
+        trainer = self.trainer
+        groups = trainer.optimizer.param_groups
+        grads = [p.grad for group in groups for p in group["params"] if p.grad is not None]
+        if trainer.sparsity is not None:
+            grads.extend(trainer.sparsity.saved_gradients())
+        return grads
+
+    def _optimizer_step(self) -> str | None:
+        """The optimizer's step; the first one after loading a checkpoint blames its state.
+
+        A state the optimizer cannot use (a key renamed or missing, another version of the
+        optimizer wrote it) is found only when the optimizer reads it, at that step.
+        """
+        trainer = self.trainer
+        step: str | None
+        if trainer.loaded_step is None or trainer.global_step != trainer.loaded_step:
+            step = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+            return step
+        try:
+            step = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
+        except PlugtrainError:
+            raise
+        except (KeyError, IndexError, ValueError, TypeError, RuntimeError) as exc:
+            written = type(trainer.optimizer).__name__
+            message = (
+                f"{trainer.last_good_checkpoint}: does not fit this run: optimizer: its state "
+                f"failed at the first step after loading it ({type(exc).__name__}: {exc}); a "
+                f"state key {written} needs is missing or renamed (was the checkpoint written by "
+                "another version of the optimizer?)"
+            )
+            raise CheckpointMismatchError(message) from exc
+        return step
+
+    def _before_optimizer_step(self) -> None:
+        trainer = self.trainer
+        trainer.callbacks_dispatch.on_before_optimizer_step(trainer, trainer.optimizer)
+
+    def run(
+        self,
+        stream: DataStream,
+        val_dataloader: Iterable[Any] | None,
+        target: int,
+        interrupt: InterruptRequest | None = None,
+    ) -> dict[str, float]:
+        """Train until ``target``, evaluating and saving as the settings say; the last metrics.
+
+        :raises ComponentFailedError: a callback or logger raised; the last completed step was
+            saved first (:func:`stop_after_failure`).
+        """
+        trainer = self.trainer
+        if trainer.global_step >= target and trainer.loaded_step is not None:
+            log.warning(
+                "nothing to train: the fit resumed at step %d and ends at step %d (loop.max_steps "
+                "is already reached); raise loop.max_steps, or use num_steps, to train further",
+                trainer.global_step,
+                target,
+            )
+            return {}
+        try:
+            return self._run(stream, val_dataloader, target, interrupt)
+        except ComponentFailedError as failure:
+            stop_after_failure(self.trainer, stream, failure)
+            raise  # not reached: stop_after_failure raises
+
+    def _run(
+        self,
+        stream: DataStream,
+        val_dataloader: Iterable[Any] | None,
+        target: int,
+        interrupt: InterruptRequest | None,
+    ) -> dict[str, float]:
+        trainer = self.trainer
+        loop = trainer.loop
+        assert loop is not None
+        log_steps = trainer.logging.log_steps
+        # A fractional eval_frequency counts from this fit's first step, an int from step 0.
+        start = trainer.global_step if isinstance(loop.eval_frequency, float) else 0
+        eval_every = eval_period(loop.eval_frequency, target - trainer.global_step)
+        save_every = trainer.checkpoint.steps or 0
+        window = _Window()
+        last_val: dict[str, float] = {}
+        trainer.model.train()
+        while trainer.global_step < target:
+            loss, correct, count, extra = self.train_step(stream)
+            finite = math.isfinite(loss)
+            window.skipped += not finite  # skipped under nan_policy: skip_step
+            window.loss += loss if finite else 0.0
+            window.correct = window.correct + correct
+            window.count += count
+            if finite:
+                window.extra.merge(extra)
+            window.steps += 1
+            step = trainer.global_step
+            if step % log_steps == 0 or step == target:
+                self._log_window(step, window)
+                window = _Window()
+            if val_dataloader is not None and eval_every and (step - start) % eval_every == 0:
+                last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
+            if save_every and step % save_every == 0 and step != target:
+                trainer.save_checkpoint(stream)
+            if interrupt is not None and interrupt.agreed():
+                self._stop_interrupted(stream, interrupt)
+        if val_dataloader is not None and not (
+            eval_every and (target - start) % eval_every == 0 and last_val
+        ):
+            last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
+        trainer.save_checkpoint(stream)
+        trainer.checkpointer.wait()  # a background save is complete before fit returns
+        if interrupt is not None and interrupt.agreed(final=True):
+            self._stop_interrupted(stream, interrupt)
+        return last_val
+
+    def _log_window(self, step: int, window: _Window) -> None:
+        trainer = self.trainer
+        elapsed = time.perf_counter() - window.start
+        sums = {"loss": window.loss, "finite": window.steps - window.skipped}
+        sums.update(correct=int(window.correct), count=window.count)
+        values = self._window_means(sums, window.extra)
+        if window.skipped:
+            values["skipped_steps"] = window.skipped
+        values["steps_per_second"] = window.steps / elapsed if elapsed > 0 else 0.0
+        values.update(group_values(trainer.optimizer))
+        values.update(trainer.precision.metrics())
+        trainer.callbacks_dispatch.on_train_step_end(trainer, values)
+        trainer.loggers_dispatch.log_metrics(step, "train", values)
+
+    def _window_means(self, sums: dict[str, Any], extra: MetricSums) -> dict[str, float]:
+        """Loss, accuracy and extra metrics of a logging window, over every process.
+
+        Every process logs at the same steps, so the sums are reduced there (a copy on one).
+        """
+        sums = self.trainer.strategy.reduce_sums({**sums, **extra.totals()})
+        finite = sums["finite"]
+        values = {"loss": sums["loss"] / finite if finite else math.nan}
+        if sums["count"]:
+            values["accuracy"] = sums["correct"] / sums["count"]
+        values.update(MetricSums.means(sums))
+        return values
+
+    def _stop_interrupted(self, stream: DataStream, interrupt: InterruptRequest) -> None:
+        """Save the current step (unless just saved) and raise :class:`TrainingInterrupted`."""
+        trainer = self.trainer
+        if trainer.saved_step != trainer.global_step:
+            trainer.save_checkpoint(stream)
+        trainer.checkpointer.wait()
+        path = trainer.checkpoint_path(trainer.global_step)
+        number = interrupt.signal_number or 2
+        how = "interrupted" if number == 2 else f"interrupted by {signal_name(number)}"
+        message = (
+            f"{how} at step {trainer.global_step}; checkpoint saved to {path}; "
+            "run the same command again to resume"
+        )
+        raise TrainingInterrupted(message, number)
+
+
+MID_STEP_HOOKS = frozenset({"on_before_optimizer_step"})
+"""Hooks called inside a step, after its batches were drawn: no checkpoint fits that moment."""
+
+
+def stop_after_failure(trainer: Any, stream: Any, failure: ComponentFailedError) -> None:
+    """Save the last completed step (unless saved, or mid-step), then raise a clear error.
+
+    :raises ComponentFailedError: the failure, with the step and the checkpoint to resume from.
+    """
+    step = trainer.global_step
+    saved = ""
+    if failure.hook in MID_STEP_HOOKS:
+        newest = trainer.last_good_checkpoint
+        saved = (
+            f"no checkpoint written (step {step + 1} was half done); the newest is {newest}"
+            if newest
+            else f"no checkpoint written (step {step + 1} was half done)"
+        )
+    else:
+        try:
+            if trainer.saved_step != step:
+                trainer.save_checkpoint(stream)
+            saved = f"checkpoint of step {step} saved to {trainer.checkpoint_path(step)}"
+        except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
+            saved = f"saving the checkpoint of step {step} failed too: {exc}"
+    message = (
+        f"{failure} (at step {step}); training stopped; {saved}; fix or remove it and run the "
+        "same command again to resume"
+    )
+    raise ComponentFailedError(message, failure.owner, failure.hook) from failure.__cause__

@@ -1,0 +1,181 @@
+"""Throughput and model FLOPs utilisation (MFU), in each logged training record.
+
+Tokens: a model may declare ``num_tokens(batch) -> int`` (since plugin API 1.1); otherwise a
+mapping batch with an ``input_ids`` tensor counts its elements; other batches count none. The
+Trainer's data stream counts them as it hands batches out (:func:`token_counter`).
+
+FLOPs (on CPU and CUDA devices): counted once, by :class:`torch.utils.flop_counter.FlopCounterMode`
+over the forward and backward passes of the fit's second optimizer step (all its micro-batches;
+the first step is often a warm-up or a compilation), then scaled by the tokens (else the
+samples) of later windows. That step runs eagerly (``torch.compiler.set_stance``
+``("force_eager")``: compiled kernels escape the counter). With activation checkpointing, the
+recomputed forward passes are counted too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["Throughput", "token_counter", "tokens_in"]
+
+
+def tokens_in(batch: Any) -> int:
+    """Tokens of a batch without a model's count: the elements of its ``input_ids`` tensor."""
+    if isinstance(batch, Mapping):
+        ids = batch.get("input_ids")
+        if isinstance(ids, torch.Tensor):
+            return ids.numel()
+    return 0
+
+
+def token_counter(model: Any) -> Callable[[Any], int]:
+    """How the Trainer counts a batch's tokens for ``model``: ``num_tokens``, else tokens_in."""
+    declared = getattr(model, "num_tokens", None)
+    return declared if callable(declared) else tokens_in
+
+
+class Throughput:
+    """Adds tokens/s, samples/s, FLOP/s and MFU to each logged training record.
+
+    The metrics: ``device/tokens_per_sec``, ``device/samples_per_sec``,
+    ``device/flops_per_sec`` and ``device/mfu`` (a fraction of the device's peak FLOP/s).
+    Rates are this process's (one device), over the window since the previous record, without
+    the time spent in evaluations. On by default for models that report tokens (``Throughput:
+    null`` removes it); listed in ``callbacks``, it reports samples for any model.
+
+    :param peak_flops: the device's peak FLOP/s; ``None``: what the backend reports
+        (``peak_flops(dtype)``), else the known-GPU table or, on a CPU, a matmul probe (cached).
+    :param mfu: count the model's FLOPs and report ``device/flops_per_sec`` and ``device/mfu``.
+    :param only_with_tokens: report nothing for a fit whose batches hold no tokens (the default
+        instance's setting).
+    """
+
+    def __init__(
+        self, peak_flops: float | None = None, mfu: bool = True, *, only_with_tokens: bool = False
+    ) -> None:
+        self.peak_flops = peak_flops
+        self.mfu = mfu
+        self.only_with_tokens = only_with_tokens
+        self.flops_per_step: int | None = None
+        """The model FLOPs (forward and backward) of the counted optimizer step."""
+        self.step_tokens = self.step_samples = 0
+        """The tokens and samples of the counted step."""
+        self._active = True
+        self._count_step = -1
+        self._counter: Any = None
+        self._eager: Any = None
+        self._at_count = (0, 0)
+        self._last = 0.0
+        self._last_units = (0, 0)
+        self._paused = 0.0
+
+    def on_fit_start(self, trainer: Any) -> None:
+        """Start the clock; the step after this fit's first is the one whose FLOPs are counted."""
+        self._active = True
+        counts = self.mfu and trainer.device.type in _COUNTED_DEVICES
+        self._count_step = trainer.global_step + 2 if counts else -1
+        self._last = time.perf_counter()
+        self._last_units = _units(trainer)
+        self._paused = 0.0
+
+    def on_train_step_start(self, trainer: Any, step: int) -> None:
+        """At the counted step, start counting FLOPs (and decide whether there are tokens)."""
+        if self._counter is not None:  # the counted step was skipped (non-finite loss)
+            self._stop_counting(trainer)
+        if step != self._count_step or not self._active:
+            return
+        if self.only_with_tokens and not _units(trainer)[0]:
+            self._active = False
+            return
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._at_count = _units(trainer)
+        self._eager = torch.compiler.set_stance("force_eager")  # set from here to its exit
+        self._counter = FlopCounterMode(display=False)
+        self._counter.__enter__()
+
+    def on_before_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+        """Stop counting: the step's forward and backward passes are done."""
+        if self._counter is not None:
+            self._stop_counting(trainer)
+
+    def on_fit_end(self, trainer: Any) -> None:
+        """Stop counting if the counted step never reached its optimizer step."""
+        if self._counter is not None:
+            self._stop_counting(trainer)
+
+    def _stop_counting(self, trainer: Any) -> None:
+        counter, self._counter = self._counter, None
+        counter.__exit__(None, None, None)
+        self._eager.__exit__(None, None, None)
+        self.flops_per_step = int(counter.get_total_flops())
+        tokens, samples = _units(trainer)
+        self.step_tokens = tokens - self._at_count[0]
+        self.step_samples = samples - self._at_count[1]
+
+    def on_validate_start(self, trainer: Any) -> None:
+        """Stop the clock during an evaluation."""
+        self._paused = time.perf_counter()
+
+    def on_validate_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+        """Restart the clock after an evaluation."""
+        if self._paused:
+            self._last += time.perf_counter() - self._paused
+            self._paused = 0.0
+
+    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+        """Add the window's rates (and MFU once the FLOPs are counted) to ``metrics``."""
+        now = time.perf_counter()
+        tokens, samples = _units(trainer)
+        elapsed = now - self._last
+        done_tokens, done_samples = tokens - self._last_units[0], samples - self._last_units[1]
+        self._last, self._last_units = now, (tokens, samples)
+        if elapsed <= 0 or not self._active or (self.only_with_tokens and not tokens):
+            return
+        metrics["device/samples_per_sec"] = done_samples / elapsed
+        if tokens:
+            metrics["device/tokens_per_sec"] = done_tokens / elapsed
+        flops = self._window_flops(done_tokens, done_samples)
+        if flops is None:
+            return
+        metrics["device/flops_per_sec"] = flops / elapsed
+        peak = self._peak(trainer)
+        if peak:
+            metrics["device/mfu"] = flops / elapsed / peak
+
+    def _window_flops(self, tokens: int, samples: int) -> float | None:
+        """The model FLOPs of a window: the counted step's, per token (else per sample)."""
+        if self.flops_per_step is None:
+            return None
+        if self.step_tokens:
+            return self.flops_per_step * tokens / self.step_tokens
+        if self.step_samples:
+            return self.flops_per_step * samples / self.step_samples
+        return None
+
+    def _peak(self, trainer: Any) -> float | None:
+        if self.peak_flops is None:
+            dtype = getattr(trainer.precision, "dtype", None) or torch.float32
+            reported = getattr(trainer.backend, "peak_flops", None)
+            if callable(reported):
+                self.peak_flops = reported(dtype)
+            else:
+                from plugtrain.train.observability.peak_flops import device_peak_flops
+
+                self.peak_flops = device_peak_flops(trainer.device, dtype)
+            self.peak_flops = self.peak_flops or 0.0
+        return self.peak_flops
+
+
+_COUNTED_DEVICES = ("cpu", "cuda")
+"""Where FLOPs are counted: a compiling backend's device (CSX) runs no eager ops to count."""
+
+
+def _units(trainer: Any) -> tuple[int, int]:
+    """Tokens and samples the trainer's data stream has handed out."""
+    stream = trainer.stream
+    return (stream.tokens, stream.samples) if stream is not None else (0, 0)
