@@ -15,10 +15,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
 
 from plugtrain.train.checkpointing import direct_io
-from plugtrain.train.checkpointing.fit_check import first_non_finite
 from plugtrain.train.checkpointing.dcp import join_state, single_process_quiet, split_state
-from plugtrain.train.checkpointing.staging import CachedStager
 from plugtrain.train.checkpointing.direct_io import BLOCK, CHUNK, DirectFile, DirectFileSystemWriter
+from plugtrain.train.checkpointing.fit_check import first_non_finite
+from plugtrain.train.checkpointing.staging import CachedStager
 
 SIZES = [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, CHUNK - 1, CHUNK, CHUNK + 5, 2 * CHUNK + BLOCK + 3]
 

@@ -19,7 +19,7 @@ import torch
 
 import plugtrain
 from plugtrain.launching import LaunchedProcess, launched_process
-from plugtrain.train.distributed.torchrun import processes_wanted
+from plugtrain.train.build.launch import processes_wanted
 
 ROOT = Path(__file__).resolve().parents[1]
 

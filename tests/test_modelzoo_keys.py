@@ -20,15 +20,10 @@ from plugtrain._suggest import did_you_mean
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config import CheckpointSettings, load_yaml, plan_run
-from plugtrain.errors import ConfigError
-from plugtrain.train.observability import console as console_module
+from plugtrain.errors import CheckpointError, CheckpointMismatchError, ConfigError
 from plugtrain.train.build.assembly import build_trainer
-from plugtrain.train.checkpointing.archive import (
-    CheckpointError,
-    CheckpointMismatchError,
-    load_checkpoint,
-    save_checkpoint,
-)
+from plugtrain.train.checkpointing.archive import load_checkpoint, save_checkpoint
+from plugtrain.train.observability import console as console_module
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

@@ -24,7 +24,7 @@ import torch
 from plugtrain import cluster
 from plugtrain.errors import BackendError
 from plugtrain.launching import NodeSettings
-from plugtrain.train.distributed.torchrun import cluster_environment, torchrun_arguments
+from plugtrain.train.distributed.elastic import cluster_environment, torchrun_arguments
 
 pytestmark = pytest.mark.slow
 

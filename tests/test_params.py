@@ -8,7 +8,11 @@ import sys
 import pytest
 
 import plugtrain
-from plugtrain.train.build.param_groups import build_param_groups, configure_param_groups, name_matches
+from plugtrain.train.build.param_groups import (
+    build_param_groups,
+    configure_param_groups,
+    name_matches,
+)
 
 torch = pytest.importorskip("torch")
 

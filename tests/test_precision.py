@@ -20,10 +20,11 @@ import plugtrain
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config.precision import PrecisionSettings
-from plugtrain.train.checkpointing.archive import load_checkpoint
-from plugtrain.train.data.stream import seed_everything
+from plugtrain.errors import TrainingError
 from plugtrain.train.build.run import check_run_file
-from plugtrain.train.trainer import Trainer, TrainingError
+from plugtrain.train.checkpointing.archive import load_checkpoint
+from plugtrain.train.data import seed_everything
+from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
 

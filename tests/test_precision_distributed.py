@@ -72,7 +72,7 @@ def _reference() -> tuple[list[float], list[torch.Tensor]]:
     """One process, each micro-batch the union of both ranks' micro-batches."""
     from plugtrain.builtin.data import synthetic_loader
     from plugtrain.builtin.models import MLP
-    from plugtrain.train.data.stream import seed_everything
+    from plugtrain.train.data import seed_everything
 
     seed_everything(11)
     model = MLP(in_features=16, hidden=32, out_features=4)

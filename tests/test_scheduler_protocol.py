@@ -21,11 +21,10 @@ from plugtrain.authoring.schedule_plot import schedule_curves
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config import check_run, load_yaml
-from plugtrain.errors import ComponentError, ConfigError
+from plugtrain.errors import CheckpointError, ComponentError, ConfigError
 from plugtrain.schema import arg
-from plugtrain.train.checkpointing.archive import CheckpointError
-from plugtrain.train.components.building import build_component
 from plugtrain.train.build.param_groups import build_param_groups
+from plugtrain.train.components.building import build_component
 from plugtrain.train.trainer import Trainer
 
 pytest.importorskip("plugtrain_schedulers", reason="plugtrain-schedulers is not installed")

@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch import nn
 
+from plugtrain.errors import CheckpointMismatchError
 from plugtrain.protocols import SparsityAlgorithm
-from plugtrain.train.checkpointing.archive import CheckpointMismatchError
 from plugtrain.train.loop.sparsity import (
     Sparsity,
     SparsityGroup,

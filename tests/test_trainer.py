@@ -13,9 +13,9 @@ import plugtrain
 from plugtrain import hookimpl
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
-from plugtrain.errors import ConfigError
+from plugtrain.errors import ConfigError, TrainingError
 from plugtrain.train.checkpointing.archive import find_latest, load_checkpoint, save_checkpoint
-from plugtrain.train.trainer import Trainer, TrainingError
+from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
 
@@ -228,7 +228,7 @@ def test_checkpoints_are_written_atomically(tmp_path):
 def test_a_file_that_is_not_a_checkpoint_is_a_clear_error(tmp_path):
     bad = tmp_path / "checkpoint_1.mdl"
     bad.write_bytes(b"garbage")
-    from plugtrain.train.checkpointing.archive import CheckpointError
+    from plugtrain.errors import CheckpointError
 
     with pytest.raises(CheckpointError, match="not a readable plugtrain checkpoint"):
         load_checkpoint(bad)

@@ -302,8 +302,8 @@ def _configure_logging() -> None:
 def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     from plugtrain import launching
     from plugtrain.config import load_plan
-    from plugtrain.train.build import run_plan
-    from plugtrain.train.distributed import torchrun as launch
+    from plugtrain.train.build import launch_if_needed, requeue_on_signal, run_plan
+    from plugtrain.train.distributed import collective_errors
 
     _configure_logging()
     # Validated once, used throughout; fit and validate import the run file's local plugins.
@@ -314,11 +314,11 @@ def _cmd_fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
 
         logging.getLogger("plugtrain").setLevel(levels[0])
     # Several processes asked for: torchrun starts them, each runs this same command line.
-    status = launch.launch_if_needed(plan, run_registry, args.argv)
+    status = launch_if_needed(plan, run_registry, args.argv)
     if status is not None:
         return status
     with launching.exit_worker_when_done():
-        with launch.requeue_on_signal(plan), launch.collective_errors():
+        with requeue_on_signal(plan), collective_errors():
             results = run_plan(
                 plan, run_registry, mode=args.command, after_fit=_schedule_plot_drawer(run_registry)
             )

@@ -31,15 +31,15 @@ from reliability_support import (
 
 import plugtrain
 from plugtrain.builtin.models import MLP
-from plugtrain.errors import CheckpointError, ConfigError
-from plugtrain.train.checkpointing.archive import (
+from plugtrain.errors import (
+    CheckpointError,
     CheckpointMismatchError,
+    ConfigError,
     CorruptCheckpointError,
-    find_latest,
-    load_checkpoint,
-    save_checkpoint,
+    TrainingError,
 )
-from plugtrain.train.trainer import Trainer, TrainingError
+from plugtrain.train.checkpointing.archive import find_latest, load_checkpoint, save_checkpoint
+from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
 

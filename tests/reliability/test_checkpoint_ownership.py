@@ -166,7 +166,8 @@ def test_o05_checkpoint_root_is_locked_and_owned_by_one_run(tmp_path):
 
 def test_o06_the_launcher_names_the_checkpoint_in_checkpoint_root(tmp_path):
     from plugtrain.config import load_plan
-    from plugtrain.train.distributed import torchrun as launch
+    from plugtrain.train.build.launch import newest_checkpoints
+    from plugtrain.train.distributed.elastic import _stopped
 
     root = tmp_path / "ckpts"
     run = write_train_run(
@@ -178,6 +179,6 @@ def test_o06_the_launcher_names_the_checkpoint_in_checkpoint_root(tmp_path):
     root.mkdir()
     save_checkpoint(root / "checkpoint_5.mdl", {"global_step": 5})
     plan, _registry = load_plan(run, ())
-    message = launch._stopped(15, "the 2 processes", launch._checkpoint_places(plan.trainers))
+    message = _stopped(15, "the 2 processes", newest_checkpoints(plan.trainers)())
     # was: "no checkpoint was saved" (it looked in model_dir)
     assert f"the newest checkpoint is {root / 'checkpoint_5.mdl'}" in message

@@ -26,9 +26,10 @@ import torch
 from reliability_support import HANG_GUARD_S, Outcome, small_data, small_trainer, tmpfs
 
 from plugtrain.builtin.models import MLP
-from plugtrain.errors import ConfigError
-from plugtrain.train.checkpointing.archive import CheckpointError, find_latest, load_checkpoint
-from plugtrain.train.trainer import Trainer, TrainingError, TrainingInterrupted
+from plugtrain.errors import CheckpointError, ConfigError, TrainingError
+from plugtrain.train.checkpointing.archive import find_latest, load_checkpoint
+from plugtrain.train.distributed import TrainingInterrupted
+from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
 

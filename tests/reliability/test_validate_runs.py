@@ -15,8 +15,8 @@ from reliability_support import finish_process, last_line, start_plugtrain
 
 import plugtrain
 from plugtrain.builtin.models import MLP
-from plugtrain.train.checkpointing.archive import CheckpointError
-from plugtrain.train.trainer import Trainer, TrainingError
+from plugtrain.errors import CheckpointError, TrainingError
+from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
 

@@ -8,18 +8,18 @@ from plugtrain.train.distributed.dtensor_state import (
     model_shards,
     optimizer_shards,
 )
+from plugtrain.train.distributed.elastic import (
+    cluster_environment,
+    collective_errors,
+    torchrun,
+    torchrun_arguments,
+)
 from plugtrain.train.distributed.signals import (
     InterruptRequest,
     StoppedAtOnce,
     TrainingInterrupted,
     also_stop_on,
     signal_name,
-)
-from plugtrain.train.distributed.torchrun import (
-    cluster_environment,
-    collective_errors,
-    torchrun,
-    torchrun_arguments,
 )
 
 __all__ = [
