@@ -6,7 +6,11 @@ under ``if TYPE_CHECKING:``), so a lazy import cannot slip a floor either:
 - the floors are ordered, and a module imports only from its own floor or the ones below;
 - the import graph of ``core/plugtrain`` has no cycle at all;
 - the small core, ``config/`` and ``authoring/`` never import torch;
-- the plugin distributions import only documented plugtrain modules.
+- the plugin distributions import only documented plugtrain modules;
+- ``plugtrain.train`` is a facade (``trainer.py``) and rooms by job, ordered like the floors: a
+  room imports a lower room only, and only through that room's ``__init__``; only ``build/``
+  imports the facade;
+- no module of the core is longer than 600 lines.
 """
 
 from __future__ import annotations
@@ -257,3 +261,85 @@ def test_the_public_paths_import() -> None:
     assert plugtrain.Trainer is trainer_module.Trainer
     assert plugtrain.optim.lr_scheduler is scheduler_module
     assert plugtrain.distributed.__name__ == "plugtrain.distributed"
+
+
+ROOMS = (
+    "components",
+    "observability",
+    "data",
+    "distributed",
+    "loop",
+    "checkpointing",
+    "build",
+)
+"""The rooms of ``plugtrain.train``, from the ground up; the facade ``trainer.py`` stands between
+``checkpointing`` and ``build``."""
+
+TRAIN = PACKAGE / "train"
+FACADE = "plugtrain.train.trainer"
+MAX_LINES = 600
+
+
+def room_of(module: str) -> str | None:
+    """``loop`` for ``plugtrain.train.loop.nan_guard``; ``None`` outside the rooms."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[:2] == ["plugtrain", "train"] and parts[2] in ROOMS:
+        return parts[2]
+    return None
+
+
+def test_train_is_a_facade_and_its_rooms() -> None:
+    entries = sorted(p.name for p in TRAIN.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= 10, entries
+    assert entries == sorted(["__init__.py", "trainer.py", *ROOMS])
+
+
+def test_a_room_imports_lower_rooms_only_through_their_init() -> None:
+    problems = []
+    for module, path in MODULES.items():
+        room = room_of(module)
+        if room is None:
+            continue
+        for line, target in _targets(path):
+            other = room_of(target)
+            if other is None or other == room:
+                continue
+            where = f"{path.relative_to(PACKAGE)}:{line}"
+            if ROOMS.index(other) > ROOMS.index(room):
+                problems.append(f"{where} ({room}) imports the higher room {other}")
+            if target != f"plugtrain.train.{other}":
+                problems.append(f"{where} imports {target}, not through plugtrain.train.{other}")
+    assert problems == []
+
+
+def test_only_build_imports_the_facade() -> None:
+    problems = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for module, path in MODULES.items()
+        if module.startswith("plugtrain.train") and room_of(module) != "build"
+        for line, target in _targets(path)
+        if target == FACADE and module != FACADE
+    ]
+    assert problems == []
+
+
+def test_the_facade_imports_no_room_above_it() -> None:
+    targets = {room_of(target) for _, target in _targets(MODULES[FACADE])}
+    assert "build" not in targets
+
+
+def test_no_core_module_is_longer_than_600_lines() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): count
+        for path in MODULES.values()
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_the_room_check_finds_a_side_door(tmp_path: Path) -> None:
+    module = tmp_path / "side.py"
+    module.write_text("from plugtrain.train.loop.nan_guard import NonFiniteGuard\n")
+    assert _targets(module) == [(1, "plugtrain.train.loop.nan_guard")]
+    assert room_of("plugtrain.train.loop.nan_guard") == "loop"
+    assert room_of("plugtrain.train.trainer") is None

@@ -12,6 +12,7 @@ import abc
 import inspect
 import itertools
 import logging
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
@@ -26,6 +27,7 @@ __all__ = [
     "check_backend",
     "claim_backend_type",
     "missing_backend_members",
+    "rebuild_dataloader",
     "release_backend_type",
 ]
 
@@ -199,6 +201,35 @@ class BackendBase(abc.ABC):
         """
         report_inactive_flags(self.backend_type, flags)
         return {}
+
+
+SAMPLING_OPTIONS = frozenset({"batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"})
+"""The DataLoader options that say which samples make a batch: the ones a rebuild replaces."""
+
+
+def rebuild_dataloader(loader: Any, **changes: Any) -> Any:
+    """A new ``torch.utils.data.DataLoader`` over ``loader``'s dataset, with every option kept.
+
+    For a backend that shards a user's loader (``prepare_dataloader``) and for the Trainer's
+    global sample order: every constructor option of ``loader`` other than the sampling ones
+    (:data:`SAMPLING_OPTIONS`) is copied, read from the constructor's signature, so also those
+    a later torch adds: ``num_workers``, ``collate_fn``, ``pin_memory``, ``timeout``,
+    ``worker_init_fn``, ``multiprocessing_context``, ``generator`` (the same object: it seeds
+    the workers, so they get the seeds the original loader would give them),
+    ``prefetch_factor``, ``persistent_workers``, ``pin_memory_device``, ``in_order``.
+
+    :param loader: a ``torch.utils.data.DataLoader`` (so torch is imported; this module is not).
+    :param changes: the new sampling, ``sampler`` with ``batch_size`` and ``drop_last`` or a
+        ``batch_sampler``, and any option to change.
+    """
+    data = sys.modules["torch.utils.data"]
+    options = {
+        name: getattr(loader, name)
+        for name in inspect.signature(data.DataLoader).parameters
+        if name != "dataset" and name not in SAMPLING_OPTIONS and hasattr(loader, name)
+    }
+    options.update(changes)
+    return data.DataLoader(loader.dataset, **options)
 
 
 _REPORTED_FLAGS: set[tuple[str, str]] = set()

@@ -1,6 +1,6 @@
 """Hyperparameter schedules and update schedules of sparsity algorithms (no torch here).
 
-A sparsity algorithm reads two kinds of schedule (SPEC-sparsity sections 2.4 and 3):
+A sparsity algorithm reads two kinds of schedule, as in cstorch 2.10:
 
 - a :class:`HyperParameterSchedule` gives a value per step: the target ``sparsity`` or the
   ``drop_fraction``. :func:`make_schedule` builds one from what a run file or a Python caller
@@ -84,7 +84,7 @@ def _number(value: Any, key: str, owner: str) -> float:
 
 
 class HyperParameterSchedule:
-    """A value per algorithm step (SPEC-sparsity section 3).
+    """A value per algorithm step.
 
     Subclasses set :attr:`type_name` and :attr:`parameters` (the constructor arguments that a
     ``{type: ...}`` mapping may give, with their defaults) and implement :meth:`at`.
@@ -120,7 +120,7 @@ class HyperParameterSchedule:
         :param update_schedule: the steps on which :meth:`update` is told ``True`` (needed by
             ``cycling`` only; ``None`` = every step).
         :param advances: extra moves before step 1 (``cycling`` sparsity moves once when
-            training starts sparse, SPEC-sparsity section 3).
+            training starts sparse, as in cstorch).
         """
         return Curve(self.at)
 
@@ -444,7 +444,7 @@ def _from_mapping(spec: Mapping[str, Any]) -> HyperParameterSchedule:
 
 
 def make_schedule(value: Any) -> HyperParameterSchedule:
-    """A schedule from what a run file or a Python caller writes (SPEC-sparsity section 3).
+    """A schedule from what a run file or a Python caller writes.
 
     :param value: a number (``constant``), a list of numbers (``cycling``), a mapping with a
         case-insensitive ``type`` and that type's arguments, a callable ``step -> value``

@@ -8,7 +8,7 @@ arguments, its param-group key and its closed form) and a class deriving from
     class WarmupArgs(ScheduleSchema):
         peak: float = arg(help="value reached after warmup_steps", ge=0)
         warmup_steps: int = arg(help="steps of the ramp", gt=0)
-        param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+        param_group_tags: ParamGroupTags = tags_arg()
 
         @staticmethod
         def curve(arguments, child_curve):
@@ -59,6 +59,7 @@ T = TypeVar("T")
 __all__ = [
     "EXCLUDED_FROM_DECAY",
     "ChildCurve",
+    "ParamGroupTags",
     "ScheduleSchema",
     "Scheduler",
     "Show",
@@ -101,13 +102,39 @@ Show = Callable[[str], str]
 """Maps a canonical argument name to the name the user wrote it under (for messages)."""
 
 
+ParamGroupTags = str | list[str | None] | set[str | None] | None
+"""The type of ``param_group_tags``: ``param_group_tags: ParamGroupTags = tags_arg()``.
+
+In a :class:`ScheduleSchema` the argument is shown (``plugtrain show``, the reference) as the
+union itself, as though it were written out.
+"""
+
+
 def tags_arg() -> Any:
-    """The ``param_group_tags`` argument every scheduler takes (rules: :mod:`plugtrain.tags`)."""
+    """The ``param_group_tags`` argument every scheduler takes (rules: :mod:`plugtrain.tags`).
+
+    Annotate it with :data:`ParamGroupTags`.
+    """
     return arg(
         None,
         help="only update param groups carrying one of these tags (None: every group; "
         "[None]: the untagged groups)",
     )
+
+
+def _written_out_tags(schema: type) -> None:
+    """Put :data:`ParamGroupTags` itself where ``schema`` annotates ``param_group_tags`` with it.
+
+    Under ``from __future__ import annotations`` the annotation is the text
+    ``"ParamGroupTags"``, and an argument's type is shown as written; the union in its place is
+    shown as the union (a weight-decay twin's resolved annotations read the same).
+    """
+    module = sys.modules.get(schema.__module__)
+    if (
+        inspect.get_annotations(schema).get("param_group_tags") == "ParamGroupTags"
+        and getattr(module, "ParamGroupTags", None) is ParamGroupTags
+    ):
+        schema.__annotations__["param_group_tags"] = ParamGroupTags  # its own (just read)
 
 
 def _same_name(name: str) -> str:
@@ -118,7 +145,7 @@ class ScheduleSchema:
     """Base of scheduler schemas: ``schedule_key``, the closed form ``curve`` and ``rules``.
 
     Subclasses are ``attrs.frozen`` classes whose fields are the arguments (built with
-    :func:`plugtrain.schema.arg`, ``param_group_tags`` with :func:`tags_arg`).
+    :func:`plugtrain.schema.arg`, ``param_group_tags: ParamGroupTags`` with :func:`tags_arg`).
     """
 
     schedule_key: ClassVar[str] = "lr"
@@ -135,6 +162,10 @@ class ScheduleSchema:
     scheduler whose schema declares this (``ScalePerParamLR`` of ``plugtrain-schedulers``),
     called as ``Wrapper(optimizer, scheduler=child)``.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _written_out_tags(cls)
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:

@@ -2,7 +2,7 @@
 
 An unknown-name error suggests installing a distribution only when that distribution ships the
 name asked for: after a third party's plugin is uninstalled, its names are not offered as
-``pip install plugtrain-optimizers``. ``tests/test_author_gaps.py`` keeps this table equal to what
+``pip install plugtrain-optimizers``. ``tests/core/test_author_gaps.py`` keeps this table equal to what
 the distributions register. Torch-free; imports nothing.
 """
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["group_tags", "select_param_groups", "tag_problems", "wanted_tags"]
+__all__ = ["group_tags", "named_tags", "select_param_groups", "tag_problems", "wanted_tags"]
 
 TagSet = frozenset[str | None]
 
@@ -58,6 +58,19 @@ def wanted_tags(param_group_tags: Any) -> TagSet | None:
     if isinstance(param_group_tags, str):
         return frozenset({param_group_tags})
     return frozenset(param_group_tags)
+
+
+def named_tags(param_group_tags: Any) -> list[str]:
+    """The string tags ``param_group_tags`` names, sorted (``None`` and anything else left out).
+
+    Lenient where :func:`wanted_tags` is strict: for building param groups that carry the tags a
+    scheduler asks for (the conformance checks' optimizers).
+    """
+    if isinstance(param_group_tags, str):
+        return [param_group_tags]
+    if isinstance(param_group_tags, list | tuple | set | frozenset):
+        return sorted(t for t in param_group_tags if isinstance(t, str))
+    return []
 
 
 def select_param_groups(

@@ -1,7 +1,7 @@
 """Update schedules of sparsity algorithms: which steps may change the masks (no torch here).
 
 :func:`make_update_schedule` builds one from what a run file or a Python caller writes as a
-group's ``update`` (SPEC-sparsity section 2.4): ``None`` (every step), ``{freq, start, stop}``,
+group's ``update`` (cstorch's update schedules): ``None`` (every step), ``{freq, start, stop}``,
 ``{steps: [...]}``, a callable ``step -> bool`` or an :class:`UpdateSchedule`. ``step`` is the
 algorithm's count of finished optimizer steps (1 after the first step); step 0 is asked only to
 decide whether training starts sparse. Also importable from :mod:`plugtrain.hyperparams`.
@@ -24,7 +24,7 @@ __all__ = [
 
 
 class UpdateSchedule:
-    """Whether an algorithm step is an update step (SPEC-sparsity section 2.4)."""
+    """Whether an algorithm step is an update step."""
 
     def __call__(self, step: int) -> bool:
         """Whether the mask may change after ``step`` finished optimizer steps."""
@@ -152,7 +152,7 @@ def _invalid_update(update: Any) -> HyperParameterError:
 
 
 def make_update_schedule(update: Any) -> UpdateSchedule:
-    """The update schedule written as ``update`` (SPEC-sparsity section 2.4).
+    """The update schedule written as ``update``.
 
     :param update: ``None`` (every step), a mapping ``{freq, start, stop}`` (``freq`` given),
         a mapping ``{steps: [...]}``, a callable ``step -> bool`` or an :class:`UpdateSchedule`.

@@ -1,6 +1,6 @@
 """Shared fixtures of the integration tests: pip-installing example packages offline.
 
-Also makes ``offline_install`` (the build checks) importable."""
+The build checks are in ``support.offline_install``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from offline_install import clean_environment, fit_to_setuptools, offline_build_problem
+from support.offline_install import clean_environment, fit_to_setuptools, offline_build_problem
 
 # A safety net against a hung pip, not a performance assertion.
 PIP_HANG_LIMIT_S = 600

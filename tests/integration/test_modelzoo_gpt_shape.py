@@ -13,10 +13,10 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.plugtrain_cli import run_plugtrain
 
 RUN = Path(__file__).resolve().parents[2] / "examples" / "modelzoo_gpt_shape.yaml"
 MODEL_DIR = "runs/modelzoo_gpt_shape"
@@ -24,15 +24,7 @@ MODEL_DIR = "runs/modelzoo_gpt_shape"
 
 def _plugtrain(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PLUGTRAIN_")}
-    return subprocess.run(
-        [sys.executable, "-m", "plugtrain", *args, str(RUN)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=environment,
-        timeout=600,
-        check=False,
-    )
+    return run_plugtrain(*args, str(RUN), cwd=cwd, env=environment, timeout=600)
 
 
 @pytest.fixture(scope="module")

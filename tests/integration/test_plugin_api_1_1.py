@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from offline_install import clean_environment
+from support.offline_install import clean_environment
 
 pytestmark = pytest.mark.slow
 

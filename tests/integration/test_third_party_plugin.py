@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from offline_install import fit_to_setuptools, offline_build_problem, version_of
+from support.offline_install import fit_to_setuptools, offline_build_problem, version_of
 
 pytestmark = pytest.mark.slow
 

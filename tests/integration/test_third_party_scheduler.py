@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from offline_install import clean_environment
+from support.offline_install import clean_environment
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from offline_install import clean_environment
+from support.offline_install import clean_environment
+from support.plugtrain_cli import run_plugtrain
 
 pytestmark = pytest.mark.slow
 
@@ -34,14 +35,8 @@ def site(install_offline: Callable[[str, Sequence[Path]], Path]) -> Path:
 
 
 def _plugtrain(site: Path, *arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "plugtrain", *arguments],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=clean_environment(PYTHONPATH=str(site)),
-        cwd=cwd,
-        timeout=HANG_LIMIT_S,
+    return run_plugtrain(
+        *arguments, env=clean_environment(PYTHONPATH=str(site)), cwd=cwd, timeout=HANG_LIMIT_S
     )
 
 

@@ -1,16 +1,12 @@
-"""Fixtures of the reliability suite; also makes ``reliability_support`` importable."""
+"""Fixtures of the reliability suite (its helpers are in ``support.reliability``)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from plugtrain import plugins
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reliability_support import Outcome, error_lines, run_subprocess, subprocess_env
+from support.reliability import Outcome, error_lines, run_subprocess, subprocess_env
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from reliability_support import HANG_GUARD_S, Outcome, run_subprocess, subprocess_env, write_dist
+from support.reliability import HANG_GUARD_S, Outcome, run_subprocess, subprocess_env, write_dist
 
 pytestmark = pytest.mark.slow
 

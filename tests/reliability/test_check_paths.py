@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from reliability_support import error_lines, run_cli, write_train_run
+from support.reliability import error_lines, run_cli, write_train_run
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import (
+from support.reliability import (
     assert_positioned_config_error,
     finish_process,
     last_line,

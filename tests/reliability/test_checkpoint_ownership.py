@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from reliability_support import small_data, small_trainer, write_train_run
+from support.reliability import small_data, small_trainer, write_train_run
 
 import plugtrain
 from plugtrain.errors import CheckpointError, ModelDirBusyError

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reliability_support import (
+from support.reliability import (
     run_cli,
     run_subprocess,
     subprocess_env,

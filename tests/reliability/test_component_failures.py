@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from reliability_support import small_data, small_trainer
+from support.reliability import small_data, small_trainer
 
 from plugtrain.errors import ComponentFailedError, ConfigError
 from plugtrain.train.checkpointing.archive import load_checkpoint

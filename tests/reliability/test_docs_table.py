@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-from reliability_support import ROOT
+from support.reliability import ROOT
 
 DOC = ROOT / "docs" / "reliability.md"
 HERE = Path(__file__).resolve().parent

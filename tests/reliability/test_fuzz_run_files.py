@@ -26,7 +26,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from reliability_support import (
+from support.reliability import (
     EXAMPLES,
     Outcome,
     assert_positioned_config_error,

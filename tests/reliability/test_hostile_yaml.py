@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from reliability_support import (
+from support.reliability import (
     assert_positioned_config_error,
     error_lines,
     run_cli,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import HANG_GUARD_S, Outcome, small_data, small_trainer, tmpfs
+from support.reliability import HANG_GUARD_S, Outcome, small_data, small_trainer, tmpfs
 
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import CheckpointError, ConfigError, TrainingError

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import (
+from support.reliability import (
     finish_process,
     last_line,
     start_plugtrain,

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability_support import (
+from support.reliability import (
     HANG_GUARD_S,
     Outcome,
     run_subprocess,

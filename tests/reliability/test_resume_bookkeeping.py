@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import (
+from support.reliability import (
     finish_process,
     small_data,
     small_trainer,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from reliability_support import small_data, small_trainer
+from support.reliability import small_data, small_trainer
 
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP

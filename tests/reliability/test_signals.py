@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import (
+from support.reliability import (
     Outcome,
     finish_process,
     last_line,

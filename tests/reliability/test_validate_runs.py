@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import finish_process, last_line, start_plugtrain
+from support.reliability import finish_process, last_line, start_plugtrain
 
 import plugtrain
 from plugtrain.builtin.models import MLP

@@ -11,6 +11,9 @@ Sparsity groups (``trainer.init.sparsity``) are drawn beside them: each group's 
 ``sparsity`` and, for SET and RigL, its ``drop_fraction``, from the closed forms its algorithm's
 schema gives (``curves(arguments)``, see :class:`plugtrain.sparsity_schema.SparsitySchema`), so a
 third party's algorithm is drawn the same way.
+
+:func:`plot_trainer_schedules` draws one trainer of a run file: ``plugtrain plot`` calls it for
+each trainer, and ``plugtrain fit`` after each trainer's fit (into ``schedule.png``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from plugtrain.errors import ConfigError, ConfigIssue, MissingDependencyError, U
 from plugtrain.schema import arg_infos, validated_arguments
 
 if TYPE_CHECKING:
-    from plugtrain.config.plan import SparsityGroupSpec
+    from plugtrain.config.plan import SparsityGroupSpec, TrainerPlan
     from plugtrain.registry import Registry
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "STEPPED_NOTE",
     "ScheduleCurve",
     "plot_schedules",
+    "plot_trainer_schedules",
     "schedule_curves",
 ]
 
@@ -285,3 +289,31 @@ def plot_schedules(
     target = Path(path)
     figure.savefig(target)
     return target
+
+
+def plot_trainer_schedules(
+    trainer: TrainerPlan,
+    path: str | Path,
+    steps: int | Iterable[int] | None = None,
+    registry: Registry | None = None,
+) -> Path | None:
+    """Draw the schedules of one trainer of a run file: its schedulers and sparsity groups.
+
+    What ``plugtrain plot`` draws for each trainer and ``plugtrain fit`` after each trainer's fit.
+    A stepped scheduler (no closed form) starts from the learning rate of the trainer's optimizer.
+
+    :param trainer: the trainer's validated plan.
+    :param path: the image to write (as for :func:`plot_schedules`).
+    :param steps: steps to draw, as for :func:`schedule_curves`; ``None``: their natural length.
+    :param registry: the registry the run file was validated with (default: the process's).
+    :returns: the path written, or ``None`` when the trainer has neither schedulers nor sparsity
+        (nothing is written, and matplotlib is not needed).
+    :raises MissingDependencyError: when matplotlib is not installed (:data:`MATPLOTLIB_MISSING`).
+    """
+    if not trainer.schedulers and not trainer.sparsity:
+        return None
+    specs = [spec.to_mapping() for spec in trainer.schedulers]
+    optimizer = trainer.optimizer.spec.to_mapping() if trainer.optimizer else None
+    return plot_schedules(
+        specs, path, steps, registry, optimizer=optimizer, sparsity=trainer.sparsity
+    )

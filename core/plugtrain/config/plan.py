@@ -176,7 +176,7 @@ class OptimizerPlan:
 
 @attrs.frozen
 class SparsityGroupSpec:
-    """One validated group of ``trainer.init.sparsity`` (SPEC-sparsity section 1).
+    """One validated group of ``trainer.init.sparsity``.
 
     :param algorithm: the registered name of its sparsity algorithm (``"RigL"``), whatever case
         was written.

@@ -288,7 +288,7 @@ class InitSection:
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str | Problem]:
-        """``device`` and ``backend`` exclude each other (the seed's message); a path is named."""
+        """``device`` and ``backend`` exclude each other (Model Zoo's message); a path is named."""
         if arguments["device"] is not None and arguments["backend"] is not None:
             yield MUTUALLY_EXCLUSIVE
         yield from _blank_path("model_dir", arguments["model_dir"])

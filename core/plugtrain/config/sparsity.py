@@ -1,4 +1,4 @@
-"""The ``sparsity:`` section of ``trainer.init`` (SPEC-sparsity section 1), torch-free.
+"""The ``sparsity:`` section of ``trainer.init``, torch-free.
 
 It takes every form Model Zoo and cstorch take:
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from plugtrain.scheduler import last_values, scheduler_groups, scheduler_key
+from plugtrain.tags import named_tags
 from plugtrain.testing.conformance import (
     ConformanceReport,
     NotApplicable,
@@ -36,15 +37,6 @@ REL_TOL = 1e-6
 """Relative tolerance between a closed form and stepped values (they are Python floats)."""
 
 Build = Callable[..., Any]
-
-
-def _tags_in(arguments: Mapping[str, Any]) -> list[str]:
-    tags = arguments.get("param_group_tags")
-    if isinstance(tags, str):
-        return [tags]
-    if isinstance(tags, list | tuple | set | frozenset):
-        return sorted(t for t in tags if isinstance(t, str))
-    return []
 
 
 def _optimizer(*tags: str | None) -> torch.optim.SGD:
@@ -83,7 +75,7 @@ class _SchedulerChecks:
 
     def fresh(self, **extra: Any) -> tuple[torch.optim.SGD, Any]:
         arguments = {**self.arguments, **extra}
-        optimizer = _optimizer(None, *_tags_in(arguments))
+        optimizer = _optimizer(None, *named_tags(arguments.get("param_group_tags")))
         return optimizer, self.build(optimizer, **arguments)
 
     def first_value(self, scheduler: Any) -> float:
@@ -203,7 +195,7 @@ class _SchedulerChecks:
             raise PropertyFailed(message)
         wrapper = registry.resolve("scheduler", wrapper_name)
         milestone = self.steps
-        optimizer = _optimizer(None, *_tags_in(self.arguments))
+        optimizer = _optimizer(None, *named_tags(self.arguments.get("param_group_tags")))
         children = [self.build(optimizer, **self.arguments) for _ in range(2)]
         extra: dict[str, Any] = {}
         if "param_group_tags" in self.arguments:

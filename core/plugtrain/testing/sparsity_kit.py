@@ -10,12 +10,16 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from plugtrain.testing.conformance import ConformanceReport, PropertyFailed, run_properties
 from plugtrain.testing.optimizer_kit import weights_only_copy
+
+if TYPE_CHECKING:
+    from plugtrain.train.loop import Sparsity
+    from plugtrain.train.trainer import Trainer
 
 __all__ = ["SPARSITY_PROPERTIES", "check_sparsity"]
 
@@ -53,13 +57,13 @@ class _Watch:
         self.disturb = disturb
         self.masks: list[dict[str, torch.Tensor]] = []
 
-    def on_train_step_start(self, trainer: Any, step: int) -> None:
+    def on_train_step_start(self, trainer: Trainer, step: int) -> None:
         if self.disturb:
             torch.rand(7)
             torch.manual_seed(1000 + step)
 
-    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
-        self.masks.append({p.name: p.mask.clone() for p in trainer.sparsity.parameters})
+    def on_train_step_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+        self.masks.append({p.name: p.mask.clone() for p in _sparsity(trainer).parameters})
 
 
 def _fit(
@@ -70,7 +74,7 @@ def _fit(
     steps: int = _STEPS,
     watch: _Watch | None = None,
     made: list[Any] | None = None,
-) -> Any:
+) -> Trainer:
     from plugtrain.train.loop import SparsityGroup
     from plugtrain.train.trainer import Trainer
 
@@ -95,7 +99,13 @@ def _fit(
     return trainer
 
 
-def _same_model(a: Any, b: Any) -> str | None:
+def _sparsity(trainer: Trainer) -> Sparsity:
+    """The sparsity of one of these fits (every one has some)."""
+    assert trainer.sparsity is not None
+    return trainer.sparsity
+
+
+def _same_model(a: Trainer, b: Trainer) -> str | None:
     first, second = a.model.state_dict(), b.model.state_dict()
     for key, value in first.items():
         if not torch.equal(value, second[key]):
@@ -115,13 +125,13 @@ def _checks(build: Build, arguments: Mapping[str, Any]) -> dict[str, Callable[[]
         with tempfile.TemporaryDirectory() as folder:
             trainer = _fit(build, arguments, Path(folder), watch=watch)
         for step, masks in enumerate(watch.masks, 1):
-            for sparse in trainer.sparsity.parameters:
+            for sparse in _sparsity(trainer).parameters:
                 mask = masks[sparse.name]
                 if mask.dtype != torch.bool:
                     raise PropertyFailed(
                         f"the mask of {sparse.name} is {mask.dtype} at step {step}"
                     )
-        final = trainer.sparsity.parameters
+        final = _sparsity(trainer).parameters
         for sparse in final:
             if torch.count_nonzero(sparse.param[~sparse.mask]):
                 raise PropertyFailed(f"{sparse.name} is not zero where masked after the fit")
@@ -132,7 +142,7 @@ def _checks(build: Build, arguments: Mapping[str, Any]) -> dict[str, Callable[[]
             trainer = _fit(build, arguments, Path(folder), made=made)
         state = made[0].state_dict()
         loaded = weights_only_copy(state)
-        params = [(p.name, p.param) for p in trainer.sparsity.parameters]
+        params = [(p.name, p.param) for p in _sparsity(trainer).parameters]
         fresh = build(params, **arguments)
         fresh.load_state_dict(loaded)
         again = weights_only_copy(fresh.state_dict())

@@ -1,9 +1,12 @@
-"""The training framework (imports torch): the Trainer, building a run from its plan, launching.
+"""The training framework (imports torch): the Trainer, and the rooms it is built from.
 
 The upper floor of plugtrain. The small core (``plugtrain``'s top-level modules) and
 ``plugtrain.config`` never import it; it builds components through the registry and runs them.
-Public here: :class:`plugtrain.train.trainer.Trainer` (also ``plugtrain.Trainer``),
-:func:`plugtrain.train.backends.backend` (also ``plugtrain.backend``). The Trainer is a facade
-over parts with one job each: ``assembly`` (a Trainer from a plan), ``components`` (building
-one component), ``loop``, ``nan_guard``, ``evaluation``, ``trainer_state`` and ``checkpointer``.
+Public here: :class:`plugtrain.train.trainer.Trainer` (also ``plugtrain.Trainer``). The Trainer
+is a facade over rooms with one job each, from the ground up: ``components`` (building one
+component), ``observability`` (logs, metrics, throughput), ``data`` (the sample order and the
+data stream), ``distributed`` (torchrun, signals, DTensor state), ``loop`` (the steps and
+evaluation), ``checkpointing`` (checkpoints and the trainer's state); ``build`` (a Trainer from a
+run file's plan, and running the file) stands above the facade. A room imports only lower rooms,
+through their ``__init__``; the rooms' modules are private.
 """

@@ -136,6 +136,18 @@ class Trainer:
     """The training data loader's name and arguments as a run file gives them (set by
     ``plugtrain fit``); part of the data fingerprint a resume by position checks."""
 
+    # Set by __init__'s helpers (_attach_callbacks, _attach_parts); the parts read them.
+    callbacks: list[Any]
+    """The callbacks, in call order: the given ones, then the defaults and the profiler."""
+    loggers: list[Any]
+    """The loggers, defaults first (called on the main process only)."""
+    callbacks_dispatch: Callbacks
+    loggers_dispatch: Loggers
+    nan_guard: NonFiniteGuard
+    evaluation: Evaluation
+    state: TrainerState
+    training_loop: TrainingLoop
+
     def __init__(
         self,
         *,
@@ -219,12 +231,10 @@ class Trainer:
 
     def _attach_callbacks(self, callbacks: Any, loggers: Any, profile: Any) -> None:
         """The callbacks and loggers, and their dispatchers (loggers run on the main process)."""
-        self.callbacks: list[Any] = assemble(
+        self.callbacks = assemble(
             "callback", callbacks, DEFAULT_CALLBACKS, defaults_last=True
         ) + profiler_callbacks(_settings(ProfileSettings, profile, "profile"))
-        self.loggers: list[Any] = assemble(
-            "logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close")
-        )
+        self.loggers = assemble("logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close"))
         main = self.is_main_process
         self.callbacks_dispatch = Callbacks(self.callbacks + (self.loggers if main else []))
         self.loggers_dispatch = Loggers(

@@ -1,6 +1,6 @@
 """Parameter tagging: glob filters on parameter names turn a model into tagged param groups.
 
-Model Zoo's behaviour (SPEC section 4): a filter ``{"params": GLOB or [GLOB, ...], "tag": NAME}``
+Model Zoo's behaviour: a filter ``{"params": GLOB or [GLOB, ...], "tag": NAME}``
 matches a parameter when a glob matches its whole name or any dot-suffix of it (``fc1.weight``
 matches ``model.fc1.weight``; ``*`` also crosses dots; case-sensitive). Parameters are grouped by
 the *set* of tags they collect, one group per distinct set, in order of first appearance;

@@ -8,35 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from plugtrain.attribution import attribute_error
-from plugtrain.config import load_plan
 from plugtrain.config.plan import RunPlan, TrainerPlan, ValidateAllPlan, ValidatePlan
 from plugtrain.errors import ComponentError, ConfigError, ConfigIssue
 from plugtrain.registry import Registry
 from plugtrain.train.components import build_component
 
-__all__ = ["AfterFit", "check_run_file", "run_file", "run_plan"]
+__all__ = ["AfterFit", "run_plan"]
 
 AfterFit = Callable[[TrainerPlan, Any], None]
 """Called with a trainer's plan and its Trainer after its ``fit`` (the CLI draws the plot)."""
 
 log = logging.getLogger("plugtrain")
-
-
-def check_run_file(
-    path: str | os.PathLike[str], overrides: Sequence[str] = (), *, import_plugins: bool = False
-) -> list[TrainerPlan]:
-    """Load, override and validate a run file; imports no torch.
-
-    :param import_plugins: import every module the file lists under ``plugins:`` (what ``fit``
-        and ``validate`` do); by default only installed plugins or those named with ``-p``.
-    """
-    plan, _registry = load_plan(path, overrides, import_local=import_plugins)
-    return list(plan.trainers)
 
 
 def _fit_evaluated_it(fit: Any, validate: ValidatePlan) -> bool:
@@ -72,8 +58,8 @@ def run_plan(
     if mode == "validate_all" and all(t.validate_all is None for t in plan.trainers):
         message = "nothing to do: no trainer has a validate_all section"
         raise ConfigError([ConfigIssue("", message, plan.source)])
-    from plugtrain.train.build.assembly import build_trainer  # imports torch: not for check_run_file
-    from plugtrain.train.checkpointing import plain
+    from plugtrain.train.build.assembly import build_trainer  # imports torch
+    from plugtrain.config.plan import plain
 
     backends: dict[str, Any] = {}
     results: list[Any] = []
@@ -142,15 +128,3 @@ def _validate_all(trainer: Any, section: ValidateAllPlan, registry: Registry) ->
         paths = list(section.ckpt_paths) if section.ckpt_paths is not None else None
         return trainer.validate_all(loaders, paths)  # type: ignore[no-any-return]
     return trainer.validate_all(loaders)  # type: ignore[no-any-return]
-
-
-def run_file(
-    path: str | os.PathLike[str],
-    overrides: Sequence[str] = (),
-    *,
-    mode: str = "fit",
-    after_fit: AfterFit | None = None,
-) -> list[Any]:
-    """Validate the whole file once, then run its trainers in order (see :func:`run_plan`)."""
-    plan, registry = load_plan(path, overrides, import_local=True)
-    return run_plan(plan, registry, mode=mode, after_fit=after_fit)

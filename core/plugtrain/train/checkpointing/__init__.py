@@ -11,7 +11,6 @@ from plugtrain.train.checkpointing.archive import (
     find_checkpoints,
     find_latest,
     load_checkpoint,
-    plain,
     save_checkpoint,
 )
 from plugtrain.train.checkpointing.checkpointer import Checkpointer
@@ -27,7 +26,6 @@ __all__ = [
     "find_checkpoints",
     "find_latest",
     "load_checkpoint",
-    "plain",
     "round_trip_problems",
     "run_locks",
     "save_checkpoint",

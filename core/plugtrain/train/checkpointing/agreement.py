@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from plugtrain.errors import TrainingError
+
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
 
 __all__ = ["disagreement", "restore_agreed"]
 
@@ -21,7 +24,7 @@ _NOTHING = -1.0
 
 
 def restore_agreed(
-    trainer: Any, find_and_load: Callable[[], Path | None], load: Callable[[Path], None]
+    trainer: Trainer, find_and_load: Callable[[], Path | None], load: Callable[[Path], None]
 ) -> Path | None:
     """Restore on every process the checkpoint rank 0 finds; the path this process loaded.
 
@@ -38,7 +41,7 @@ def restore_agreed(
             path = find_and_load()
         except Exception as exc:  # noqa: BLE001 (any failure must reach the comparison, or the others wait on it)
             problem = f"{type(exc).__name__}: {exc}"
-    mine = float(trainer.loaded_step) if path is not None and not problem else _NOTHING
+    mine = _step_loaded(trainer) if path is not None and not problem else _NOTHING
     picked = strategy.reduce_sums({"step": mine if rank == 0 else 0.0})["step"]
     if rank != 0 and picked != _NOTHING:
         path = trainer.checkpoint_path(int(picked))
@@ -46,7 +49,7 @@ def restore_agreed(
             load(path)
         except Exception as exc:  # noqa: BLE001 (as above)
             problem = f"{type(exc).__name__}: {exc}"
-    loaded = float(trainer.loaded_step) if path is not None and not problem else _NOTHING
+    loaded = _step_loaded(trainer) if path is not None and not problem else _NOTHING
     sums: dict[str, float] = {}
     for other in range(int(getattr(strategy, "world_size", 1))):
         sums[f"step/{other}"] = loaded if other == rank else 0.0
@@ -57,6 +60,13 @@ def restore_agreed(
         here = f" (this is rank {rank}" + (f", {path}: {problem})" if problem else ")")
         raise TrainingError(report + here)
     return path
+
+
+def _step_loaded(trainer: Trainer) -> float:
+    """The step of the checkpoint this process just loaded (``load_checkpoint`` sets it)."""
+    step = trainer.loaded_step
+    assert step is not None, "loading a checkpoint sets trainer.loaded_step"
+    return float(step)
 
 
 def disagreement(

@@ -32,25 +32,10 @@ __all__ = [
     "find_checkpoints",
     "find_latest",
     "load_checkpoint",
-    "plain",
     "remove_stale_temporaries",
     "save_checkpoint",
     "verify_archive",
 ]
-
-
-def plain(value: Any) -> Any:
-    """``value`` with YAML-located mappings and lists turned into plain ``dict`` and ``list``.
-
-    Checkpoints are loaded with ``weights_only=True``, which accepts only plain containers.
-    """
-    if isinstance(value, Mapping):
-        return {plain(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(plain(v) for v in value)
-    return value
 
 
 def _create_temporary(path: Path) -> tuple[int, Path]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ class Checkpointer(abc.ABC):
         """
 
     @abc.abstractmethod
-    def load(self, path: str | Path) -> dict[str, Any]:
+    def load(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """The state stored at ``path``.
 
         :raises CorruptCheckpointError: the checkpoint is damaged.

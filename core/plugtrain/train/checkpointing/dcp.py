@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -39,12 +39,16 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.tensor import DTensor
 
+from plugtrain.config.plan import plain
 from plugtrain.errors import CheckpointError, CorruptCheckpointError
 from plugtrain.train.checkpointing import archive
 from plugtrain.train.checkpointing.checkpointer import Checkpointer
 from plugtrain.train.checkpointing.direct_io import DirectFileSystemWriter
 from plugtrain.train.checkpointing.staging import CachedStager
 from plugtrain.train.checkpointing.state_rule import verify_first_checkpoint
+
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
 
 __all__ = [
     "REST_FILE",
@@ -167,7 +171,7 @@ def _planner() -> DefaultSavePlanner:
     return DefaultSavePlanner(enable_plan_caching=True)
 
 
-def state_template(trainer: Any, with_optimizer_state: bool) -> dict[str, Any]:
+def state_template(trainer: Trainer, with_optimizer_state: bool) -> dict[str, Any]:
     """Copies of ``trainer``'s model and optimizer state dicts, for DCP to load into.
 
     Copies, so that loading changes nothing before the Trainer applies the parts it keeps
@@ -247,7 +251,7 @@ class DCPCheckpointer(Checkpointer):
         if self.is_writer:
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
-            archive.save_checkpoint(partial / REST_FILE, archive.plain(rest))
+            archive.save_checkpoint(partial / REST_FILE, plain(rest))
         if distributed:
             dist.barrier()  # the folder exists before anyone writes into it
         try:
@@ -329,7 +333,7 @@ class DCPCheckpointer(Checkpointer):
 
     # -- loading ---------------------------------------------------------------------------
 
-    def load(self, path: str | Path) -> dict[str, Any]:
+    def load(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """The state in the folder at ``path``, its tensors shaped like this run's (resharded)."""
         self.wait()
         path = Path(path)

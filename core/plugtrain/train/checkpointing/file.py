@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ class FileCheckpointer(Checkpointer):
         """Read the file back with ``weights_only=True``; an unloadable one is removed."""
         verify_first_checkpoint(path, state, owners)
 
-    def load(self, path: str | Path) -> dict[str, Any]:
+    def load(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """The state in the file at ``path``, after its archive is checked."""
         return archive.load_checkpoint(path)
 

@@ -7,15 +7,18 @@ imported only then).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from plugtrain.train.checkpointing.checkpointer import Checkpointer
 from plugtrain.train.checkpointing.file import FileCheckpointer
 
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
+
 __all__ = ["checkpointer_for"]
 
 
-def checkpointer_for(trainer: Any) -> Checkpointer:
+def checkpointer_for(trainer: Trainer) -> Checkpointer:
     """The checkpointer of ``trainer.checkpoint.format``: single files, or DCP folders."""
     settings = trainer.checkpoint
     if getattr(settings, "format", "file") != "dcp":

@@ -22,6 +22,7 @@ import torch
 
 from plugtrain.attribution import describe_owner
 from plugtrain.errors import CheckpointError
+from plugtrain.tags import named_tags
 
 __all__ = [
     "plain_problems",
@@ -165,20 +166,12 @@ def verify_first_checkpoint(
 # -- the contract check's round trip (plugtrain.testing) -----------------------------------
 
 
-def _tags_in(arguments: Mapping[str, Any]) -> list[str]:
-    tags = arguments.get("param_group_tags")
-    if isinstance(tags, str):
-        return [tags]
-    if isinstance(tags, list | tuple | set | frozenset):
-        return sorted(t for t in tags if isinstance(t, str))
-    return []
-
-
 def _optimizer_for(arguments: Mapping[str, Any]) -> torch.optim.Optimizer:
     """SGD with an untagged group and one group per tag the scheduler asks for."""
     groups: list[dict[str, Any]] = [{"params": [torch.zeros(2, requires_grad=True)]}]
     groups += [
-        {"params": [torch.zeros(2, requires_grad=True)], "tags": tag} for tag in _tags_in(arguments)
+        {"params": [torch.zeros(2, requires_grad=True)], "tags": tag}
+        for tag in named_tags(arguments.get("param_group_tags"))
     ]
     return torch.optim.SGD(groups, lr=0.1, weight_decay=0.01)
 

@@ -12,14 +12,14 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from plugtrain._version import __version__
+from plugtrain.config.plan import plain
 from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingError
 from plugtrain.train.checkpointing.agreement import restore_agreed
-from plugtrain.train.checkpointing.archive import plain
 from plugtrain.train.checkpointing.disk import reserve
 from plugtrain.train.checkpointing.fit_check import check_fits
 from plugtrain.train.checkpointing.parts import checkpoint_parts
@@ -28,6 +28,9 @@ from plugtrain.train.components import evaluation_mode
 from plugtrain.train.data import DataStream, rng_state, set_rng_state
 from plugtrain.train.distributed import gathered, model_shards, optimizer_shards
 from plugtrain.train.loop import UNSET
+
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
 
 __all__ = ["TrainerState", "check_version"]
 
@@ -40,7 +43,7 @@ class TrainerState:
     :param trainer: whose components are saved and restored.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.verified = False
 
@@ -265,7 +268,7 @@ _EVALUATION_PARTS = frozenset({"model", "sparsity", "global_step"})
 
 
 def _plain_state(
-    trainer: Any, state: dict[str, Any], owners: Mapping[str, Any]
+    trainer: Trainer, state: dict[str, Any], owners: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """``state`` with unloadable callback states left out, and what was left out.
 

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sized
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
 
+from plugtrain.backend_base import rebuild_dataloader
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
 from plugtrain.train.data.sample_order import GlobalOrder
 from plugtrain.train.observability import say_once
+
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
 
 __all__ = ["GlobalBatchSampler", "follow_global_order", "in_global_order"]
 
@@ -183,30 +187,16 @@ def follow_global_order(
         fingerprint["arguments"] = {
             key: value for key, value in arguments.items() if key not in LOADING_ARGUMENTS
         }
-    return _rebuild(loader, GlobalBatchSampler(order, rank, fingerprint)), None
+    return rebuild_dataloader(
+        loader, batch_sampler=GlobalBatchSampler(order, rank, fingerprint)
+    ), None
 
 
 def _describe(fingerprint: Mapping[str, Any]) -> str:
     return ", ".join(f"{key} {value!r}" for key, value in sorted(fingerprint.items()))
 
 
-def _rebuild(loader: DataLoader[Any], batch_sampler: GlobalBatchSampler) -> DataLoader[Any]:
-    options: dict[str, Any] = {
-        "num_workers": loader.num_workers,
-        "collate_fn": loader.collate_fn,
-        "pin_memory": loader.pin_memory,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context,
-        "persistent_workers": loader.persistent_workers,
-        "generator": loader.generator,
-    }
-    if loader.num_workers > 0:
-        options["prefetch_factor"] = loader.prefetch_factor
-    return DataLoader(loader.dataset, batch_sampler=batch_sampler, **options)
-
-
-def in_global_order(trainer: Any, loader: Iterable[Any]) -> Iterable[Any]:
+def in_global_order(trainer: Trainer, loader: Iterable[Any]) -> Iterable[Any]:
     """The trainer's training loader following ``loop.sample_order`` (else as it is)."""
     assert trainer.loop is not None
     strategy = trainer.strategy

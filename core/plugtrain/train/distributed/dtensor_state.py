@@ -15,12 +15,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-__all__ = ["gathered", "is_sharded", "local_tensor", "model_shards", "optimizer_shards"]
-
-
-def is_sharded(value: Any) -> bool:
-    """Whether ``value`` is a DTensor."""
-    return isinstance(value, DTensor)
+__all__ = ["gathered", "local_tensor", "model_shards", "optimizer_shards"]
 
 
 def local_tensor(value: torch.Tensor) -> torch.Tensor:

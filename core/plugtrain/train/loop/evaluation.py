@@ -8,13 +8,16 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from plugtrain.errors import CheckpointError, TrainingError
 from plugtrain.train.components import evaluation_mode
 from plugtrain.train.loop.batches import MetricSums
+
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
 
 __all__ = ["UNSET", "Evaluation", "describe_metrics"]
 
@@ -44,7 +47,7 @@ class Evaluation:
     :param trainer: the trainer whose model, backend, callbacks and loggers take part.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
     @torch.no_grad()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from plugtrain.errors import TrainingError
 from plugtrain.train.distributed import local_tensor
+
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
 
 __all__ = ["NonFiniteGuard", "first_non_finite"]
 
@@ -22,7 +25,7 @@ class NonFiniteGuard:
     :param trainer: the :class:`~plugtrain.train.trainer.Trainer` it guards.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.skipped_in_a_row = 0
 
@@ -98,6 +101,7 @@ class NonFiniteGuard:
                 f"skipping steps cannot recover them; training stopped{self.kept()}"
             )
             raise TrainingError(message)
+        assert trainer.loop is not None  # step_done calls this under nan_policy skip_step only
         limit = trainer.loop.max_consecutive_skips
         if self.skipped_in_a_row >= limit:
             message = (

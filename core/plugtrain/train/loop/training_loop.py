@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +29,9 @@ from plugtrain.train.data import DataStream
 from plugtrain.train.distributed import InterruptRequest, TrainingInterrupted, signal_name
 from plugtrain.train.loop.accumulation import StepLoss
 from plugtrain.train.loop.batches import MetricSums
+
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
 
 __all__ = ["TrainingLoop", "eval_period", "group_values", "steps_per_epoch", "target_step"]
 
@@ -130,7 +133,7 @@ class TrainingLoop:
     :param trainer: the trainer whose model, optimizer, schedulers, callbacks and loggers run.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
     def train_step(self, stream: DataStream) -> tuple[float, Any, int, MetricSums]:
@@ -334,7 +337,7 @@ MID_STEP_HOOKS = frozenset({"on_before_optimizer_step"})
 """Hooks called inside a step, after its batches were drawn: no checkpoint fits that moment."""
 
 
-def stop_after_failure(trainer: Any, stream: Any, failure: ComponentFailedError) -> None:
+def stop_after_failure(trainer: Trainer, stream: DataStream, failure: ComponentFailedError) -> None:
     """Save the last completed step (unless saved, or mid-step), then raise a clear error.
 
     :raises ComponentFailedError: the failure, with the step and the checkpoint to resume from.

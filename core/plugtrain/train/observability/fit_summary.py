@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
 
 __all__ = ["describe_fit"]
 
@@ -40,7 +43,7 @@ def _batch_size(loader: Any) -> int | None:
     return size if isinstance(size, int) else None
 
 
-def _precision(trainer: Any) -> str:
+def _precision(trainer: Trainer) -> str:
     precision = trainer.precision
     dtype = getattr(precision, "dtype", None)
     if dtype is None:
@@ -50,7 +53,7 @@ def _precision(trainer: Any) -> str:
     return f"{name} autocast{scaled}"
 
 
-def describe_fit(trainer: Any, loader: Any) -> str:
+def describe_fit(trainer: Trainer, loader: Any) -> str:
     """The line, e.g. ``fit: GPT 1.2M parameters; batch 8 x 128 per process, global 32.
 
     (2 processes x 2 micro-batches); float32; steps 0 -> 600; writes runs/gpt``: the model's

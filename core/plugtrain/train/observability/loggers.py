@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain.kinds import KINDS
@@ -18,6 +18,9 @@ from plugtrain.train.observability.failures import Failures
 from plugtrain.train.observability.fit_summary import describe_fit
 from plugtrain.train.observability.metrics import MetricsLog, Progress, set_aside_metrics
 from plugtrain.train.observability.throughput import Throughput
+
+if TYPE_CHECKING:
+    from plugtrain.train.trainer import Trainer
 
 __all__ = [
     "DEFAULT_CALLBACKS",
@@ -41,15 +44,16 @@ class ProgressLogger:
     def __init__(self) -> None:
         self._progress: Progress | None = None
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: Trainer) -> None:
         """Say what the fit does, then start the bar at its step, ending at its last step."""
         self.close()
         stream = getattr(trainer, "stream", None)
         log.info("%s", describe_fit(trainer, getattr(stream, "loader", None)))
         show = trainer.logging.progress
+        assert trainer.target_step is not None  # fit sets it before on_fit_start
         self._progress = Progress(trainer.target_step, trainer.global_step, show)
 
-    def on_train_step_start(self, trainer: Any, step: int) -> None:
+    def on_train_step_start(self, trainer: Trainer, step: int) -> None:
         """Move the bar to the step just finished."""
         if self._progress is not None:
             self._progress.advance(step - 1, None)
@@ -82,7 +86,7 @@ class MetricsFilesLogger:
         self._log: MetricsLog | None = None
         self._directory: Path | None = None
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: Trainer) -> None:
         """Open the files, dropping rows after the step the fit resumes from.
 
         A fit that does not resume from a checkpoint of its own folder (from scratch, or
@@ -100,7 +104,7 @@ class MetricsFilesLogger:
             log.info("metrics: the earlier run's rows are kept in %s", moved)
         self._log = MetricsLog(directory)
 
-    def on_validate_start(self, trainer: Any) -> None:
+    def on_validate_start(self, trainer: Trainer) -> None:
         """Open the files for a ``validate`` (no rows dropped)."""
         if self._log is None:
             self._directory = Path(trainer.model_dir)

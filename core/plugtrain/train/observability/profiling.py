@@ -12,16 +12,29 @@ Without ``profile`` nothing is added to the loop.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from plugtrain.config.speed import ProfileSettings
 
-__all__ = ["ProfilerWindow", "profiler_callbacks"]
+__all__ = ["ProfiledTrainer", "ProfilerWindow", "profiler_callbacks"]
 
 log = logging.getLogger("plugtrain")
+
+
+class ProfiledTrainer(Protocol):
+    """What :class:`ProfilerWindow` reads of the trainer it is a callback of."""
+
+    @property
+    def model_dir(self) -> str | os.PathLike[str]:
+        """The traces go to its ``profile`` folder."""
+
+    @property
+    def device(self) -> torch.device:
+        """A CUDA device's kernels and memory are profiled too."""
 
 
 def profiler_callbacks(settings: ProfileSettings | None) -> list[Any]:
@@ -45,7 +58,7 @@ class ProfilerWindow:
     def _last(self) -> int:
         return self.settings.start_step + self.settings.steps - 1
 
-    def _names(self, trainer: Any) -> dict[str, Path]:
+    def _names(self, trainer: ProfiledTrainer) -> dict[str, Path]:
         first, last = self.settings.start_step, self._last
         rank = ""
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -56,7 +69,7 @@ class ProfilerWindow:
             "memory": folder / f"memory_snapshot_steps_{first}-{last}{rank}.pickle",
         }
 
-    def on_train_step_start(self, trainer: Any, step: int) -> None:
+    def on_train_step_start(self, trainer: ProfiledTrainer, step: int) -> None:
         """Start the profiler before the window (one warm-up step), advance it, stop it after."""
         if self._step_mark is not None:
             self._step_mark.__exit__(None, None, None)
@@ -72,7 +85,7 @@ class ProfilerWindow:
             self._step_mark = torch.profiler.record_function(f"train_step {step}")
             self._step_mark.__enter__()
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: ProfiledTrainer) -> None:
         """Stop a window the fit ended inside (its trace is written)."""
         if self._step_mark is not None:
             self._step_mark.__exit__(None, None, None)
@@ -80,7 +93,7 @@ class ProfilerWindow:
         if self._profiler is not None:
             self._stop()
 
-    def _start(self, trainer: Any, *, warmup: bool, window: int) -> None:
+    def _start(self, trainer: ProfiledTrainer, *, warmup: bool, window: int) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
 
         self._paths = self._names(trainer)

@@ -16,11 +16,48 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-__all__ = ["Throughput", "token_counter", "tokens_in"]
+__all__ = ["MeteredTrainer", "Throughput", "token_counter", "tokens_in"]
+
+
+class _Counts(Protocol):
+    """A data stream's count of what it handed out (:class:`plugtrain.train.data.DataStream`)."""
+
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def samples(self) -> int: ...
+
+
+class MeteredTrainer(Protocol):
+    """What :class:`Throughput` reads of the trainer it is a callback of.
+
+    A :class:`plugtrain.train.trainer.Trainer`, or a stand-in measuring the callback alone.
+    """
+
+    @property
+    def device(self) -> torch.device:
+        """FLOPs are counted on a CPU or CUDA device only."""
+
+    @property
+    def global_step(self) -> int:
+        """The step the fit starts from (the next but one has its FLOPs counted)."""
+
+    @property
+    def stream(self) -> _Counts | None:
+        """The data stream of the fit (``None``: nothing handed out yet)."""
+
+    @property
+    def precision(self) -> object:
+        """Its ``dtype``, if it has one, is the dtype of the peak FLOP/s."""
+
+    @property
+    def backend(self) -> object:
+        """Its ``peak_flops(dtype)``, if it has one, gives the peak FLOP/s."""
 
 
 def tokens_in(batch: Any) -> int:
@@ -73,7 +110,7 @@ class Throughput:
         self._last_units = (0, 0)
         self._paused = 0.0
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: MeteredTrainer) -> None:
         """Start the clock; the step after this fit's first is the one whose FLOPs are counted."""
         self._active = True
         counts = self.mfu and trainer.device.type in _COUNTED_DEVICES
@@ -82,7 +119,7 @@ class Throughput:
         self._last_units = _units(trainer)
         self._paused = 0.0
 
-    def on_train_step_start(self, trainer: Any, step: int) -> None:
+    def on_train_step_start(self, trainer: MeteredTrainer, step: int) -> None:
         """At the counted step, start counting FLOPs (and decide whether there are tokens)."""
         if self._counter is not None:  # the counted step was skipped (non-finite loss)
             self._stop_counting(trainer)
@@ -98,17 +135,17 @@ class Throughput:
         self._counter = FlopCounterMode(display=False)
         self._counter.__enter__()
 
-    def on_before_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: MeteredTrainer, optimizer: Any) -> None:
         """Stop counting: the step's forward and backward passes are done."""
         if self._counter is not None:
             self._stop_counting(trainer)
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: MeteredTrainer) -> None:
         """Stop counting if the counted step never reached its optimizer step."""
         if self._counter is not None:
             self._stop_counting(trainer)
 
-    def _stop_counting(self, trainer: Any) -> None:
+    def _stop_counting(self, trainer: MeteredTrainer) -> None:
         counter, self._counter = self._counter, None
         counter.__exit__(None, None, None)
         self._eager.__exit__(None, None, None)
@@ -117,17 +154,17 @@ class Throughput:
         self.step_tokens = tokens - self._at_count[0]
         self.step_samples = samples - self._at_count[1]
 
-    def on_validate_start(self, trainer: Any) -> None:
+    def on_validate_start(self, trainer: MeteredTrainer) -> None:
         """Stop the clock during an evaluation."""
         self._paused = time.perf_counter()
 
-    def on_validate_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_validate_end(self, trainer: MeteredTrainer, metrics: dict[str, float]) -> None:
         """Restart the clock after an evaluation."""
         if self._paused:
             self._last += time.perf_counter() - self._paused
             self._paused = 0.0
 
-    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_train_step_end(self, trainer: MeteredTrainer, metrics: dict[str, float]) -> None:
         """Add the window's rates (and MFU once the FLOPs are counted) to ``metrics``."""
         now = time.perf_counter()
         tokens, samples = _units(trainer)
@@ -157,7 +194,7 @@ class Throughput:
             return self.flops_per_step * samples / self.step_samples
         return None
 
-    def _peak(self, trainer: Any) -> float | None:
+    def _peak(self, trainer: MeteredTrainer) -> float | None:
         if self.peak_flops is None:
             dtype = getattr(trainer.precision, "dtype", None) or torch.float32
             reported = getattr(trainer.backend, "peak_flops", None)
@@ -175,7 +212,7 @@ _COUNTED_DEVICES = ("cpu", "cuda")
 """Where FLOPs are counted: a compiling backend's device (CSX) runs no eager ops to count."""
 
 
-def _units(trainer: Any) -> tuple[int, int]:
+def _units(trainer: MeteredTrainer) -> tuple[int, int]:
     """Tokens and samples the trainer's data stream has handed out."""
     stream = trainer.stream
     return (stream.tokens, stream.samples) if stream is not None else (0, 0)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
+from plugtrain.backend_base import rebuild_dataloader
 from plugtrain.errors import BackendError
 from plugtrain.launching import LaunchedProcess, exit_after_atexit_handlers, launched_process
 
@@ -253,24 +254,9 @@ def shard_train_loader(loader: Any, rank: int, world_size: int) -> Any:
         seed=seed,
         drop_last=loader.drop_last,
     )
-    return _rebuild(
+    return rebuild_dataloader(
         loader, sampler=sampler, batch_size=loader.batch_size, drop_last=loader.drop_last
     )
-
-
-def _rebuild(loader: DataLoader, **changes: Any) -> DataLoader:
-    options: dict[str, Any] = {
-        "num_workers": loader.num_workers,
-        "collate_fn": loader.collate_fn,
-        "pin_memory": loader.pin_memory,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context,
-        "persistent_workers": loader.persistent_workers,
-    }
-    if loader.num_workers > 0:
-        options["prefetch_factor"] = loader.prefetch_factor
-    return DataLoader(loader.dataset, **options, **changes)
 
 
 class _EveryNth:
@@ -306,5 +292,5 @@ def shard_eval_batches(
         return loader
     if isinstance(loader, DataLoader) and loader.batch_sampler is not None:
         shard = _EveryNth(loader.batch_sampler, rank, world_size, max_batches)
-        return _rebuild(loader, batch_sampler=shard)
+        return rebuild_dataloader(loader, batch_sampler=shard)
     return _EveryNth(loader, rank, world_size, max_batches)

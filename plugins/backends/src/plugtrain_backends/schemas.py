@@ -28,63 +28,9 @@ MAX_DIST_TIMEOUT = 1e9
 """About 31 years: torch keeps the timeout in int64 milliseconds, Python's timedelta in days."""
 
 
-def _timeout_arg() -> Any:
-    return arg(
-        DEFAULT_DIST_TIMEOUT,
-        help="seconds a collective waits for the other processes before the run fails",
-        gt=0,
-        le=MAX_DIST_TIMEOUT,
-    )
-
-
-_CPU_NODES = node_args()
-_GPU_NODES = node_args()
-
 DATA_PARALLEL = ("ddp", "fsdp2", "hsdp")
 """How a multi-process run spreads the model: DDP replicas, FSDP2 shards, or HSDP (replicas of
 shard groups, ``dp_replicate`` x ``dp_shard``)."""
-
-
-def _data_parallel_arg() -> Any:
-    return arg(
-        "ddp",
-        help="ddp (replicas), fsdp2 (parameters, gradients and optimizer state sharded) or hsdp",
-        choices=DATA_PARALLEL,
-    )
-
-
-def _dp_shard_arg() -> Any:
-    return arg(
-        None,
-        help="processes one FSDP2 shard group spans (default: all of them / dp_replicate)",
-        gt=0,
-    )
-
-
-def _dp_replicate_arg() -> Any:
-    return arg(
-        1, help="hsdp: replicas of the shard group (dp_shard x dp_replicate processes)", gt=0
-    )
-
-
-def _reshard_arg() -> Any:
-    return arg(True, help="fsdp2/hsdp: free the gathered parameters after forward (less memory)")
-
-
-def _meta_init_arg() -> Any:
-    return arg(
-        True,
-        help="fsdp2/hsdp: build a model with init_weights() on the meta device and fill only "
-        "this process's shards; false: build it whole in every process first",
-    )
-
-
-def _fsdp_modules_arg() -> Any:
-    return arg(
-        [],
-        help="fsdp2/hsdp: globs of submodule names that get their own fully_shard "
-        "(e.g. blocks.*); empty: the model's own fsdp_modules, else the root only",
-    )
 
 
 def parallel_problems(arguments: Mapping[str, Any], processes: int | None) -> Iterator[Problem]:
@@ -122,31 +68,85 @@ def parallel_problems(arguments: Mapping[str, Any], processes: int | None) -> It
         yield about("dp_replicate", message)
 
 
+_NODES = node_args()
+
+
+def _own_after_artifact_dir(cls: type, fields: list[Any]) -> list[Any]:
+    """``artifact_dir``, the backend's own arguments, then the shared rest (the documented order).
+
+    attrs puts a base class's fields first; a backend's own arguments come right after
+    ``artifact_dir`` in ``plugtrain show`` and the reference, and in the constructor signature.
+    """
+    inherited = [field for field in fields if field.inherited]
+    own = [field for field in fields if not field.inherited]
+    return [inherited[0], *own, *inherited[1:]]
+
+
 @attrs.frozen
-class CPUArgs:
-    """Run on the host CPU: one process, or data parallel over gloo on several."""
+class _ProcessGroupArgs:
+    """The arguments CPU and GPU share: where artifacts go, the timeout, the nodes, the plan.
+
+    A subclass declares its own arguments with ``@attrs.frozen(field_transformer=
+    _own_after_artifact_dir)``, which places them after ``artifact_dir``.
+    """
 
     artifact_dir: str | None = arg(None, help="where the backend writes its artifacts")
+    dist_timeout: float = arg(
+        DEFAULT_DIST_TIMEOUT,
+        help="seconds a collective waits for the other processes before the run fails",
+        gt=0,
+        le=MAX_DIST_TIMEOUT,
+    )
+    num_nodes: int = _NODES["num_nodes"]
+    node_rank: int | None = _NODES["node_rank"]
+    rdzv_endpoint: str | None = _NODES["rdzv_endpoint"]
+    rdzv_id: str | None = _NODES["rdzv_id"]
+    rdzv_timeout: float = _NODES["rdzv_timeout"]
+    max_restarts: int = _NODES["max_restarts"]
+    cluster_environment: str = _NODES["cluster_environment"]
+    requeue_signal: str | None = _NODES["requeue_signal"]
+    data_parallel: Literal["ddp", "fsdp2", "hsdp"] = arg(
+        "ddp",
+        help="ddp (replicas), fsdp2 (parameters, gradients and optimizer state sharded) or hsdp",
+        choices=DATA_PARALLEL,
+    )
+    dp_shard: int | None = arg(
+        None,
+        help="processes one FSDP2 shard group spans (default: all of them / dp_replicate)",
+        gt=0,
+    )
+    dp_replicate: int = arg(
+        1, help="hsdp: replicas of the shard group (dp_shard x dp_replicate processes)", gt=0
+    )
+    reshard_after_forward: bool = arg(
+        True, help="fsdp2/hsdp: free the gathered parameters after forward (less memory)"
+    )
+    fsdp_modules: list[str] = arg(
+        [],
+        help="fsdp2/hsdp: globs of submodule names that get their own fully_shard "
+        "(e.g. blocks.*); empty: the model's own fsdp_modules, else the root only",
+    )
+    meta_device_init: bool = arg(
+        True,
+        help="fsdp2/hsdp: build a model with init_weights() on the meta device and fill only "
+        "this process's shards; false: build it whole in every process first",
+    )
+
+    @staticmethod
+    def plan_problems(arguments: Mapping[str, Any], world_size: int) -> Iterator[Problem]:
+        """The ``data_parallel`` plan at ``world_size`` processes (``check --world-size``)."""
+        return parallel_problems(arguments, world_size)
+
+
+@attrs.frozen(field_transformer=_own_after_artifact_dir)
+class CPUArgs(_ProcessGroupArgs):
+    """Run on the host CPU: one process, or data parallel over gloo on several."""
+
     num_processes: int = arg(
         1,
         help="processes on this machine; above 1, `plugtrain fit` starts them with torchrun",
         gt=0,
     )
-    dist_timeout: float = _timeout_arg()
-    num_nodes: int = _CPU_NODES["num_nodes"]
-    node_rank: int | None = _CPU_NODES["node_rank"]
-    rdzv_endpoint: str | None = _CPU_NODES["rdzv_endpoint"]
-    rdzv_id: str | None = _CPU_NODES["rdzv_id"]
-    rdzv_timeout: float = _CPU_NODES["rdzv_timeout"]
-    max_restarts: int = _CPU_NODES["max_restarts"]
-    cluster_environment: str = _CPU_NODES["cluster_environment"]
-    requeue_signal: str | None = _CPU_NODES["requeue_signal"]
-    data_parallel: Literal["ddp", "fsdp2", "hsdp"] = _data_parallel_arg()
-    dp_shard: int | None = _dp_shard_arg()
-    dp_replicate: int = _dp_replicate_arg()
-    reshard_after_forward: bool = _reshard_arg()
-    fsdp_modules: list[str] = _fsdp_modules_arg()
-    meta_device_init: bool = _meta_init_arg()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -159,17 +159,11 @@ class CPUArgs:
         processes = int(arguments.get("num_processes", 1)) * int(arguments.get("num_nodes", 1))
         yield from parallel_problems(arguments, processes)
 
-    @staticmethod
-    def plan_problems(arguments: Mapping[str, Any], world_size: int) -> Iterator[Problem]:
-        """The ``data_parallel`` plan at ``world_size`` processes (``check --world-size``)."""
-        return parallel_problems(arguments, world_size)
 
-
-@attrs.frozen
-class GPUArgs:
+@attrs.frozen(field_transformer=_own_after_artifact_dir)
+class GPUArgs(_ProcessGroupArgs):
     """Run on CUDA GPUs; data parallel with DDP (one process per GPU) when distributed."""
 
-    artifact_dir: str | None = arg(None, help="where the backend writes its artifacts")
     enable_distributed: bool = arg(
         False, help="one process per visible GPU (`plugtrain fit` starts them with torchrun)"
     )
@@ -179,21 +173,6 @@ class GPUArgs:
         None, help="torch.distributed init method (None: env:// as set by torchrun)"
     )
     sync_batchnorm: bool = arg(False, help="convert BatchNorm layers to SyncBatchNorm")
-    dist_timeout: float = _timeout_arg()
-    num_nodes: int = _GPU_NODES["num_nodes"]
-    node_rank: int | None = _GPU_NODES["node_rank"]
-    rdzv_endpoint: str | None = _GPU_NODES["rdzv_endpoint"]
-    rdzv_id: str | None = _GPU_NODES["rdzv_id"]
-    rdzv_timeout: float = _GPU_NODES["rdzv_timeout"]
-    max_restarts: int = _GPU_NODES["max_restarts"]
-    cluster_environment: str = _GPU_NODES["cluster_environment"]
-    requeue_signal: str | None = _GPU_NODES["requeue_signal"]
-    data_parallel: Literal["ddp", "fsdp2", "hsdp"] = _data_parallel_arg()
-    dp_shard: int | None = _dp_shard_arg()
-    dp_replicate: int = _dp_replicate_arg()
-    reshard_after_forward: bool = _reshard_arg()
-    fsdp_modules: list[str] = _fsdp_modules_arg()
-    meta_device_init: bool = _meta_init_arg()
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -207,11 +186,6 @@ class GPUArgs:
             message = "num_nodes above 1 needs enable_distributed: true (one process per GPU)"
             yield about(("num_nodes", "enable_distributed"), message)
         yield from parallel_problems(arguments, None)
-
-    @staticmethod
-    def plan_problems(arguments: Mapping[str, Any], world_size: int) -> Iterator[Problem]:
-        """The ``data_parallel`` plan at ``world_size`` processes (``check --world-size``)."""
-        return parallel_problems(arguments, world_size)
 
 
 def _problems_of_format(arguments: Mapping[str, Any]) -> Iterator[Problem]:

@@ -1,6 +1,6 @@
 """Causal self-attention with grouped k/v, RoPE, ALiBi, windows and softcapping.
 
-SPEC-models 1.3 item 4: ``s = alpha * (q c)(k c')^T [/ (layer+1)]``, softcap, ALiBi bias, mask,
+Model Zoo's scores: ``s = alpha * (q c)(k c')^T [/ (layer+1)]``, softcap, ALiBi bias, mask,
 softmax over keys (float32), dropout, ``@ v``, ``W_o``. Without softcapping the scores go
 through :func:`torch.nn.functional.scaled_dot_product_attention` with the same scale and an
 additive mask; with it, they are computed explicitly.

@@ -1,6 +1,6 @@
 """Model Zoo's decoder language model: one module, the GPT-2 path and the parallel GPT-J path.
 
-The module tree and registration order are Model Zoo's (SPEC-models 2.1), so its run files'
+The module tree and registration order are Model Zoo's, so its run files'
 globs and checkpoints' names apply: ``model.embedding_layer.word_embeddings``,
 ``model.transformer_decoder.layers.N.self_attn.proj_q_dense_layer``, ``model.ln_f`` (also
 reachable as ``model.transformer_decoder.norm``), ``model.lm_head``.

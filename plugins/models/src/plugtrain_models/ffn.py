@@ -1,7 +1,7 @@
 """The feed-forward network of a decoder layer, dense or a mixture of experts.
 
-Dense (SPEC-models 1.3 item 8): ``ffn.ffn.0.linear_layer`` (+ ``linear_layer_for_glu``, which
-carries the activation), then ``ffn.ffn.1.linear_layer``, then dropout. MoE (1.6): a router
+Dense, as Model Zoo's: ``ffn.ffn.0.linear_layer`` (+ ``linear_layer_for_glu``, which
+carries the activation), then ``ffn.ffn.1.linear_layer``, then dropout. MoE: a router
 ``ffn.gate`` chooses ``top_k`` of ``ffn.experts.experts.E`` per token; shared experts
 ``ffn.experts.shared_experts.S`` always run.
 """

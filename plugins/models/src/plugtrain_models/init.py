@@ -1,4 +1,4 @@
-"""Model Zoo's initialisation of a decoder's weights (SPEC-models 1.7 and 1.8).
+"""Model Zoo's initialisation of a decoder's weights, muP's scaling included.
 
 Which initializer each weight gets: attention and FFN-input weights ``initializer``, tables
 ``embedding_initializer``, output projections ``output_layer_initializer``, each defaulting to

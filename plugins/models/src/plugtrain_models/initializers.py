@@ -1,4 +1,4 @@
-"""Model Zoo's initializers (SPEC-models 1.7): a bare name or ``{name: ..., args}``.
+"""Model Zoo's initializers: a bare name or ``{name: ..., args}``.
 
 :func:`make_initializer` turns such a spec into a function that fills a tensor in place;
 :func:`scaled` multiplies a (truncated) normal's std, and its bounds with it, as muP and the

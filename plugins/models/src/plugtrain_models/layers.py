@@ -1,6 +1,6 @@
 """The small pieces of a decoder: norms, activations, rotary and ALiBi positions, masks.
 
-The formulas are SPEC-models section 1.3: RMSNorm in float32, exact (erf) GELU, RoPE on
+The formulas are Model Zoo's: RMSNorm in float32, exact (erf) GELU, RoPE on
 interleaved pairs of the first ``rotary_dim`` dims of each head, ALiBi's slope list.
 """
 
@@ -134,7 +134,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 def alibi_slopes(heads: int) -> list[float]:
-    """ALiBi's slopes for ``heads`` heads (SPEC-models 1.3 item 6)."""
+    """ALiBi's slopes for ``heads`` heads (Press et al.'s geometric sequence, as Model Zoo)."""
 
     def powers(n: int) -> list[float]:
         start = 2 ** (-8 / n)

@@ -1,4 +1,4 @@
-"""Model Zoo's language-model loss (``GPTLMHeadModelLoss``, SPEC-models section 5).
+"""Model Zoo's language-model loss (``GPTLMHeadModelLoss``).
 
 Labels are already shifted by the data; ``attention_mask`` is the loss mask.
 """

@@ -3,7 +3,7 @@
 ``forward(batch)`` takes ``{input_ids, attention_mask, labels}`` (plus ``position_ids`` and
 ``attention_span`` under VSL) and returns ``{"loss", "accuracy", "num_examples"}``;
 ``logits(input_ids)`` returns ``[B, S, V]``. ``attention_mask`` is a loss mask only: pad tokens
-are attended causally like any others (SPEC-models section 0).
+are attended causally like any others, as in Model Zoo.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ LR_GROUPS: dict[str, tuple[str, ...]] = {
     "decoder_input_ffn": ("*decoder*ffn.ffn.[!1]*weight",),
     "decoder_output_ffn": ("*decoder*ffn.ffn.[1]*weight",),
 }
-"""Model Zoo's learning-rate groups (full-match globs, SPEC-models 2.2)."""
+"""Model Zoo's learning-rate groups (full-match globs)."""
 
 
 class DecoderLM(nn.Module):
-    """A Model Zoo decoder language model computing Model Zoo's loss (SPEC-models)."""
+    """A Model Zoo decoder language model computing Model Zoo's loss."""
 
     report_perplexity: bool
     """Evaluation reports exp(loss): on when the loss is a per-token mean (num_tokens)."""
@@ -88,7 +88,7 @@ class DecoderLM(nn.Module):
 
     @property
     def mup_lr_factors(self) -> dict[str, float]:
-        """The learning-rate factor of each group under muP (SPEC-models 1.8; empty without muP)."""
+        """The learning-rate factor of each group under muP (empty without muP)."""
         s = self.settings
         if s.mup_width is None or s.mup_filter is None:
             return {}

@@ -1,7 +1,7 @@
 """The rules between a decoder's keys (torch-free; the schemas' ``cross_check``).
 
 Each rule yields :func:`plugtrain.schema.about` problems, which a run file places at the key's
-line and column. Names of keys and values are Model Zoo's (SPEC-models section 1).
+line and column. Names of keys and values are Model Zoo's.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ MOE_DEFAULTS: dict[str, Any] = {
     "probability_before_ffn": False,
     "moe_implementation": "experimental",
 }
-"""Every ``moe:`` key and its Model Zoo default (SPEC-models 1.6)."""
+"""Every ``moe:`` key and its Model Zoo default."""
 
 _NUMBERS = (
     "layer_norm_epsilon", "attention_dropout_rate", "loss_weight", "initializer_range",

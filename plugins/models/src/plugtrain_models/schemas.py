@@ -3,7 +3,7 @@
 Model Zoo 2.10 has two decoder implementations with one key surface each: the GPT-2 path
 (gpt3, llama, jais, mixtral, starcoder, gemma2, btlm, mistral, bloom, santacoder, gpt2) and the
 GPT-J path (gptj, falcon, gpt-neox). Every family name validates against its path's schema; the
-keys, defaults and rules are SPEC-models section 1. Numbers may be written as strings
+keys, defaults and rules are Model Zoo 2.10's. Numbers may be written as strings
 (``layer_norm_epsilon: 1e-05`` is a string to YAML 1.1), as Model Zoo's pydantic coerces them.
 """
 
@@ -22,7 +22,7 @@ __all__ = ["GPT2_FAMILIES", "GPTJ_FAMILIES", "Gpt2PathArgs", "GptjPathArgs", "sc
 Real = float | str
 """A number, or a string holding one (coerced, as Model Zoo's pydantic does)."""
 Initializer = str | dict[str, Any] | None
-"""An initializer: a bare name or ``{name: ..., args}`` (SPEC-models section 1.7)."""
+"""An initializer: a bare name or ``{name: ..., args}``."""
 
 CSX_ONLY = "it only matters on Cerebras CSX systems; CPU/GPU compute it in float32 exactly"
 
@@ -102,7 +102,7 @@ class _SharedArgs:
 
 @attrs.frozen
 class Gpt2PathArgs(_SharedArgs):
-    """A Model Zoo decoder on the GPT-2 path: sequential pre-norm blocks (SPEC-models 1.3)."""
+    """A Model Zoo decoder on the GPT-2 path: sequential pre-norm blocks."""
 
     position_embedding_type: Literal["learned", "fixed", "rotary", "alibi", "relative"] | None = (
         arg("learned", help="how positions enter: learned table, fixed, rotary, alibi")
@@ -157,13 +157,13 @@ class Gpt2PathArgs(_SharedArgs):
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str | Problem]:
-        """The rules between keys (SPEC-models 1.3-1.8)."""
+        """The rules between keys, as Model Zoo's GPT-2 path has them."""
         yield from gpt2_path_problems(arguments)
 
 
 @attrs.frozen
 class GptjPathArgs(_SharedArgs):
-    """A Model Zoo decoder on the GPT-J path: parallel attention and FFN (SPEC-models 1.5)."""
+    """A Model Zoo decoder on the GPT-J path: parallel attention and FFN."""
 
     position_embedding_type: Literal["learned", "fixed", "rotary", "alibi", "relative"] | None = (
         arg("rotary", help="how positions enter (alibi is not on this path)")
@@ -182,7 +182,7 @@ class GptjPathArgs(_SharedArgs):
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str | Problem]:
-        """The rules between keys (SPEC-models 1.5-1.8)."""
+        """The rules between keys, as Model Zoo's GPT-J path has them."""
         yield from gptj_path_problems(arguments)
 
 

@@ -1,7 +1,7 @@
 """A decoder's validated keys resolved into the numbers its layers use (torch-free).
 
 :class:`DecoderSettings` is what the modules read: defaults that depend on other keys (``null``
-dropouts, ``rotary_dim``, muP's scales) are settled here once, following SPEC-models section 1.
+dropouts, ``rotary_dim``, muP's scales) are settled here once, as Model Zoo settles them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = ["DecoderSettings", "MoESettings", "resolve_settings"]
 
 @attrs.frozen
 class MoESettings:
-    """The ``moe:`` mapping with Model Zoo's defaults filled in (SPEC-models 1.6)."""
+    """The ``moe:`` mapping with Model Zoo's defaults filled in."""
 
     num_experts: int
     top_k: int

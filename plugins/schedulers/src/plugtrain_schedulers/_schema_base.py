@@ -1,7 +1,8 @@
-"""The factory of weight-decay twins; the schema base itself is in the core (no torch here).
+"""The factory of weight-decay twins (no torch here).
 
-:class:`~plugtrain.scheduler.ScheduleSchema`, ``ChildCurve``, ``Show`` and ``tags_arg`` moved to
-:mod:`plugtrain.scheduler` (third-party schedulers share them) and stay importable from here.
+The schema base itself, :class:`~plugtrain.scheduler.ScheduleSchema` with ``ChildCurve``,
+``Show`` and ``tags_arg``, is in the core's :mod:`plugtrain.scheduler` (third-party schedulers
+share it).
 """
 
 from __future__ import annotations
@@ -13,17 +14,10 @@ from typing import Any
 import attrs
 
 from plugtrain.curve import Curve
-from plugtrain.scheduler import ChildCurve, ScheduleSchema, Show, tags_arg
+from plugtrain.scheduler import ChildCurve, ScheduleSchema, Show
 from plugtrain.schema import Problem
 
-__all__ = [
-    "ChildCurve",
-    "ScheduleSchema",
-    "Show",
-    "tags_arg",
-    "weight_decay_text",
-    "weight_decay_twin",
-]
+__all__ = ["weight_decay_text", "weight_decay_twin"]
 
 # Learning-rate argument name -> (weight-decay name, cstorch's generic alias for it).
 WD_NAMES: dict[str, tuple[str, str | None]] = {

@@ -1,9 +1,9 @@
 """Closed forms of every schedule: a value as a pure function of the step. No torch here.
 
 Each builder checks nothing (the schemas validate arguments) and returns a
-:class:`plugtrain.curve.Curve` (the class lives in the core; ``curves.Curve`` is the same), whose
-``at(step)`` costs the same at step 10 and at step 10**9: no builder iterates over past steps,
-and step functions with many pieces find theirs by bisection.
+:class:`plugtrain.curve.Curve`, whose ``at(step)`` costs the same at step 10 and at step 10**9:
+no builder iterates over past steps, and step functions with many pieces find theirs by
+bisection.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from plugtrain.curve import Curve
 
 __all__ = [
-    "Curve",
     "chained",
     "constant",
     "cosine_annealing",

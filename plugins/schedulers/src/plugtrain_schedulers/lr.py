@@ -6,8 +6,8 @@ also takes ``param_group_tags``.
 
 from __future__ import annotations
 
+from plugtrain.scheduler import Scheduler
 from plugtrain_schedulers import schemas
-from plugtrain_schedulers._base import Scheduler
 from plugtrain_schedulers._wrappers import Chained, ScalePerParam, Sequential
 
 __all__ = [

@@ -14,16 +14,11 @@ from typing import Any, ClassVar
 
 import attrs
 
+from plugtrain.curve import Curve
+from plugtrain.scheduler import ChildCurve, ParamGroupTags, ScheduleSchema, Show, tags_arg
 from plugtrain.schema import Problem, about, arg
 from plugtrain_schedulers import curves
-from plugtrain_schedulers._schema_base import (
-    ChildCurve,
-    ScheduleSchema,
-    Show,
-    tags_arg,
-    weight_decay_twin,
-)
-from plugtrain_schedulers.curves import Curve
+from plugtrain_schedulers._schema_base import weight_decay_twin
 
 __all__ = ["LR_SCHEMAS", "WD_SCHEMAS"]
 
@@ -42,7 +37,7 @@ class ConstantLRArgs(ScheduleSchema):
 
     learning_rate: float = arg(help="the learning rate", ge=0)
     total_iters: int | None = arg(None, help="length when used inside a SequentialLR", gt=0)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -59,7 +54,7 @@ class PolynomialLRArgs(ScheduleSchema):
     total_iters: int = arg(help="number of steps of the decay", gt=0)
     power: float = arg(1.0, help="exponent of the decay (1: linear)", ge=0)
     cycle: bool = arg(False, help="restart the decay every total_iters steps")
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -81,7 +76,7 @@ class LinearLRArgs(ScheduleSchema):
     end_learning_rate: float = arg(help="learning rate from step total_iters on", ge=0)
     total_iters: int = arg(help="number of steps of the ramp", gt=0)
     cycle: bool = arg(False, help="restart the ramp every total_iters steps")
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -103,7 +98,7 @@ class ExponentialLRArgs(ScheduleSchema):
     total_iters: int = arg(help="steps per factor of decay_rate", gt=0)
     decay_rate: float = arg(help="factor per total_iters steps", ge=0)
     staircase: bool = arg(False, help="decay in whole steps of total_iters")
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -125,7 +120,7 @@ class InverseExponentialTimeDecayLRArgs(ScheduleSchema):
     total_iters: int = arg(help="steps per unit of decay", gt=0)
     decay_rate: float = arg(help="decay rate", ge=0)
     staircase: bool = arg(False, help="floor e ** step_exponent / T")
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -146,7 +141,7 @@ class InverseSquareRootDecayLRArgs(ScheduleSchema):
     initial_learning_rate: float = arg(1.0, help="learning rate numerator", ge=0)
     scale: float = arg(1.0, help="multiplies the result", ge=0)
     warmup_steps: float = arg(1.0, help="steps the value is held for", gt=0)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -163,7 +158,7 @@ class CosineDecayLRArgs(ScheduleSchema):
     initial_learning_rate: float = arg(help="learning rate at step 0", ge=0)
     end_learning_rate: float = arg(help="learning rate from step total_iters on", ge=0)
     total_iters: int = arg(help="number of steps of the decay", gt=0)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -182,7 +177,7 @@ class CosineAnnealingLRArgs(ScheduleSchema):
     initial_learning_rate: float = arg(help="learning rate at step 0", ge=0)
     T_max: int = arg(help="steps from the maximum to the minimum", gt=0)
     eta_min: float = arg(0.0, help="minimum learning rate", ge=0)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -200,7 +195,7 @@ class CosineAnnealingWarmRestartsLRArgs(ScheduleSchema):
     T_0: int = arg(help="steps of the first period", gt=0)
     T_mult: int = arg(1, help="growth factor of the periods", ge=1)
     eta_min: float = arg(0.0, help="minimum learning rate", ge=0)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -224,7 +219,7 @@ class MultiStepLRArgs(ScheduleSchema):
     initial_learning_rate: float = arg(help="learning rate at step 0", ge=0)
     gamma: float = arg(help="factor applied at each milestone", ge=0)
     milestones: list[int] = arg(help="steps where gamma applies (any order; repeats count)", ge=0)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -241,7 +236,7 @@ class StepLRArgs(ScheduleSchema):
     initial_learning_rate: float = arg(help="learning rate at step 0", ge=0)
     step_size: int = arg(help="steps between decays", gt=0)
     gamma: float = arg(help="factor applied every step_size steps", ge=0)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -257,7 +252,7 @@ class MultiplicativeLRArgs(ScheduleSchema):
 
     initial_learning_rate: float = arg(help="learning rate at step 0", ge=0)
     coefficient: float = arg(help="factor applied every step", ge=0)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -271,7 +266,7 @@ class LambdaLRArgs(ScheduleSchema):
 
     initial_learning_rate: float = arg(help="learning rate multiplied by lr_lambda(e)", ge=0)
     lr_lambda: Callable[[int], float] = arg(help="factor as a function of the step")
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -296,7 +291,7 @@ class CyclicLRArgs(ScheduleSchema):
         help="x is the cycle number or the step (None: the step for exp_range, else the cycle)",
         choices=("cycle", "iterations", None),
     )
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -325,7 +320,7 @@ class OneCycleLRArgs(ScheduleSchema):
     final_div_factor: float = arg(1e4, help="final value is initial / final_div_factor", gt=0)
     three_phase: bool = arg(False, help="fall back to initial before the final anneal")
     anneal_strategy: str = arg("cos", help="shape of each phase", choices=("cos", "linear"))
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -364,7 +359,7 @@ class SequentialLRArgs(ScheduleSchema):
         help="steps where the next scheduler starts (None: running totals of total_iters)",
         ge=1,
     )
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -395,7 +390,7 @@ class PiecewiseConstantLRArgs(ScheduleSchema):
 
     learning_rates: list[float] = arg(help="one value per piece", ge=0)
     milestones: list[int] = arg(help="steps where the next piece starts", ge=1)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -420,7 +415,7 @@ class ChainedLRArgs(ScheduleSchema):
     """Schedulers applied together: ``v_0(e) * prod_i v_i(e) / v_i(0)``."""
 
     schedulers: list[Any] = arg(help="the schedulers to chain", component="scheduler", many=True)
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:
@@ -442,7 +437,7 @@ class ScalePerParamLRArgs(ScheduleSchema):
     applies_group_factors: ClassVar[bool] = True
 
     scheduler: Any = arg(help="the scheduler whose value is scaled", component="scheduler")
-    param_group_tags: str | list[str | None] | set[str | None] | None = tags_arg()
+    param_group_tags: ParamGroupTags = tags_arg()
 
     @staticmethod
     def curve(arguments: Mapping[str, Any], child_curve: ChildCurve) -> Curve:

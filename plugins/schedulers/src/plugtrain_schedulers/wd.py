@@ -1,14 +1,14 @@
 """Weight-decay schedulers: the learning-rate schedulers' twins, writing ``weight_decay``.
 
 Each twin shares its learning-rate scheduler's behaviour (both derive from the same base) and
-takes the seed's argument names (``initial_weight_decay``...) with cstorch's generic names
+takes Model Zoo's argument names (``initial_weight_decay``...) with cstorch's generic names
 (``initial_val``...) as aliases.
 """
 
 from __future__ import annotations
 
+from plugtrain.scheduler import Scheduler
 from plugtrain_schedulers import lr
-from plugtrain_schedulers._base import Scheduler
 from plugtrain_schedulers._schema_base import weight_decay_text
 from plugtrain_schedulers._wrappers import ScalePerParam
 from plugtrain_schedulers.schemas import WD_SCHEMAS, wd_name

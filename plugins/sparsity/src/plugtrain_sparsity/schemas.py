@@ -1,7 +1,7 @@
 """Argument schemas of the sparsity algorithms and LogSparsity (torch-free: ``check`` reads them).
 
 The fields are each algorithm's constructor arguments, the keys of one ``trainer.init.sparsity``
-group besides ``algorithm`` and ``param_filter`` (SPEC-sparsity section 1.2). The checks shared by
+group besides ``algorithm`` and ``param_filter``. The checks shared by
 every algorithm (schedules, ``update``, ``init_method``) come from
 :class:`plugtrain.sparsity_schema.SparsitySchema`; each schema adds its own :meth:`rules`.
 """

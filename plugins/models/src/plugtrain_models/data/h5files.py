@@ -1,6 +1,6 @@
 """The HDF5 files of one or more data folders, read as one virtual array of samples.
 
-Model Zoo's on-disk format (``SPEC-models.md`` 4.1): each ``*.h5`` file holds a dataset ``data``,
+Model Zoo's on-disk format: each ``*.h5`` file holds a dataset ``data``,
 either samples ``[n, rows, msl]`` (rows 0-2: input_ids, attention_mask, labels; 3-4 under VSL:
 attention_span, position_ids) or a corpus ``[num_tokens]`` of ids, the files' tokens forming one
 stream in file order. Values of any integer dtype are read as int32.

@@ -1,6 +1,6 @@
 """Argument schemas of the two GPT HDF5 data processors (torch-free, h5py-free).
 
-The keys and defaults are Model Zoo 2.10's (``SPEC-models.md`` section 4). ``check`` reports a
+The keys and defaults are Model Zoo 2.10's. ``check`` reports a
 ``data_dir`` that does not exist at its line, as Model Zoo's validation does ("Path X does not
 exist."), relative to the working directory.
 """

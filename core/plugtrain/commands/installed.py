@@ -1,0 +1,42 @@
+"""``plugtrain plugins``: the installed plugins, their status, hooks and components."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TextIO
+
+from plugtrain import plugins
+from plugtrain.commands import EXIT_OK
+from plugtrain.kinds import KINDS
+from plugtrain.registry import Registry
+
+__all__ = ["list_plugins"]
+
+
+def list_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    """``plugtrain plugins [--json]``."""
+    rows = plugins.plugin_summary(registry)
+    if args.json:
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+        return EXIT_OK
+    from plugtrain._version import PLUGIN_API_VERSION, __version__
+
+    out.write(f"plugtrain {__version__} provides plugin API {PLUGIN_API_VERSION}\n")
+    for row in rows:
+        provider = f"{row['distribution']} {row['version']}" if row["distribution"] else "local"
+        out.write(f"{row['name']}: {provider} [{row['status']}] ({row['module']})\n")
+        if row["api"] is not None:
+            declared = ", ".join(row["api"]) or "not declared"
+            out.write(f"    plugin API: {declared}\n")
+        if row["error"]:
+            out.write(f"    error: {row['error']}\n")
+        if row["hooks"]:
+            out.write(f"    hooks: {', '.join(row['hooks'])}\n")
+        for kind, names in row["components"].items():
+            plural = KINDS[kind].plural if kind in KINDS else f"{kind}s"
+            out.write(f"    {plural}: {', '.join(names)}\n")
+    if not rows:
+        out.write("no plugins found\n")
+    return EXIT_OK
