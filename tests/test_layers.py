@@ -35,8 +35,10 @@ FLOORS = (
     "authoring",
     "top",
 )
-"""From the ground up. ``top`` is the command line, the test kit and the package facade
-(``plugtrain/__init__.py``, whose lazy attributes reach ``train``)."""
+"""From the ground up. ``top`` is the command line (``cli`` and ``commands/``), the test kit and
+the package facade (``plugtrain/__init__.py``, whose lazy attributes reach ``train``)."""
+
+TOP = ("cli", "commands", "__main__", "testing")
 
 TORCH_FREE = ("small core", "config", "authoring")
 
@@ -117,7 +119,7 @@ def _targets(path: Path) -> list[tuple[int, str]]:
 def floor_of(module: str) -> str:
     """The floor of a module of ``core/plugtrain``."""
     parts = module.split(".")
-    if module == "plugtrain" or (len(parts) > 1 and parts[1] in ("cli", "__main__", "testing")):
+    if module == "plugtrain" or (len(parts) > 1 and parts[1] in TOP):
         return "top"
     if len(parts) > 1 and parts[1] in ("config", "train", "authoring"):
         return parts[1]

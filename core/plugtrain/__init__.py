@@ -98,10 +98,10 @@ _LAZY = {
     "distributed": ("plugtrain.distributed", None),
     "ClusterConfig": ("plugtrain.distributed", "ClusterConfig"),
     "partition_params_group_with_tags": (
-        "plugtrain.train.build.param_groups",
+        "plugtrain.param_groups",
         "partition_params_group_with_tags",
     ),
-    "configure_param_groups": ("plugtrain.train.build.param_groups", "configure_param_groups"),
+    "configure_param_groups": ("plugtrain.param_groups", "configure_param_groups"),
     "build_optimization": ("plugtrain.train.build.optimization", "build_optimization"),
     "Trainer": ("plugtrain.train.trainer", "Trainer"),
 }

@@ -2,8 +2,8 @@
 
 An unknown-name error suggests installing a distribution only when that distribution ships the
 name asked for: after a third party's plugin is uninstalled, its names are not offered as
-``pip install plugtrain-optimizers``. ``tests/core/test_author_gaps.py`` keeps this table equal to what
-the distributions register. Torch-free; imports nothing.
+``pip install plugtrain-optimizers``. ``tests/core/test_author_gaps.py`` keeps this table equal to
+what the distributions register. Torch-free; imports nothing.
 """
 
 from __future__ import annotations

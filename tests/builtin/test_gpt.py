@@ -19,7 +19,7 @@ import torch
 from support.paths import REPO
 
 from plugtrain.builtin.text import stdlib_text_loader
-from plugtrain.train.build.param_groups import name_matches
+from plugtrain.param_groups import name_matches
 from plugtrain.train.trainer import Trainer
 
 GPT = pytest.importorskip("plugtrain_models.gpt", reason="plugtrain-models is not installed").GPT

@@ -122,7 +122,7 @@ import plugtrain
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.scheduler import excluded_from_decay
-from plugtrain.train.build.param_groups import build_param_groups
+from plugtrain.param_groups import build_param_groups
 from plugtrain.train.trainer import Trainer
 
 root = Path(sys.argv[1])

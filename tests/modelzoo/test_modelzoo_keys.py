@@ -714,7 +714,7 @@ def test_bad_adjust_learning_rate_is_refused(tmp_path, written, expected):
 
 
 def test_a_parameter_matched_by_two_factors_is_refused(tmp_path):
-    from plugtrain.train.build.param_groups import adjust_learning_rate_groups, build_param_groups
+    from plugtrain.param_groups import adjust_learning_rate_groups, build_param_groups
 
     model = MLP(in_features=4, out_features=2, hidden=3)
     with pytest.raises(ConfigError, match=r"fc1\.weight is matched by several factors"):
@@ -722,7 +722,7 @@ def test_a_parameter_matched_by_two_factors_is_refused(tmp_path):
 
 
 def test_model_zoo_group_names_and_unmatched_keys(tmp_path):
-    from plugtrain.train.build.param_groups import adjust_learning_rate_groups, build_param_groups
+    from plugtrain.param_groups import adjust_learning_rate_groups, build_param_groups
 
     class Named(nn.Module):
         def __init__(self):

@@ -22,8 +22,8 @@ from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config import check_run, load_yaml
 from plugtrain.errors import CheckpointError, ComponentError, ConfigError
+from plugtrain.param_groups import build_param_groups
 from plugtrain.schema import arg
-from plugtrain.train.build.param_groups import build_param_groups
 from plugtrain.train.components.building import build_component
 from plugtrain.train.trainer import Trainer
 

@@ -45,7 +45,7 @@ def optimizer_factory(registry: Registry, plan: OptimizerPlan) -> Any:
     )
 
     def make(model: Any) -> Any:
-        from plugtrain.train.build.param_groups import (
+        from plugtrain.param_groups import (
             adjust_learning_rate_groups,
             build_param_groups,
             model_learning_rate_factors,
