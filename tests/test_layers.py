@@ -221,7 +221,10 @@ def test_plugins_import_only_documented_modules() -> None:
             if not (name == "plugtrain" or name.startswith("plugtrain.")):
                 continue
             owner = name if name in MODULES else name.rpartition(".")[0]
-            if not any(owner == d or owner.startswith(d + ".") for d in DOCUMENTED):
+            documented = any(
+                owner == d or (d != "plugtrain" and owner.startswith(d + ".")) for d in DOCUMENTED
+            )
+            if not documented:
                 problems.append(f"{path.relative_to(REPO)}:{line} imports {name}")
     assert problems == []
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sysconfig
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -73,10 +74,9 @@ def stdlib_documents(max_bytes: int) -> Iterator[str]:
     The same files as the built-in ``StdlibText`` data (the running Python's top-level
     ``*.py`` modules in name order); the last document is cut at the byte budget.
     """
-    from plugtrain.builtin.text import stdlib_root
-
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
     left = max_bytes
-    for path in sorted(stdlib_root().glob("*.py"), key=lambda p: p.name):
+    for path in sorted(stdlib.glob("*.py"), key=lambda p: p.name):
         if left <= 0:
             return
         data = path.read_bytes()[:left]
