@@ -8,7 +8,7 @@ under ``if TYPE_CHECKING:``), so a lazy import cannot slip a floor either:
 - the small core, ``config/`` and ``authoring/`` never import torch;
 - the plugin distributions import only documented plugtrain modules;
 - ``plugtrain.train`` is a facade (``trainer.py``) and rooms by job, ordered like the floors: a
-  room imports a lower room only, and only through that room's ``__init__``; only ``build/``
+  room imports a lower room only, and only through that room's ``__init__``; only ``assembly/``
   imports the facade;
 - no module of the core is longer than 600 lines.
 """
@@ -275,10 +275,10 @@ ROOMS = (
     "distributed",
     "loop",
     "checkpointing",
-    "build",
+    "assembly",
 )
 """The rooms of ``plugtrain.train``, from the ground up; the facade ``trainer.py`` stands between
-``checkpointing`` and ``build``."""
+``checkpointing`` and ``assembly``."""
 
 TRAIN = PACKAGE / "train"
 FACADE = "plugtrain.train.trainer"
@@ -317,11 +317,11 @@ def test_a_room_imports_lower_rooms_only_through_their_init() -> None:
     assert problems == []
 
 
-def test_only_build_imports_the_facade() -> None:
+def test_only_assembly_imports_the_facade() -> None:
     problems = [
         f"{path.relative_to(PACKAGE)}:{line}"
         for module, path in MODULES.items()
-        if module.startswith("plugtrain.train") and room_of(module) != "build"
+        if module.startswith("plugtrain.train") and room_of(module) != "assembly"
         for line, target in _targets(path)
         if target == FACADE and module != FACADE
     ]
@@ -330,7 +330,7 @@ def test_only_build_imports_the_facade() -> None:
 
 def test_the_facade_imports_no_room_above_it() -> None:
     targets = {room_of(target) for _, target in _targets(MODULES[FACADE])}
-    assert "build" not in targets
+    assert "assembly" not in targets
 
 
 def test_no_core_module_is_longer_than_600_lines() -> None:

@@ -28,7 +28,7 @@ from plugtrain.schema import arg
 if TYPE_CHECKING:
     from plugtrain import distributed, optim
     from plugtrain.backend_base import backend
-    from plugtrain.train.build import (
+    from plugtrain.train.assembly import (
         build_optimization,
         configure_param_groups,
         partition_params_group_with_tags,
@@ -102,7 +102,7 @@ _LAZY = {
         "partition_params_group_with_tags",
     ),
     "configure_param_groups": ("plugtrain.param_groups", "configure_param_groups"),
-    "build_optimization": ("plugtrain.train.build.optimization", "build_optimization"),
+    "build_optimization": ("plugtrain.train.assembly.optimization", "build_optimization"),
     "Trainer": ("plugtrain.train.trainer", "Trainer"),
 }
 

@@ -63,6 +63,12 @@ def _module() -> str:
     return f"acme_cmd_{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(autouse=True)
+def _wide_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """argparse wraps help at the terminal's width: one line per command here."""
+    monkeypatch.setenv("COLUMNS", "200")
+
+
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "site"
@@ -174,7 +180,9 @@ def test_an_entry_point_that_fails_to_import_breaks_no_other_command(site, capsy
     captured = capsys.readouterr()
     assert "SGD" in captured.out
     assert "broken" not in captured.err
-    assert "broken      (unavailable: acme-broken 1.0 failed to load it" in _help(capsys)
+    assert "broken      (unavailable: acme-broken 1.0 failed to load it; run it to see why)\n" in (
+        _help(capsys)
+    )
     assert main(["broken", "--anything", "goes"]) == 1
     assert capsys.readouterr().err == (
         f"plugtrain: error: command 'broken' of acme-broken 1.0 (entry point broken = "

@@ -23,7 +23,7 @@ from plugtrain.config import load_yaml, plan_run
 from plugtrain.errors import BackendError, ConfigError
 from plugtrain.protocols import Backend, Callback
 from plugtrain.schema import arg
-from plugtrain.train.build.run import run_plan
+from plugtrain.train.assembly.run import run_plan
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

@@ -21,7 +21,7 @@ from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config import CheckpointSettings, load_yaml, plan_run
 from plugtrain.errors import CheckpointError, CheckpointMismatchError, ConfigError
-from plugtrain.train.build.assembly import build_trainer
+from plugtrain.train.assembly.trainers import build_trainer
 from plugtrain.train.checkpointing.archive import load_checkpoint, save_checkpoint
 from plugtrain.train.observability import console as console_module
 from plugtrain.train.trainer import Trainer
@@ -871,7 +871,7 @@ class _Factored(MLP):
 def test_a_models_learning_rate_factors_are_defaults_under_the_run_files(
     tmp_path, written, expected
 ):
-    from plugtrain.train.build.assembly import optimizer_factory
+    from plugtrain.train.assembly.trainers import optimizer_factory
 
     text = ADJUSTED.format(model_dir=tmp_path / "run", schedulers="")
     if written is None:
@@ -887,7 +887,7 @@ def test_a_models_learning_rate_factors_are_defaults_under_the_run_files(
 
 
 def test_a_model_with_no_factors_gets_plain_groups(tmp_path):
-    from plugtrain.train.build.assembly import optimizer_factory
+    from plugtrain.train.assembly.trainers import optimizer_factory
 
     class Plain(MLP):
         def learning_rate_factors(self) -> dict[str, float]:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import plugtrain
-from plugtrain.train.build.run import build_component
+from plugtrain.train.assembly.run import build_component
 from plugtrain.train.trainer import Trainer
 
 pytest.importorskip("plugtrain_schedulers", reason="plugtrain-schedulers is not installed")

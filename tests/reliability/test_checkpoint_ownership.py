@@ -166,7 +166,7 @@ def test_o05_checkpoint_root_is_locked_and_owned_by_one_run(tmp_path):
 
 def test_o06_the_launcher_names_the_checkpoint_in_checkpoint_root(tmp_path):
     from plugtrain.config import load_plan
-    from plugtrain.train.build.launch import newest_checkpoints
+    from plugtrain.train.assembly.launch import newest_checkpoints
     from plugtrain.train.distributed.elastic import _stopped
 
     root = tmp_path / "ckpts"

@@ -4,7 +4,7 @@ A scheduler whose schema offers a closed form (``schedule_key`` and a staticmeth
 ``curve(arguments, child_curve)``, see :class:`plugtrain.protocols.CurveSchema`) is evaluated
 without torch, through :func:`plugtrain.curve.closed_form`. Any other scheduler (a plain torch
 ``LRScheduler``, a stepped third-party one, a wrapper holding one) is built on a throw-away
-optimizer and stepped (:mod:`plugtrain.train.build.schedule_values`, which imports torch);
+optimizer and stepped (:mod:`plugtrain.train.assembly.schedule_values`, which imports torch);
 its legend says so. matplotlib is needed only by :func:`plot_schedules` and imported there.
 
 Sparsity groups (``trainer.init.sparsity``) are drawn beside them: each group's target
@@ -142,7 +142,7 @@ class _Stepped:
     def __init__(
         self, registry: Registry, spec: Any, where: str, initial: Mapping[str, float]
     ) -> None:
-        from plugtrain.train.build import SteppedSchedule
+        from plugtrain.train.assembly import SteppedSchedule
 
         name, given = spec_parts(spec, where)
         schema = registry.lookup("scheduler", name).schema_class

@@ -60,7 +60,7 @@ def _check_world(args: argparse.Namespace, plan: RunPlan, registry: Registry) ->
         raise ConfigError(issues)
     if not args.deep:
         return []
-    from plugtrain.train.build import deep_check
+    from plugtrain.train.assembly import deep_check
 
     return deep_check(plan, registry, data, world_size)
 
@@ -78,7 +78,7 @@ def fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     """``plugtrain fit|validate|validate_all RUN.yaml``: train or evaluate (``args.command``)."""
     from plugtrain import launching
     from plugtrain.config import load_plan
-    from plugtrain.train.build import launch_if_needed, requeue_on_signal, run_plan
+    from plugtrain.train.assembly import launch_if_needed, requeue_on_signal, run_plan
     from plugtrain.train.distributed import collective_errors
 
     _configure_logging()

@@ -6,7 +6,7 @@ Public here: :class:`plugtrain.train.trainer.Trainer` (also ``plugtrain.Trainer`
 is a facade over rooms with one job each, from the ground up: ``components`` (building one
 component), ``observability`` (logs, metrics, throughput), ``data`` (the sample order and the
 data stream), ``distributed`` (torchrun, signals, DTensor state), ``loop`` (the steps and
-evaluation), ``checkpointing`` (checkpoints and the trainer's state); ``build`` (a Trainer from a
+evaluation), ``checkpointing`` (checkpoints and the trainer's state); ``assembly`` (a Trainer from a
 run file's plan, and running the file) stands above the facade. A room imports only lower rooms,
 through their ``__init__``; the rooms' modules are private.
 """

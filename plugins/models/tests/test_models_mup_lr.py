@@ -16,7 +16,7 @@ import torch
 from plugtrain import plugins
 from plugtrain.builtin.text import stdlib_text_loader
 from plugtrain.config import load_yaml, plan_run
-from plugtrain.train.build.assembly import build_trainer
+from plugtrain.train.assembly.trainers import build_trainer
 
 pytest.importorskip("plugtrain_schedulers", reason="ScalePerParamLR comes from it")
 

@@ -255,8 +255,8 @@ def test_preprocess_without_input_is_a_clear_error(
 def test_preprocess_without_plugtrain_models_says_to_install_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import plugtrain.cli
+    from plugtrain.commands import plugin
 
-    monkeypatch.setattr(plugtrain.cli, "PREPROCESS", "plugtrain_not_installed.preprocess")
+    monkeypatch.setattr(plugin, "_entry_points", list)  # as if plugtrain-models were not installed
     assert main(["preprocess", "stdlib", "-o", "out"]) == 1
     assert "pip install plugtrain-models" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from support.plans import trainer_plans
 
 import plugtrain
 from plugtrain.launching import LaunchedProcess, launched_process
-from plugtrain.train.build.launch import processes_wanted
+from plugtrain.train.assembly.launch import processes_wanted
 
 ROOT = REPO
 

@@ -19,7 +19,7 @@ import torch
 
 from plugtrain.config import check_run, load_yaml
 from plugtrain.errors import ConfigError
-from plugtrain.train.build.assembly import build_trainer
+from plugtrain.train.assembly.trainers import build_trainer
 from plugtrain.train.loop.model_preparation import prepare_model, repeated_blocks
 from plugtrain.train.trainer import Trainer
 

@@ -451,7 +451,7 @@ def test_check_of_callbacks_and_loggers_imports_no_torch(tmp_path):
 
 def test_a_run_file_without_the_metrics_logger_writes_no_metrics(tmp_path, installed_registry):
     from plugtrain.config import plan_run
-    from plugtrain.train.build.run import run_plan
+    from plugtrain.train.assembly.run import run_plan
 
     text = RUN.replace("device: CPU", f"device: CPU\n    model_dir: {tmp_path / 'run'}")
     plan = plan_run(load_yaml(text.encode(), "run.yaml"), installed_registry, "run.yaml")

@@ -51,9 +51,8 @@ def build_optimization(
     :raises ConfigError: listing every problem of ``config`` at once.
     """
     from plugtrain.plugins import get_registry
-    from plugtrain.train.build.assembly import optimizer_factory, scaled_per_group
-    from plugtrain.train.components import build_component
-    from plugtrain.train.components import check_scheduler_overlap
+    from plugtrain.train.assembly.trainers import optimizer_factory, scaled_per_group
+    from plugtrain.train.components import build_component, check_scheduler_overlap
 
     registry = registry if registry is not None else get_registry()
     optimizer_plan, scheduler_specs = _validated(registry, config)

@@ -26,7 +26,7 @@ def deep_check(plan: RunPlan, registry: Registry, data: Any, world_size: int) ->
     :param data: the run file as read (for the positions of the backend's arguments).
     :raises ConfigError: naming each problem at its ``file:line:column``.
     """
-    from plugtrain.train.build.assembly import optimizer_factory
+    from plugtrain.train.assembly.trainers import optimizer_factory
     from plugtrain.train.components import build_component
 
     located = dict(backend_mappings(data))

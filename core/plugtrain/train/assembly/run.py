@@ -58,8 +58,8 @@ def run_plan(
     if mode == "validate_all" and all(t.validate_all is None for t in plan.trainers):
         message = "nothing to do: no trainer has a validate_all section"
         raise ConfigError([ConfigIssue("", message, plan.source)])
-    from plugtrain.train.build.assembly import build_trainer  # imports torch
     from plugtrain.config.plan import plain
+    from plugtrain.train.assembly.trainers import build_trainer  # imports torch
 
     backends: dict[str, Any] = {}
     results: list[Any] = []
