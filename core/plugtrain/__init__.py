@@ -28,11 +28,8 @@ from plugtrain.schema import arg
 if TYPE_CHECKING:
     from plugtrain import distributed, optim
     from plugtrain.backend_base import backend
-    from plugtrain.train.assembly import (
-        build_optimization,
-        configure_param_groups,
-        partition_params_group_with_tags,
-    )
+    from plugtrain.param_groups import configure_param_groups, partition_params_group_with_tags
+    from plugtrain.train.assembly import build_optimization
     from plugtrain.train.trainer import Trainer
 
     ClusterConfig: Any  # the CSX backend plugin's class, found through the registry
