@@ -39,6 +39,7 @@ def _records(cwd: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in lines]
 
 
+@pytest.mark.slow
 def test_it_checks_with_the_model_zoo_warnings_at_their_positions(trained):
     checked = trained["check"]
     assert checked.returncode == 0, checked.stderr

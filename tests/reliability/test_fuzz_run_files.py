@@ -400,6 +400,7 @@ TEXT_EXAMPLES = 1100
 OVERRIDE_EXAMPLES = 200
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=STRUCTURE_EXAMPLES)
 @given(data=st.data())
 def test_f01_structurally_mutated_run_files_exit_0_or_2_with_positions(data):
@@ -410,6 +411,7 @@ def test_f01_structurally_mutated_run_files_exit_0_or_2_with_positions(data):
     check_file(_dump(tree, data))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=TEXT_EXAMPLES)
 @given(data=st.data())
 def test_f02_text_mutated_run_files_exit_0_or_2_with_positions(data):
