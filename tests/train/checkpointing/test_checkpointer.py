@@ -40,3 +40,23 @@ def test_a_broken_checkpointer_is_named_with_each_failed_property() -> None:
     assert failed == {"prune", "clean_up"}
     report = check_checkpointer(_NoFallback, raise_on_failure=False)
     assert report.outcome("fallback") == "failed"
+
+
+def test_a_save_whose_ownership_record_cannot_be_written_fails_by_name(tmp_path, monkeypatch) -> None:
+    import errno
+
+    import torch
+
+    from plugtrain.errors import CheckpointError
+    from plugtrain.train.checkpointing.ownership import Ownership
+
+    def full_disk(self, names, owner=None) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    checkpointer = FileCheckpointer(tmp_path, "checkpoint_{step}.mdl")
+    monkeypatch.setattr(Ownership, "_write", full_disk)
+    with pytest.raises(CheckpointError) as caught:
+        checkpointer.save(3, {"model": {"w": torch.ones(2)}, "global_step": 3})
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'checkpoint_3.mdl'}: saved, but recording it")
+    assert "No space left on device" in message

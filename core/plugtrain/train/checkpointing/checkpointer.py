@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from plugtrain.errors import CorruptCheckpointError
+from plugtrain.errors import CheckpointError, CorruptCheckpointError
 from plugtrain.train.checkpointing import archive
 from plugtrain.train.checkpointing.ownership import Ownership
 
@@ -169,7 +169,14 @@ def _recording(save: Callable[..., Path]) -> Callable[..., Path]:
     def recorded(self: Checkpointer, step: int, state: Mapping[str, Any]) -> Path:
         path = save(self, step, state)
         if getattr(self, "is_writer", True):  # a collective save: the writer records it once
-            self.ownership.record(path)
+            try:
+                self.ownership.record(path)
+            except OSError as exc:
+                self.wait()  # a background save's own failure is the one to report
+                raise CheckpointError(
+                    f"{path}: saved, but recording it as this run's in {self.ownership.path} "
+                    f"failed: {exc}"
+                ) from exc
         return path
 
     return recorded
