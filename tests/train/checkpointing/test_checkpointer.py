@@ -42,7 +42,9 @@ def test_a_broken_checkpointer_is_named_with_each_failed_property() -> None:
     assert report.outcome("fallback") == "failed"
 
 
-def test_a_save_whose_ownership_record_cannot_be_written_fails_by_name(tmp_path, monkeypatch) -> None:
+def test_a_save_whose_ownership_record_cannot_be_written_fails_by_name(
+    tmp_path, monkeypatch
+) -> None:
     import errno
 
     import torch
