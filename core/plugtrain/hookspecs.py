@@ -197,3 +197,25 @@ def plugtrain_register_sparsity_schedules(registry: ComponentRegistrar) -> None:
         type; ``schema`` may be the class itself when it is an attrs class.
     :returns: nothing; the return value is ignored.
     """
+
+
+# -------------------------------------------------------------------------------------------
+# checkpoint converters
+
+
+@hookspec
+def plugtrain_register_checkpoint_converters(registry: ComponentRegistrar) -> None:
+    """Declare checkpoint converters (Hugging Face <-> plugtrain); called once per registry.
+
+    A converter's target is a :class:`plugtrain.conversion.CheckpointConverter`: a declaration
+    (``config.json`` table, weight rules, per-tensor transforms) that the shared engine applies
+    in both directions, one shard in memory at a time. ``plugtrain checkpoint convert --model
+    KEY``, a ``ckpt_path`` naming a Hugging Face folder and ``list-converters`` find it by its
+    key. The target's module must not import torch (listing imports it); transforms import torch
+    when they run.
+
+    :param registry: call ``registry.register(key, "pkg.module:CONVERTER",
+        schema=plugtrain.conversion.ConverterArguments, aliases=[...])`` for each converter;
+        use Model Zoo's converter key where one exists (``llama``, ``llama-headless``).
+    :returns: nothing; the return value is ignored.
+    """

@@ -66,6 +66,12 @@ KINDS: dict[str, Kind] = {
             (),
             plural_name="sparsity schedule types",
         ),
+        Kind(
+            "checkpoint_converter",
+            "plugtrain_register_checkpoint_converters",
+            "plugtrain-models",
+            (),
+        ),
     )
 }
 """Every kind, by name, in the order hooks are called."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from plugtrain import hookimpl
+from plugtrain_models.evaluation.schemas import BigCodeEvalHarnessArgs, EleutherEvalHarnessArgs
 from plugtrain_models.gpt_schema import GPTArgs
 from plugtrain_models.schemas import GPT2_FAMILIES, GPTJ_FAMILIES, schema_for
 
@@ -19,3 +20,28 @@ def plugtrain_register_models(registry: ComponentRegistrar) -> None:
         target = f"plugtrain_models.families:{family.replace('-', '_')}"
         registry.register(family, target, schema=schema_for(family))
     registry.register("GPT", "plugtrain_models.gpt:GPT", schema=GPTArgs)
+
+
+@hookimpl
+def plugtrain_register_callbacks(registry: ComponentRegistrar) -> None:
+    """Register the downstream-evaluation callbacks (Model Zoo's names)."""
+    harness = "plugtrain_models.evaluation.harness:EleutherEvalHarness"
+    registry.register("EleutherEvalHarness", harness, schema=EleutherEvalHarnessArgs)
+    bigcode = "plugtrain_models.evaluation.bigcode:BigCodeEvalHarness"
+    registry.register("BigCodeEvalHarness", bigcode, schema=BigCodeEvalHarnessArgs)
+
+
+@hookimpl
+def plugtrain_register_checkpoint_converters(registry: ComponentRegistrar) -> None:
+    """Register the Hugging Face converters of the decoder families under Model Zoo's keys."""
+    from plugtrain.conversion.declaration import ConverterArguments
+    from plugtrain_models.converters import CONVERTERS
+
+    for key, target, aliases in CONVERTERS:
+        module, attribute = target.split(":")
+        registry.register(
+            key,
+            f"plugtrain_models.converters.{module}:{attribute}",
+            schema=ConverterArguments,
+            aliases=aliases,
+        )

@@ -27,8 +27,15 @@ ACTIVATIONS = (
     "linear", "sigmoid", "tanh", "leaky_relu", "relu6", "elu", "selu", "mish",
 )  # fmt: skip
 """Plain activations (``mz:layers/activations.py`` names)."""
-GLU_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu", "liglu": "linear"}
-"""GLU names and the activation on ``linear_layer_for_glu``."""
+GLU_ACTIVATIONS = {
+    "swiglu": "silu",
+    "geglu": "gelu",
+    "geglu_tanh": "gelu_new",
+    "reglu": "relu",
+    "liglu": "linear",
+}
+"""GLU names and the activation on ``linear_layer_for_glu`` (``geglu_tanh``: the tanh GELU,
+Hugging Face Gemma's ``gelu_pytorch_tanh``, is plugtrain's addition)."""
 NORM_TYPES = ("layernorm", "rmsnorm", "biasless-layernorm")
 INITIALIZERS = (
     "constant", "ones", "zeros", "eye", "uniform", "normal", "xavier_normal", "glorot_normal",

@@ -1,0 +1,307 @@
+"""Hugging Face checkpoints to plugtrain state and back, for any registered converter.
+
+:func:`hf_to_plugtrain` reads a Hugging Face folder or file one shard at a time into the state
+dict of the plugtrain model its ``config.json`` describes; :func:`export_hf` writes a plugtrain
+model's state as a folder that ``transformers.AutoModelForCausalLM.from_pretrained`` loads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import torch
+
+from plugtrain.conversion.configs import (
+    hf_to_plugtrain_config,
+    plugtrain_to_hf_config,
+    read_hf_config,
+)
+from plugtrain.conversion.declaration import (
+    CheckpointConverter,
+    ConversionContext,
+    ConversionError,
+)
+from plugtrain.conversion.hf_files import ShardedWriter, iter_hf_tensors, parse_size
+from plugtrain.conversion.lookup import complete_model_keys, find_converter, model_defaults
+from plugtrain.conversion.weights import RuleApplier
+
+if TYPE_CHECKING:
+    from plugtrain.registry import Registry
+
+__all__ = ["TOKENIZER_FILES", "Converted", "export_hf", "hf_to_plugtrain", "model_layout"]
+
+log = logging.getLogger("plugtrain.conversion")
+
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+    "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja",
+    "chat_template.json", "generation_config.json",
+)  # fmt: skip
+"""The files of a tokenizer folder an export copies (``AutoTokenizer`` reads them)."""
+
+_PREFIX = "model."
+
+
+@attrs.frozen
+class Converted:
+    """A Hugging Face checkpoint as a plugtrain model's state.
+
+    :param converter: the converter key used (``"llama"``).
+    :param model_name: the plugtrain model to build (``model: {name: ...}``).
+    :param model_keys: the ``model:`` keys without ``name``, as the converter wrote them.
+    :param state: the model's state dict, named as the built model names it.
+    :param dropped_config_keys: ``config.json`` keys the converter does not use.
+    """
+
+    converter: str
+    model_name: str
+    model_keys: dict[str, Any]
+    state: dict[str, torch.Tensor]
+    dropped_config_keys: list[str]
+
+
+@attrs.frozen
+class ModelLayout:
+    """The state a model of given keys has: each tensor's shape, and names sharing a tensor."""
+
+    shapes: dict[str, tuple[int, ...]]
+    aliases: dict[str, str]
+
+
+def model_layout(registry: Registry, model: str, keys: Mapping[str, Any]) -> ModelLayout:
+    """Build ``model`` on the ``meta`` device (no memory) to learn its state's names and shapes."""
+    factory = registry.resolve("model", model)
+    with torch.device("meta"):
+        module = factory(**keys)
+    shapes = {name: tuple(t.shape) for name, t in module.state_dict(keep_vars=True).items()}
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        owner = first.setdefault(id(parameter), name)
+        if owner != name:
+            aliases[name] = owner
+    return ModelLayout(shapes, aliases)
+
+
+def _registry(registry: Registry | None) -> Registry:
+    if registry is not None:
+        return registry
+    from plugtrain.plugins import get_registry
+
+    return get_registry()
+
+
+def _config_beside(source: Path) -> Path:
+    folder = source if source.is_dir() else source.parent
+    return folder / "config.json"
+
+
+def hf_to_plugtrain(
+    source: str | os.PathLike[str],
+    model: str | None = None,
+    *,
+    config: str | os.PathLike[str] | None = None,
+    drop_unmatched: bool = False,
+    registry: Registry | None = None,
+) -> Converted:
+    """Read a Hugging Face checkpoint into the state of the plugtrain model it describes.
+
+    :param source: a folder, ``model.safetensors``, ``pytorch_model.bin`` or ``*.index.json``.
+    :param model: the converter key (default: found from ``config.json``'s ``model_type``).
+    :param config: the ``config.json`` (default: the one beside ``source``).
+    :param drop_unmatched: leave out tensors no rule matches instead of failing.
+    :raises ConversionError: naming the key or tensor that does not convert.
+    """
+    registry = _registry(registry)
+    source = Path(source)
+    hf = read_hf_config(config if config is not None else _config_beside(source))
+    key, converter = find_converter(registry, model, hf)
+    keys, dropped = hf_to_plugtrain_config(converter, hf)
+    complete = complete_model_keys(registry, converter.model, keys)
+    layout = model_layout(registry, converter.model, keys)
+    applier = RuleApplier(converter.weights, "hf", ConversionContext(hf, complete))
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in iter_hf_tensors(source):
+        for target, made in applier.add(name, tensor):
+            state[_PREFIX + target] = _checked(made, _PREFIX + target, layout, source)
+    applier.finish(drop_unmatched, str(source))
+    if converter.is_headless:
+        _make_head(state, converter, hf, complete, layout)
+    for alias, owner in layout.aliases.items():
+        if owner in state:
+            state[alias] = state[owner]
+    missing = [n for n in layout.shapes if n not in state and not _is_buffer_default(n)]
+    if missing and not drop_unmatched:
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise ConversionError(f"{source}: the checkpoint lacks {shown}")
+    if dropped:
+        log.info("config.json keys the %s converter does not use: %s", key, ", ".join(dropped))
+    return Converted(key, converter.model, keys, state, dropped)
+
+
+def _is_buffer_default(name: str) -> bool:
+    return name.endswith(("inv_freq", "masked_bias", "attn.bias"))
+
+
+def _checked(
+    tensor: torch.Tensor, name: str, layout: ModelLayout, source: Path
+) -> torch.Tensor:
+    expected = layout.shapes.get(name)
+    if expected is None:
+        raise ConversionError(f"{source}: makes {name}, which the model does not have")
+    if tuple(tensor.shape) != expected:
+        message = (
+            f"{source}: {name} has shape {tuple(tensor.shape)}, the model's is {expected} "
+            "(does config.json describe these weights?)"
+        )
+        raise ConversionError(message)
+    return tensor
+
+
+def _make_head(
+    state: dict[str, torch.Tensor],
+    converter: CheckpointConverter,
+    hf: Mapping[str, Any],
+    keys: Mapping[str, Any],
+    layout: ModelLayout,
+) -> None:
+    head, embedding = (_PREFIX + n for n in converter.lm_head)
+    if head in state or head in layout.aliases:
+        return
+    shape = layout.shapes[head]
+    if hf.get("tie_word_embeddings", True) and embedding in state:
+        state[head] = state[embedding].clone()
+    else:
+        generator = torch.Generator().manual_seed(0)
+        dtype = state[embedding].dtype if embedding in state else torch.float32
+        state[head] = torch.randn(shape, generator=generator).mul_(0.02).to(dtype)
+    bias = head.removesuffix("weight") + "bias"
+    if bias in layout.shapes and bias not in state:
+        state[bias] = torch.zeros(layout.shapes[bias], dtype=state[head].dtype)
+
+
+def _plugtrain_tensors(
+    state: Mapping[str, torch.Tensor], skip: set[str]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors of ``state`` by their rule names (without ``model.``), less ``skip``."""
+    for name, tensor in state.items():
+        full = name if name.startswith(_PREFIX) else _PREFIX + name
+        if full in skip or not isinstance(tensor, torch.Tensor):
+            continue
+        yield full.removeprefix(_PREFIX), tensor
+
+
+def export_hf(
+    state: Mapping[str, torch.Tensor],
+    model_name: str,
+    model_keys: Mapping[str, Any],
+    output_dir: str | os.PathLike[str],
+    *,
+    tokenizer_dir: str | os.PathLike[str] | None = None,
+    shard_size: str | int = "10GB",
+    safetensors: bool = True,
+    drop_unmatched: bool = False,
+    registry: Registry | None = None,
+) -> Path:
+    """Write a plugtrain model's state as a Hugging Face folder (see the module).
+
+    :param state: the model's state dict (names with or without the leading ``model.``).
+    :param model_name: the converter key (``"llama"``; usually the model's name).
+    :param model_keys: the run file's ``model:`` keys (``name`` may be among them).
+    :param output_dir: the folder to create (it must not exist).
+    :param tokenizer_dir: a tokenizer folder whose files are copied in.
+    :param shard_size: the largest shard (``"10GB"``, ``"500MiB"`` or bytes).
+    :param safetensors: write ``.safetensors`` shards (else ``pytorch_model-*.bin``).
+    :raises ConversionError: naming what the Hugging Face architecture cannot hold.
+    """
+    registry = _registry(registry)
+    key, converter = find_converter(registry, model_name, None)
+    keys = {k: v for k, v in model_keys.items() if k != "name"}
+    complete = complete_model_keys(registry, converter.model, keys)
+    if converter.fold_mup is not None:
+        state, complete = converter.fold_mup(dict(state), complete)
+    defaults = model_defaults(registry, converter.model)
+    hf = plugtrain_to_hf_config(converter, complete, defaults, converter.plugtrain_handled)
+    layout = model_layout(registry, converter.model, complete)
+    skip = set(layout.aliases)
+    if converter.is_headless:
+        head = _PREFIX + converter.lm_head[0]
+        skip |= {head, head.removesuffix("weight") + "bias"}
+    applier = RuleApplier(converter.weights, "plugtrain", ConversionContext(hf, complete))
+    dtype = None
+    with ShardedWriter(output_dir, parse_size(shard_size), safetensors) as writer:
+        for name, tensor in _plugtrain_tensors(state, skip):
+            for target, made in applier.add(name, tensor):
+                if made.is_floating_point() and dtype is None:
+                    dtype = made.dtype
+                writer.add(target, made)
+        dropped = applier.finish(drop_unmatched, "the plugtrain checkpoint")
+        if dropped:
+            log.warning("left out of the export (no rule matches): %s", ", ".join(dropped))
+        hf["tie_word_embeddings"] = bool(hf.get("tie_word_embeddings", False))
+        if dtype is not None:
+            hf["dtype"] = str(dtype).removeprefix("torch.")
+        _write_json(writer.staged("config.json"), hf)
+        _copy_tokenizer(writer, tokenizer_dir, hf)
+    log.info("wrote %s (%s converter)", output_dir, key)
+    return Path(output_dir)
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _copy_tokenizer(
+    writer: ShardedWriter, tokenizer_dir: str | os.PathLike[str] | None, hf: dict[str, Any]
+) -> None:
+    generation: dict[str, Any] = {"_from_model_config": True}
+    if tokenizer_dir is not None:
+        folder = Path(tokenizer_dir)
+        if not folder.is_dir():
+            raise ConversionError(f"{folder}: the tokenizer folder does not exist")
+        copied = _copy_files(folder, writer.staged(""), TOKENIZER_FILES)
+        if not copied:
+            raise ConversionError(f"{folder}: holds no tokenizer files ({', '.join(TOKENIZER_FILES)})")
+        generation.update(_special_token_ids(folder))
+        hf.update({k: v for k, v in generation.items() if k.endswith("token_id")})
+        _write_json(writer.staged("config.json"), hf)
+        if (folder / "generation_config.json").is_file():
+            return
+    _write_json(writer.staged("generation_config.json"), generation)
+
+
+def _copy_files(source: Path, target: Path, names: Iterable[str]) -> list[str]:
+    copied = []
+    for name in names:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, target / name)
+            copied.append(name)
+    return copied
+
+
+def _special_token_ids(folder: Path) -> dict[str, int]:
+    """``bos_token_id`` / ``eos_token_id`` / ``pad_token_id`` of a tokenizer folder, where known."""
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        vocabulary = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    ids = {t["content"]: t["id"] for t in vocabulary.get("added_tokens", [])}
+    model_vocab = vocabulary.get("model", {}).get("vocab")
+    if isinstance(model_vocab, dict):
+        ids = {**model_vocab, **ids}
+    found = {}
+    for role in ("bos", "eos", "pad"):
+        token = config.get(f"{role}_token")
+        if isinstance(token, Mapping):
+            token = token.get("content")
+        if isinstance(token, str) and token in ids:
+            found[f"{role}_token_id"] = int(ids[token])
+    return found

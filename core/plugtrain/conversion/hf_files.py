@@ -1,0 +1,214 @@
+"""Hugging Face checkpoint files: found in a folder, read one shard at a time, written sharded.
+
+Inputs: a folder, ``model.safetensors``, ``pytorch_model.bin`` or an ``*.index.json`` of shards.
+Safetensors are read one tensor at a time (memory-mapped); ``.bin`` shards one shard at a time.
+Output: ``model-0000i-of-0000N.safetensors`` (or ``pytorch_model-...bin``) shards and their
+index, written into a hidden folder that is renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from plugtrain.conversion.declaration import ConversionError
+
+__all__ = [
+    "HF_WEIGHT_FILES",
+    "ShardedWriter",
+    "hf_weight_files",
+    "is_hf_checkpoint",
+    "iter_hf_tensors",
+    "parse_size",
+]
+
+HF_WEIGHT_FILES = (
+    "model.safetensors.index.json",
+    "model.safetensors",
+    "pytorch_model.bin.index.json",
+    "pytorch_model.bin",
+)
+"""The weight files of a Hugging Face folder, in the order they are looked for."""
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|KIB|MB|MIB|GB|GIB|TB|TIB)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "B": 1, "KB": 10**3, "KIB": 2**10, "MB": 10**6, "MIB": 2**20,
+    "GB": 10**9, "GIB": 2**30, "TB": 10**12, "TIB": 2**40,
+}  # fmt: skip
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in ``"10GB"``, ``"500MiB"`` or a plain number of bytes."""
+    if isinstance(text, int):
+        return text
+    match = _SIZE.match(str(text))
+    if not match:
+        message = f"not a size: {text!r} (write a number with a unit: 10GB, 500MiB, 2000000)"
+        raise ConversionError(message)
+    return int(float(match.group(1)) * _UNITS[(match.group(2) or "B").upper()])
+
+
+def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a Hugging Face folder, index, or safetensors file (not plugtrain's)."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / "config.json").is_file() and any((path / n).exists() for n in HF_WEIGHT_FILES)
+    if path.name.endswith(".index.json") or path.suffix == ".safetensors":
+        return path.is_file()
+    return path.is_file() and path.name.startswith("pytorch_model") and path.suffix == ".bin"
+
+
+def hf_weight_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The weight files behind ``path`` (a folder, an index or one file), in order.
+
+    :raises ConversionError: nothing to read, or an index naming a shard that is not there.
+    """
+    path = Path(path)
+    if path.is_dir():
+        found = next((path / n for n in HF_WEIGHT_FILES if (path / n).is_file()), None)
+        if found is None:
+            names = ", ".join(HF_WEIGHT_FILES)
+            raise ConversionError(f"{path}: no Hugging Face weights here (looked for {names})")
+        path = found
+    if not path.is_file():
+        raise ConversionError(f"{path}: no such file")
+    if not path.name.endswith(".index.json"):
+        return [path]
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+        weight_map = index["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConversionError(f"{path}: not a Hugging Face shard index ({exc})") from exc
+    shards = sorted({path.parent / name for name in weight_map.values()})
+    absent = [s.name for s in shards if not s.is_file()]
+    if absent:
+        raise ConversionError(f"{path}: names shards that are not there: {', '.join(absent)}")
+    return shards
+
+
+def iter_hf_tensors(path: str | os.PathLike[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every ``(name, tensor)`` of the checkpoint at ``path``, one shard in memory at a time."""
+    for file in hf_weight_files(path):
+        if file.suffix == ".safetensors":
+            yield from _safetensors_tensors(file)
+        else:
+            yield from _torch_tensors(file)
+
+
+def _safetensors_tensors(file: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
+                yield name, handle.get_tensor(name)
+    except SafetensorError as exc:
+        raise ConversionError(f"{file}: not a readable safetensors file: {exc}") from exc
+
+
+def _torch_tensors(file: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:
+        message = f"{file}: not a readable PyTorch weights file: {type(exc).__name__}: {exc}"
+        raise ConversionError(message) from exc
+    if not isinstance(state, dict):
+        raise ConversionError(f"{file}: holds a {type(state).__name__}, not a state dict")
+    for name, tensor in state.items():
+        if isinstance(tensor, torch.Tensor):
+            yield name, tensor
+    del state
+
+
+class ShardedWriter:
+    """Writes tensors into shards of at most ``shard_bytes`` and their index (see the module).
+
+    Use as a context manager: the folder appears only when :meth:`close` completes.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], shard_bytes: int, safetensors: bool) -> None:
+        self.directory = Path(directory)
+        if self.directory.exists():
+            raise ConversionError(f"{self.directory}: already exists (choose a new output folder)")
+        self.shard_bytes = max(int(shard_bytes), 1)
+        self.safetensors = safetensors
+        self.staging = self.directory.with_name(f".{self.directory.name}.partial")
+        shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging.mkdir(parents=True)
+        self._pending: dict[str, torch.Tensor] = {}
+        self._pending_bytes = 0
+        self._shards: list[tuple[Path, list[str]]] = []
+        self.total_bytes = 0
+
+    def __enter__(self) -> ShardedWriter:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if error is None:
+            self.close()
+        else:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        """Queue one tensor; a full shard is written out first."""
+        size = tensor.numel() * tensor.element_size()
+        if self._pending and self._pending_bytes + size > self.shard_bytes:
+            self._flush()
+        self._pending[name] = tensor.contiguous()
+        self._pending_bytes += size
+        self.total_bytes += size
+
+    def staged(self, name: str) -> Path:
+        """Where an extra file (config.json, tokenizer files) is written before the rename."""
+        return self.staging / name
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        number = len(self._shards) + 1
+        file = self.staging / f"shard-{number:05d}.tmp"
+        if self.safetensors:
+            from safetensors.torch import save_file
+
+            save_file(_unaliased(self._pending), str(file), metadata={"format": "pt"})
+        else:
+            torch.save(self._pending, file)
+        self._shards.append((file, list(self._pending)))
+        self._pending, self._pending_bytes = {}, 0
+
+    def close(self) -> Path:
+        """Write the last shard, name the shards, write the index, and move the folder in place."""
+        self._flush()
+        count = len(self._shards)
+        stem, suffix = ("model", "safetensors") if self.safetensors else ("pytorch_model", "bin")
+        weight_map: dict[str, str] = {}
+        for number, (file, names) in enumerate(self._shards, start=1):
+            final = f"{stem}-{number:05d}-of-{count:05d}.{suffix}"
+            file.rename(self.staging / final)
+            weight_map.update(dict.fromkeys(names, final))
+        index = {"metadata": {"total_size": self.total_bytes}, "weight_map": weight_map}
+        index_name = f"{stem}.{suffix}.index.json"
+        (self.staging / index_name).write_text(json.dumps(index, indent=2) + "\n", "utf-8")
+        for file in self.staging.iterdir():
+            with file.open("rb") as handle:
+                os.fsync(handle.fileno())
+        os.replace(self.staging, self.directory)
+        return self.directory
+
+
+def _unaliased(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Safetensors refuses tensors that share memory: give each its own."""
+    seen: set[int] = set()
+    out = {}
+    for name, tensor in tensors.items():
+        pointer = tensor.untyped_storage().data_ptr() if tensor.numel() else 0
+        out[name] = tensor.clone() if pointer and pointer in seen else tensor
+        seen.add(pointer)
+    return out
