@@ -31,16 +31,24 @@ FLOORS = (
     "small core",
     "config",
     "builtin implementations",
+    "conversion",
     "train",
     "authoring",
     "top",
 )
 """From the ground up. ``top`` is the command line (``cli`` and ``commands/``), the test kit and
-the package facade (``plugtrain/__init__.py``, whose lazy attributes reach ``train``)."""
+the package facade (``plugtrain/__init__.py``, whose lazy attributes reach ``train``).
+``conversion`` is the checkpoint converters' engine, which checkpoint loading uses."""
 
 TOP = ("cli", "commands", "__main__", "testing")
 
 TORCH_FREE = ("small core", "config", "authoring")
+
+TORCH_FREE_MODULES = tuple(
+    f"plugtrain.conversion{part}"
+    for part in ("", ".declaration", ".configs", ".lookup", ".files", ".weights")
+)
+"""Modules of a floor that uses torch which listing and ``check`` import, so must not."""
 
 DOCUMENTED = (
     "plugtrain",
@@ -63,6 +71,8 @@ DOCUMENTED = (
     "plugtrain.config",
     "plugtrain.config.plan",
     "plugtrain.config.precision",
+    "plugtrain.conversion",
+    "plugtrain.conversion.configs",
     "plugtrain.authoring.core_versions",
     "plugtrain.train.trainer",
 )
@@ -121,7 +131,7 @@ def floor_of(module: str) -> str:
     parts = module.split(".")
     if module == "plugtrain" or (len(parts) > 1 and parts[1] in TOP):
         return "top"
-    if len(parts) > 1 and parts[1] in ("config", "train", "authoring"):
+    if len(parts) > 1 and parts[1] in ("config", "train", "authoring", "conversion"):
         return parts[1]
     if len(parts) > 1 and parts[1] == "builtin":
         path = MODULES[module]
@@ -206,6 +216,17 @@ def test_torch_free_floors_import_no_torch(floor: str) -> None:
         f"{path.relative_to(PACKAGE)}:{line} imports {name}"
         for module, path in MODULES.items()
         if floor_of(module) == floor
+        for line, name in _imports(path)
+        if name == "torch" or name.startswith("torch.")
+    ]
+    assert problems == []
+
+
+@pytest.mark.parametrize("module", TORCH_FREE_MODULES)
+def test_torch_free_modules_import_no_torch(module: str) -> None:
+    path = MODULES[module]
+    problems = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {name}"
         for line, name in _imports(path)
         if name == "torch" or name.startswith("torch.")
     ]

@@ -25,7 +25,8 @@ from plugtrain.attribution import attribute_error
 from plugtrain.commands import EXIT_CONFIG, EXIT_ERROR, Command
 from plugtrain.commands.authoring import new_plugin, write_schema
 from plugtrain.commands.checkpoint import convert_checkpoint
-from plugtrain.commands.components import list_components, show_component
+from plugtrain.commands.components import list_components, list_from_cache, show_component
+from plugtrain.commands.conversion import convert_config, list_converters
 from plugtrain.commands.installed import list_plugins
 from plugtrain.commands.plugin import Subcommands, add_plugin_commands
 from plugtrain.commands.run_file import check, fit, plot
@@ -53,7 +54,7 @@ def _add_listing_commands(commands: Subcommands) -> None:
         "--markdown", action="store_true", help="print a Markdown reference with every argument"
     )
     listing.add_argument("-o", "--output", metavar="FILE", help="write FILE instead of printing")
-    listing.set_defaults(handler=list_components)
+    listing.set_defaults(handler=list_components, cached=list_from_cache)
 
     show = commands.add_parser("show", help="describe one component")
     show.add_argument("name", help="component name, e.g. SGD")
@@ -92,24 +93,68 @@ def _add_run_file_commands(commands: Subcommands) -> None:
 
 
 def _add_checkpoint_command(commands: Subcommands) -> None:
-    checkpoint = commands.add_parser("checkpoint", help="convert or export checkpoints")
+    checkpoint = commands.add_parser(
+        "checkpoint", help="convert checkpoints (Hugging Face <-> plugtrain, file <-> DCP)"
+    )
     actions = checkpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
     convert = actions.add_parser(
-        "convert", help="a single-file checkpoint into a DCP folder, or a DCP folder into a file"
+        "convert",
+        help="--src-fmt hf|plugtrain --tgt-fmt ...: between Hugging Face and plugtrain; "
+        "SOURCE TARGET alone: a single-file checkpoint into a DCP folder or back",
     )
+    convert.add_argument(
+        "source", help="a checkpoint file, DCP folder, or Hugging Face folder/file"
+    )
+    convert.add_argument("target", nargs="?", help="(file <-> DCP) the new file or folder")
+    convert.add_argument("--model", help="converter key (plugtrain checkpoint list-converters)")
+    convert.add_argument("--src-fmt", help="hf or plugtrain")
+    convert.add_argument("--tgt-fmt", help="hf or plugtrain")
+    convert.add_argument(
+        "--config", help="config.json (from hf) or a run/model YAML (from plugtrain)"
+    )
+    convert.add_argument("--output-dir", help="default: the source's folder")
+    convert.add_argument("--hf-shard-size", default="10GB", help="largest shard (default 10GB)")
+    convert.add_argument(
+        "--export-safetensors", action="store_true", help="safetensors shards (the default)"
+    )
+    convert.add_argument("--export-bin", action="store_true", help="pytorch_model-*.bin shards")
+    convert.add_argument(
+        "--drop-unmatched-keys", action="store_true", help="leave out tensors no rule matches"
+    )
+    convert.add_argument(
+        "--tokenizer", help="a tokenizer folder to copy into a Hugging Face export"
+    )
+    convert.add_argument(
+        "--no-progress-bar", action="store_true", help="accepted (no bar is drawn)"
+    )
+    convert.add_argument("--debug", action="store_true", help="log every tensor as it converts")
+    convert.set_defaults(handler=convert_checkpoint)
     export = actions.add_parser(
         "export", help="the model weights as a plain state_dict file or safetensors"
     )
-    for action in (convert, export):
-        action.add_argument("source", help="a checkpoint file or DCP folder")
-        action.add_argument("target", help="the new file or folder (must not exist)")
-        action.set_defaults(handler=convert_checkpoint)
+    export.add_argument("source", help="a checkpoint file or DCP folder")
+    export.add_argument("target", help="the new file (must not exist)")
+    export.set_defaults(handler=convert_checkpoint)
     export.add_argument(
         "--format",
         choices=("torch", "safetensors"),
         default=None,
         help="default: safetensors for a .safetensors target, else torch",
     )
+    config = actions.add_parser(
+        "convert-config", help="a Hugging Face config.json to a model YAML, or back"
+    )
+    config.add_argument("config", help="config.json, or a run file / model YAML")
+    config.add_argument("--model", help="converter key (default: from config.json / the YAML)")
+    config.add_argument("--src-fmt", required=True, help="hf or plugtrain")
+    config.add_argument("--tgt-fmt", required=True, help="hf or plugtrain")
+    config.add_argument("--output-dir", help="default: the config's folder")
+    config.add_argument("--debug", action="store_true", help="accepted")
+    config.set_defaults(handler=convert_config)
+    listing = actions.add_parser("list-converters", help="the installed checkpoint converters")
+    listing.add_argument("model", nargs="?", help="only this converter")
+    listing.add_argument("--hide-notes", action="store_true", help="one line per converter")
+    listing.set_defaults(handler=list_converters)
 
 
 def _add_world_options(command: argparse.ArgumentParser) -> None:
@@ -224,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.plugin = [*args.plugin, *getattr(args, "plugin_after", [])]
     args.argv = list(sys.argv[1:] if argv is None else argv)
     _take_traceback(args)
+    args.from_command_line = argv is None  # may use cached listings
     out = sys.stdout
     try:
         # Machine-read output gets the real stdout; whatever plugin code prints goes to stderr.
@@ -232,6 +278,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             plugins.restored_afterwards(),
             _stray_prints_to_stderr(args),
         ):
+            cached = args.cached(args, out) if "cached" in args else None
+            if cached is not None:  # from an earlier call, nothing loaded (plugtrain list)
+                out.flush()
+                return int(cached)
             registry = _registry(args)
             handler: Command = args.handler
             try:

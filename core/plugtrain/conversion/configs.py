@@ -233,7 +233,7 @@ def disagreements(
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
-        return a is b or a == b and type(a) is type(b)
+        return a is b or (a == b and type(a) is type(b))
     if isinstance(a, int | float) and isinstance(b, int | float):
         return float(a) == float(b)
     return bool(a == b)

@@ -30,8 +30,8 @@ __all__ = [
     "CheckpointConverter",
     "ConfigKey",
     "ConversionContext",
-    "ConverterArguments",
     "ConversionError",
+    "ConverterArguments",
     "Transform",
     "WeightRule",
     "headless",
@@ -116,7 +116,9 @@ class WeightRule:
 
     def __attrs_post_init__(self) -> None:
         if self.transform is None and self.plugtrain and len(self.hf) != len(self.plugtrain):
-            message = f"a rule without a transform maps names one to one: {self.hf} {self.plugtrain}"
+            message = (
+                f"a rule without a transform maps names one to one: {self.hf} {self.plugtrain}"
+            )
             raise ValueError(message)
 
     def patterns(self, side: str) -> list[re.Pattern[str]]:
@@ -235,7 +237,7 @@ def headless(converter: CheckpointConverter, architecture: str) -> CheckpointCon
         hf_prefix="",
         weights=rules,
         is_headless=True,
-        note=f"{converter.note} Base model without its head: import makes lm_head, export drops it.",
+        note=f"{converter.note} Base model (no head): import makes lm_head, export drops it.",
     )
 
 

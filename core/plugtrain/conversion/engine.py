@@ -139,7 +139,9 @@ def hf_to_plugtrain(
             state[alias] = state[owner]
     missing = [n for n in layout.shapes if n not in state and not _is_buffer_default(n)]
     if missing and not drop_unmatched:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        shown = ", ".join(missing[:8]) + (
+            f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        )
         raise ConversionError(f"{source}: the checkpoint lacks {shown}")
     if dropped:
         log.info("config.json keys the %s converter does not use: %s", key, ", ".join(dropped))
@@ -150,9 +152,7 @@ def _is_buffer_default(name: str) -> bool:
     return name.endswith(("inv_freq", "masked_bias", "attn.bias"))
 
 
-def _checked(
-    tensor: torch.Tensor, name: str, layout: ModelLayout, source: Path
-) -> torch.Tensor:
+def _checked(tensor: torch.Tensor, name: str, layout: ModelLayout, source: Path) -> torch.Tensor:
     expected = layout.shapes.get(name)
     if expected is None:
         raise ConversionError(f"{source}: makes {name}, which the model does not have")
@@ -268,7 +268,9 @@ def _copy_tokenizer(
             raise ConversionError(f"{folder}: the tokenizer folder does not exist")
         copied = _copy_files(folder, writer.staged(""), TOKENIZER_FILES)
         if not copied:
-            raise ConversionError(f"{folder}: holds no tokenizer files ({', '.join(TOKENIZER_FILES)})")
+            raise ConversionError(
+                f"{folder}: holds no tokenizer files ({', '.join(TOKENIZER_FILES)})"
+            )
         generation.update(_special_token_ids(folder))
         hf.update({k: v for k, v in generation.items() if k.endswith("token_id")})
         _write_json(writer.staged("config.json"), hf)

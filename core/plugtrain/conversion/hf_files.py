@@ -59,7 +59,9 @@ def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a Hugging Face folder, index, or safetensors file (not plugtrain's)."""
     path = Path(path)
     if path.is_dir():
-        return (path / "config.json").is_file() and any((path / n).exists() for n in HF_WEIGHT_FILES)
+        return (path / "config.json").is_file() and any(
+            (path / n).exists() for n in HF_WEIGHT_FILES
+        )
     if path.name.endswith(".index.json") or path.suffix == ".safetensors":
         return path.is_file()
     return path.is_file() and path.name.startswith("pytorch_model") and path.suffix == ".bin"
@@ -133,7 +135,9 @@ class ShardedWriter:
     Use as a context manager: the folder appears only when :meth:`close` completes.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], shard_bytes: int, safetensors: bool) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], shard_bytes: int, safetensors: bool
+    ) -> None:
         self.directory = Path(directory)
         if self.directory.exists():
             raise ConversionError(f"{self.directory}: already exists (choose a new output folder)")

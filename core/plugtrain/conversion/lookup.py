@@ -1,4 +1,4 @@
-"""Finding a converter by key or by ``config.json``, and a model's keys by its schema (torch-free)."""
+"""A converter by key or by ``config.json``, and a model's keys by its schema (torch-free)."""
 
 from __future__ import annotations
 
@@ -72,9 +72,7 @@ def model_defaults(registry: Registry, model: str) -> dict[str, Any]:
     return {i.name: i.default for i in arg_infos(_schema(registry, model)) if not i.required}
 
 
-def complete_model_keys(
-    registry: Registry, model: str, keys: Mapping[str, Any]
-) -> dict[str, Any]:
+def complete_model_keys(registry: Registry, model: str, keys: Mapping[str, Any]) -> dict[str, Any]:
     """``keys`` checked against ``model``'s schema, with every default filled in.
 
     :raises ConfigError: naming each key the model does not accept.

@@ -24,9 +24,7 @@ _OTHER = {"hf": "plugtrain", "plugtrain": "hf"}
 class RuleApplier:
     """Turns tensors named on ``side`` (``"hf"`` or ``"plugtrain"``) into the other side's."""
 
-    def __init__(
-        self, rules: Sequence[WeightRule], side: str, context: ConversionContext
-    ) -> None:
+    def __init__(self, rules: Sequence[WeightRule], side: str, context: ConversionContext) -> None:
         self.rules = list(rules)
         self.side = side
         self.context = context

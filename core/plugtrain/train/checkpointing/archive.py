@@ -176,15 +176,15 @@ def verify_archive(path: str | os.PathLike[str]) -> None:
 
 
 def _check_structure(path: Path, state: Any) -> None:
-    if not isinstance(state, dict) or "model" not in state or "global_step" not in state:
-        message = f"{path}: not a plugtrain checkpoint (no model state or global_step)"
+    if not isinstance(state, dict) or "model" not in state:
+        message = f"{path}: not a plugtrain checkpoint (no model state)"
         raise CorruptCheckpointError(message)
     model = state["model"]
     if not isinstance(model, Mapping) or not all(
         isinstance(v, torch.Tensor) for v in model.values()
     ):
         raise CorruptCheckpointError(f"{path}: 'model' is not a mapping of tensors")
-    step = state["global_step"]
+    step = state.get("global_step", 0)  # absent: a weights-only checkpoint
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise CorruptCheckpointError(f"{path}: 'global_step' is not a step count: {step!r}")
     optimizer = state.get("optimizer")
@@ -194,6 +194,18 @@ def _check_structure(path: Path, state: Any) -> None:
         raise CorruptCheckpointError(f"{path}: 'optimizer' is not an optimizer state dict")
     if not isinstance(state.get("schedulers") or [], list):
         raise CorruptCheckpointError(f"{path}: 'schedulers' is not a list")
+
+
+def _refuse_hf_file(path: Path) -> None:
+    from plugtrain.conversion.hf_files import is_hf_checkpoint
+
+    if is_hf_checkpoint(path) or path.suffix == ".safetensors":
+        message = (
+            f"{path}: is a Hugging Face weights file, not a plugtrain checkpoint: a run's "
+            "ckpt_path may name its folder (with config.json), or convert it with 'plugtrain "
+            "checkpoint convert FILE --src-fmt hf --tgt-fmt plugtrain --config config.json'"
+        )
+        raise CheckpointError(message)
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -206,6 +218,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not path.is_file():
         message = f"{path}: no such checkpoint file"
         raise CheckpointError(message)
+    _refuse_hf_file(path)
     verify_archive(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

@@ -22,7 +22,7 @@ def build_decoder(family: str, arguments: dict[str, Any]) -> DecoderLM:
     schema = schema_for(family)
     complete = validated_arguments(schema, arguments, owner=family)
     settings = resolve_settings(complete, parallel=family in GPTJ_FAMILIES)
-    return DecoderLM(settings, family)
+    return DecoderLM(settings, family, complete)
 
 
 def constructor(family: str) -> Callable[..., DecoderLM]:

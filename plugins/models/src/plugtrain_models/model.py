@@ -45,17 +45,31 @@ class DecoderLM(nn.Module):
     report_perplexity: bool
     """Evaluation reports exp(loss): on when the loss is a per-token mean (num_tokens)."""
 
+    checkpoint_aliases: Mapping[str, str] = {"model.transformer_decoder.norm.": "model.ln_f."}
+    """Prefixes naming the same tensors (the final norm is both ``transformer_decoder.norm``
+    and ``ln_f``, as in Model Zoo): a checkpoint holding either name loads, strictly."""
+
     fsdp_modules = ("model.transformer_decoder.layers.*",)
     """FSDP2's units when the backend names none: each decoder block gets its own fully_shard."""
 
-    def __init__(self, settings: DecoderSettings, family: str) -> None:
+    def __init__(
+        self, settings: DecoderSettings, family: str, keys: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__()
         self.family = family
+        self.model_keys = dict(keys) if keys is not None else None
+        """The ``model:`` keys it was built from, defaults filled in (``None``: not known)."""
         # exp(loss) is the perplexity only when the loss is a per-token mean; under
         # batch_size scaling, token_loss carries that mean instead (see forward).
         self.report_perplexity = settings.loss_scaling == "num_tokens"
         self.model = LanguageModel(settings)
         initialise(self.model)
+        self._register_load_state_dict_pre_hook(_final_norm_either_name)
+
+    @property
+    def checkpoint_converter(self) -> str:
+        """Its family's checkpoint converter (a ``ckpt_path`` may name a Hugging Face folder)."""
+        return self.family
 
     @torch.no_grad()
     def init_weights(self) -> None:
@@ -152,3 +166,11 @@ class DecoderLM(nn.Module):
                 token_loss = lm_loss(logits, labels, mask, scaling="num_tokens", weight=1.0)
             result["token_loss"] = token_loss
         return result
+
+
+def _final_norm_either_name(state: dict[str, Any], prefix: str, *args: Any) -> None:
+    """Fill each name of :attr:`DecoderLM.checkpoint_aliases` the state lacks from the other."""
+    for first, second in DecoderLM.checkpoint_aliases.items():
+        for have, lack in ((prefix + first, prefix + second), (prefix + second, prefix + first)):
+            for name in [n for n in state if n.startswith(have)]:
+                state.setdefault(lack + name[len(have) :], state[name])

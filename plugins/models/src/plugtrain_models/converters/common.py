@@ -1,5 +1,7 @@
-"""Pieces several families' converters share: activation names, grouped-query attention, rope
-scaling, and the weight rules of a Llama-style block (torch-free)."""
+"""What several families' converters share (torch-free).
+
+Activation names, grouped-query attention, rope scaling, and a Llama-style block's weight rules.
+"""
 
 from __future__ import annotations
 
@@ -52,7 +54,9 @@ def _activation_maps(
     def to_hf(value: Any) -> str:
         if value not in inverse:
             known = ", ".join(inverse)
-            raise ConversionError(f"model.nonlinearity = {value!r} has no Hugging Face name ({known})")
+            raise ConversionError(
+                f"model.nonlinearity = {value!r} has no Hugging Face name ({known})"
+            )
         return inverse[value]
 
     return to_plugtrain, to_hf
@@ -184,7 +188,9 @@ def llama_attention_rules(hf_layer: str, attention: str = "self_attn.") -> list[
 def llama_mlp_rules(hf_layer: str) -> list[WeightRule]:
     """Llama's gated MLP."""
     return [
-        WeightRule([hf_layer + "mlp.gate_proj.{p}"], [LAYER + "ffn.ffn.0.linear_layer_for_glu.{p}"]),
+        WeightRule(
+            [hf_layer + "mlp.gate_proj.{p}"], [LAYER + "ffn.ffn.0.linear_layer_for_glu.{p}"]
+        ),
         WeightRule([hf_layer + "mlp.up_proj.{p}"], [LAYER + "ffn.ffn.0.linear_layer.{p}"]),
         WeightRule([hf_layer + "mlp.down_proj.{p}"], [LAYER + "ffn.ffn.1.linear_layer.{p}"]),
     ]

@@ -185,22 +185,30 @@ MIXTRAL = CheckpointConverter(
         *(r for r in _LLAMA_WEIGHTS if "mlp." not in r.hf[0]),
         WeightRule([_EXPERT + "gate.weight"], [LAYER + "ffn.gate.weight"]),
         WeightRule(
-            [_EXPERT + "experts.{expert}.w1.weight"], [_OUR_EXPERT + "0.linear_layer_for_glu.weight"]
+            [_EXPERT + "experts.{expert}.w1.weight"],
+            [_OUR_EXPERT + "0.linear_layer_for_glu.weight"],
         ),
-        WeightRule([_EXPERT + "experts.{expert}.w3.weight"], [_OUR_EXPERT + "0.linear_layer.weight"]),
-        WeightRule([_EXPERT + "experts.{expert}.w2.weight"], [_OUR_EXPERT + "1.linear_layer.weight"]),
+        WeightRule(
+            [_EXPERT + "experts.{expert}.w3.weight"], [_OUR_EXPERT + "0.linear_layer.weight"]
+        ),
+        WeightRule(
+            [_EXPERT + "experts.{expert}.w2.weight"], [_OUR_EXPERT + "1.linear_layer.weight"]
+        ),
     ),
     plugtrain_fixed=_LLAMA_FIXED,
     hf_required={"router_jitter_noise": 0.0},
     hf_ignored=_LLAMA_IGNORED
-    | {"sliding_window", "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
-       "output_router_logits"},  # fmt: skip
+    | {
+        "sliding_window",
+        "num_local_experts",
+        "num_experts_per_tok",
+        "router_aux_loss_coef",
+        "output_router_logits",
+    },
     config_to_plugtrain=both(
         gqa_from_hf(), rope_scaling_from_hf, _head_dim_from_hf, _window_from_hf, _moe_from_hf
     ),
-    config_to_hf=both(
-        gqa_to_hf(), rope_scaling_to_hf, _head_dim_to_hf, _window_to_hf, _moe_to_hf
-    ),
+    config_to_hf=both(gqa_to_hf(), rope_scaling_to_hf, _head_dim_to_hf, _window_to_hf, _moe_to_hf),
     plugtrain_handled=_LLAMA_HANDLED | {"attention_sliding_window_length", "moe"},
     note="Mixtral (MixtralForCausalLM): one tensor per expert, as transformers saves them.",
 )
@@ -227,13 +235,18 @@ def _gemma_from_hf(hf: Mapping[str, Any], keys: dict[str, Any]) -> None:
 def _gemma_to_hf(keys: Mapping[str, Any], hf: dict[str, Any]) -> None:
     head_dim = hf["head_dim"]
     alpha = float(keys.get("attention_logits_alpha") or 1.0)
-    hf["query_pre_attn_scalar"] = head_dim / alpha**2
+    scalar = head_dim / alpha**2  # transformers wants an int, which alpha only nearly gives
+    hf["query_pre_attn_scalar"] = round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar
     scale = float(keys.get("embeddings_scale") or 1.0)
     if not math.isclose(scale, float(keys["hidden_size"]) ** 0.5, rel_tol=1e-6):
         message = f"model.embeddings_scale = {scale}: Hugging Face Gemma 2 uses sqrt(hidden_size)"
         raise ConversionError(message)
     first = keys.get("sliding_window_every_other_decoder_layer_pattern") == "sliding_window_first"
-    kinds = ("sliding_attention", "full_attention") if first else ("full_attention", "sliding_attention")
+    kinds = (
+        ("sliding_attention", "full_attention")
+        if first
+        else ("full_attention", "sliding_attention")
+    )
     hf["layer_types"] = [kinds[i % 2] for i in range(int(keys["num_hidden_layers"]))]
 
 
@@ -276,11 +289,15 @@ GEMMA2 = CheckpointConverter(
     },
     hf_ignored=_LLAMA_IGNORED
     | {"hidden_act", "query_pre_attn_scalar", "layer_types", "cache_implementation"},
-    config_to_plugtrain=both(gqa_from_hf(), rope_scaling_from_hf, _head_dim_from_hf, _gemma_from_hf),
+    config_to_plugtrain=both(
+        gqa_from_hf(), rope_scaling_from_hf, _head_dim_from_hf, _gemma_from_hf
+    ),
     config_to_hf=both(gqa_to_hf(), rope_scaling_to_hf, _head_dim_to_hf, _gemma_to_hf),
     plugtrain_handled=_LLAMA_HANDLED
-    | {"attention_logits_alpha", "embeddings_scale",
-       "sliding_window_every_other_decoder_layer_pattern"},  # fmt: skip
+    | {
+        "attention_logits_alpha",
+        "embeddings_scale",
+        "sliding_window_every_other_decoder_layer_pattern",
+    },
     note="Gemma 2 (Gemma2ForCausalLM): norms hold 1 + w; tanh-GELU GLU (geglu_tanh).",
 )
-

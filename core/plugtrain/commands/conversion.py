@@ -1,0 +1,156 @@
+"""``plugtrain checkpoint convert --src-fmt --tgt-fmt``, ``convert-config`` and ``list-converters``.
+
+Hugging Face <-> plugtrain, Model Zoo's spelling. Listing and ``convert-config`` import no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from plugtrain.commands import EXIT_OK
+from plugtrain.conversion.files import (
+    check_formats,
+    hf_source_file,
+    model_section,
+    output_stem,
+    tokenizer_folder,
+)
+from plugtrain.conversion.lookup import KIND, converters, find_converter
+from plugtrain.registry import Registry
+
+__all__ = ["convert_config", "convert_formats", "list_converters"]
+
+
+def _model_yaml(name: str, keys: dict[str, Any]) -> str:
+    header = (
+        f"# The model section of a plugtrain run file (trainer.init.model), converted from a\n"
+        f"# Hugging Face config by plugtrain's {name!r} converter.\n"
+    )
+    return header + yaml.safe_dump({"model": {"name": name, **keys}}, sort_keys=False)
+
+
+def convert_formats(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    """Convert a checkpoint between ``hf`` and ``plugtrain`` (see the module)."""
+    source_format, target_format = check_formats(args.src_fmt, args.tgt_fmt)
+    if args.config is None:
+        raise SystemExit("plugtrain checkpoint convert: --config is required with --src-fmt")
+    source = Path(args.source)
+    if source_format == "hf":
+        return _hf_to_plugtrain(args, registry, source, out)
+    del target_format
+    return _plugtrain_to_hf(args, registry, source, out)
+
+
+def _hf_to_plugtrain(
+    args: argparse.Namespace, registry: Registry, source: Path, out: TextIO
+) -> int:
+    from plugtrain.conversion.engine import hf_to_plugtrain
+    from plugtrain.train.checkpointing.archive import save_checkpoint
+
+    weights = hf_source_file(source)
+    output = Path(args.output_dir) if args.output_dir else weights.parent
+    converted = hf_to_plugtrain(
+        weights,
+        args.model,
+        config=args.config,
+        drop_unmatched=args.drop_unmatched_keys,
+        registry=registry,
+    )
+    output.mkdir(parents=True, exist_ok=True)
+    checkpoint = output / f"{output_stem(weights)}_to_plugtrain.mdl"
+    save_checkpoint(checkpoint, {"model": converted.state})
+    config = output / f"{output_stem(args.config)}_to_plugtrain.yaml"
+    config.write_text(_model_yaml(converted.model_name, converted.model_keys), encoding="utf-8")
+    if converted.dropped_config_keys:
+        out.write(f"config.json keys not used: {', '.join(converted.dropped_config_keys)}\n")
+    out.write(f"{source} -> {checkpoint}\n{args.config} -> {config}\n")
+    return EXIT_OK
+
+
+def _plugtrain_to_hf(
+    args: argparse.Namespace, registry: Registry, source: Path, out: TextIO
+) -> int:
+    from plugtrain.conversion.engine import export_hf
+    from plugtrain.conversion.plugtrain_files import read_model_state
+
+    name, keys, data = model_section(args.config)
+    model = args.model or name
+    if model is None:
+        raise SystemExit(f"{args.config}: the model has no name: pass --model")
+    state = read_model_state(source)
+    output = Path(args.output_dir) if args.output_dir else source.parent
+    target = output / f"{output_stem(source)}_to_hf"
+    tokenizer = args.tokenizer or tokenizer_folder(data, Path(args.config).parent)
+    export_hf(
+        state,
+        model,
+        keys,
+        target,
+        tokenizer_dir=tokenizer,
+        shard_size=args.hf_shard_size,
+        safetensors=not args.export_bin,
+        drop_unmatched=args.drop_unmatched_keys,
+        registry=registry,
+    )
+    out.write(f"{source} -> {target}\n")
+    if tokenizer is None:
+        out.write("no tokenizer folder named (--tokenizer DIR adds its files)\n")
+    return EXIT_OK
+
+
+def convert_config(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    """``convert-config``: a ``config.json`` to a model YAML or back (torch-free)."""
+    from plugtrain.conversion.configs import (
+        hf_to_plugtrain_config,
+        plugtrain_to_hf_config,
+        read_hf_config,
+    )
+    from plugtrain.conversion.lookup import complete_model_keys, model_defaults
+
+    source_format, _ = check_formats(args.src_fmt, args.tgt_fmt)
+    config = Path(args.config)
+    output = Path(args.output_dir) if args.output_dir else config.parent
+    output.mkdir(parents=True, exist_ok=True)
+    if source_format == "hf":
+        hf = read_hf_config(config)
+        _, converter = find_converter(registry, args.model, hf)
+        keys, dropped = hf_to_plugtrain_config(converter, hf)
+        complete_model_keys(registry, converter.model, keys)
+        target = output / f"{output_stem(config)}_to_plugtrain.yaml"
+        target.write_text(_model_yaml(converter.model, keys), encoding="utf-8")
+        if dropped:
+            out.write(f"config.json keys not used: {', '.join(dropped)}\n")
+    else:
+        name, keys, _ = model_section(config)
+        _, converter = find_converter(registry, args.model or name, None)
+        complete = complete_model_keys(registry, converter.model, keys)
+        defaults = model_defaults(registry, converter.model)
+        hf = plugtrain_to_hf_config(converter, complete, defaults, converter.plugtrain_handled)
+        target = output / f"{output_stem(config)}_to_hf.json"
+        target.write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    out.write(f"{config} -> {target}\n")
+    return EXIT_OK
+
+
+def list_converters(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+    """``list-converters [MODEL]``: each converter's key, aliases, formats and architecture."""
+    found = converters(registry)
+    if args.model is not None:
+        component = registry.lookup(KIND, args.model)
+        found = {component.name: found[component.name]}
+    for key, converter in found.items():
+        aliases = registry.lookup(KIND, key).aliases
+        also = f" (also {', '.join(aliases)})" if aliases else ""
+        formats = " <-> ".join(converter.formats)
+        out.write(
+            f"{key}{also}: {formats}; model {converter.model!r}, "
+            f"Hugging Face {converter.hf_architecture}\n"
+        )
+        if converter.note and not args.hide_notes:
+            out.write(f"    {converter.note}\n")
+    return EXIT_OK

@@ -1,0 +1,132 @@
+"""``plugtrain checkpoint convert`` between formats: the files in and out, named as Model Zoo does.
+
+``<source stem>_to_plugtrain.mdl`` and ``<config stem>_to_plugtrain.yaml`` from a Hugging Face
+checkpoint; ``<checkpoint stem>_to_hf/`` (with its ``config.json``) from a plugtrain one. A stem
+is the name without every trailing alphabetic extension (``model.safetensors.index.json`` ->
+``model``), as Model Zoo strips it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from plugtrain.conversion.declaration import FORMATS, ConversionError
+from plugtrain.conversion.hf_files import HF_WEIGHT_FILES
+
+__all__ = [
+    "check_formats",
+    "hf_source_file",
+    "model_section",
+    "output_stem",
+    "tokenizer_folder",
+]
+
+_CS_FORMAT = re.compile(r"^cs-(\d+\.\d+|auto|current)$")
+
+
+def check_formats(source: str, target: str) -> tuple[str, str]:
+    """The two formats, checked: ``hf`` and ``plugtrain``, one each way.
+
+    :raises ConversionError: a Model Zoo ``cs-X.Y`` format (its container needs
+        ``cerebras.pytorch``), an unknown one, or the same format twice.
+    """
+    for given in (source, target):
+        if _CS_FORMAT.match(given):
+            message = (
+                f"format {given!r} is a Cerebras Model Zoo checkpoint: its .mdl container needs "
+                "cerebras.pytorch, which is not available here. plugtrain reads and writes its own "
+                "checkpoint files, whose parameter names are Model Zoo's: use 'plugtrain'"
+            )
+            raise ConversionError(message)
+        if given not in FORMATS:
+            raise ConversionError(f"unknown format {given!r} (formats: {', '.join(FORMATS)})")
+    if source == target:
+        raise ConversionError(f"--src-fmt and --tgt-fmt are both {source!r}")
+    return source, target
+
+
+def output_stem(path: str | os.PathLike[str]) -> str:
+    """The name of ``path`` without every trailing alphabetic extension."""
+    name = Path(path).name
+    while True:
+        stem, dot, extension = name.rpartition(".")
+        if not dot or not stem or not extension.isalpha():
+            return name
+        name = stem
+
+
+def hf_source_file(path: str | os.PathLike[str]) -> Path:
+    """The weights file of a Hugging Face source (a folder's own, or ``path`` itself)."""
+    path = Path(path)
+    if path.is_dir():
+        for name in HF_WEIGHT_FILES:
+            if (path / name).is_file():
+                return path / name
+        raise ConversionError(
+            f"{path}: no Hugging Face weights here ({', '.join(HF_WEIGHT_FILES)})"
+        )
+    if not path.exists():
+        raise ConversionError(f"{path}: no such file")
+    return path
+
+
+def model_section(config: str | os.PathLike[str]) -> tuple[str | None, dict[str, Any], Mapping]:
+    """``(name, keys, whole file)`` of a run file's or model YAML's model mapping.
+
+    Read from a top-level ``model:`` (Model Zoo's legacy layout and what ``convert`` writes) or
+    ``trainer.init.model``; a list of trainers must hold one.
+
+    :raises ConversionError: naming the file and what it lacks.
+    """
+    path = Path(config)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConversionError(f"{path}: cannot be read as YAML: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ConversionError(f"{path}: not a mapping of sections")
+    model = data.get("model")
+    trainer = data.get("trainer")
+    if model is None and trainer is not None:
+        if isinstance(trainer, list):
+            if len(trainer) != 1:
+                message = f"{path}: holds {len(trainer)} trainers; convert needs the one model"
+                raise ConversionError(message)
+            trainer = trainer[0].get("trainer", trainer[0])
+        model = ((trainer or {}).get("init") or {}).get("model")
+    if not isinstance(model, Mapping):
+        raise ConversionError(f"{path}: has no model section (model: or trainer.init.model:)")
+    keys = dict(model)
+    name = keys.pop("name", None) or keys.pop("model_name", None)
+    return name, keys, data
+
+
+_TOKENIZER_KEYS = ("pretrained_model_name_or_path", "huggingface_tokenizer", "tokenizer_dir",
+                   "tokenizer", "tokenizer_file_path")  # fmt: skip
+
+
+def tokenizer_folder(data: Any, base: Path) -> Path | None:
+    """A local tokenizer folder (one with ``tokenizer.json``) the run file names, if any."""
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            if key in _TOKENIZER_KEYS and isinstance(value, str):
+                candidate = Path(value)
+                candidate = candidate if candidate.is_absolute() else base / candidate
+                folder = candidate if candidate.is_dir() else candidate.parent
+                if (folder / "tokenizer.json").is_file() or (folder / "tokenizer.model").is_file():
+                    return folder
+            found = tokenizer_folder(value, base)
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for item in data:
+            found = tokenizer_folder(item, base)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,93 @@
+"""Checkpoints plugtrain did not write: a Hugging Face folder, and Model Zoo's unprefixed names.
+
+A ``ckpt_path`` naming a Hugging Face folder (or its weights file) is converted on the fly by
+the model's checkpoint converter, one shard in memory at a time, after its ``config.json`` is
+compared with the model's keys; what loads is the model's state alone (step 0, a fresh
+optimizer), as from a weights-only checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from plugtrain.errors import CheckpointError, CheckpointMismatchError
+
+__all__ = ["hf_checkpoint_state", "is_hf_checkpoint", "with_model_prefix"]
+
+log = logging.getLogger("plugtrain")
+
+
+def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a Hugging Face folder or weights file."""
+    from plugtrain.conversion.hf_files import is_hf_checkpoint as found
+
+    return found(path)
+
+
+def hf_checkpoint_state(model: torch.nn.Module, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{"model": state}`` of the Hugging Face checkpoint at ``path``, for ``model``.
+
+    :raises CheckpointError: the model names no converter, or the checkpoint does not convert.
+    :raises CheckpointMismatchError: ``config.json`` disagrees with the model's keys (each key
+        named with both values).
+    """
+    from plugtrain.conversion import ConversionError, hf_to_plugtrain
+    from plugtrain.conversion.configs import disagreements
+
+    converter = getattr(model, "checkpoint_converter", None)
+    if converter is None:
+        message = (
+            f"{path}: is a Hugging Face checkpoint, but the model ({type(model).__name__}) names "
+            "no checkpoint converter (its checkpoint_converter attribute)"
+        )
+        raise CheckpointError(message)
+    try:
+        converted = hf_to_plugtrain(path, converter)
+    except ConversionError as exc:
+        raise CheckpointError(f"{path}: cannot be converted: {exc}") from exc
+    keys = getattr(model, "model_keys", None)
+    if isinstance(keys, Mapping):
+        differ = disagreements(converted.model_keys, keys)
+        if differ:
+            listed = "; ".join(
+                f"{key}: config.json has {theirs!r}, the model {ours!r}"
+                for key, theirs, ours in differ
+            )
+            message = f"{Path(path)}: does not describe this model: {listed}"
+            raise CheckpointMismatchError(message)
+    log.info("converted the Hugging Face checkpoint %s (%s converter)", path, converted.converter)
+    from plugtrain._version import __version__
+
+    # converted here, by this version: nothing for the version check to warn about
+    return {"model": converted.state, "metadata": {"plugtrain": __version__}}
+
+
+def with_model_prefix(model: torch.nn.Module, weights: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``weights`` named as ``model`` names them.
+
+    Model Zoo writes a converted checkpoint without the ``model.`` prefix and loads it into
+    ``trainer.model.model``; this does the same. Where a model's ``checkpoint_aliases`` pairs two
+    prefixes that name the same tensors, the name a checkpoint lacks is filled from the other.
+    """
+    inner = getattr(model, "model", None)
+    unprefixed = weights and not any(name.startswith("model.") for name in weights)
+    if isinstance(inner, torch.nn.Module) and unprefixed:
+        expected = model.state_dict().keys()
+        prefixed = {f"model.{name}": value for name, value in weights.items()}
+        if len(prefixed.keys() & expected) > len(weights.keys() & expected):
+            weights = prefixed
+    aliases = getattr(model, "checkpoint_aliases", None) or {}
+    if not aliases:
+        return weights
+    filled = dict(weights)
+    for first, second in aliases.items():
+        for have, lack in ((first, second), (second, first)):
+            for name in [n for n in filled if n.startswith(have)]:
+                filled.setdefault(lack + name[len(have) :], filled[name])
+    return filled
