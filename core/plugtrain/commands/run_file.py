@@ -31,6 +31,12 @@ def check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     for warning in plan.warnings:
         sys.stderr.write(f"plugtrain: warning: {warning}\n")
     deep = _check_world(args, plan, run_registry)
+    from plugtrain.commands.hf_check import hf_checkpoint_issues
+    from plugtrain.config import load_run_file
+
+    issues = hf_checkpoint_issues(load_run_file(args.run_file, args.set), plan, run_registry)
+    if issues:
+        raise ConfigError(issues)
     for trainer in plan.trainers:
         sparsity = ", ".join(group.algorithm for group in trainer.sparsity)
         sparse = f"; sparsity {sparsity}" if sparsity else ""

@@ -17,15 +17,37 @@ from typing import Any
 import yaml
 
 from plugtrain.conversion.declaration import FORMATS, ConversionError
-from plugtrain.conversion.hf_files import HF_WEIGHT_FILES
 
 __all__ = [
+    "HF_WEIGHT_FILES",
     "check_formats",
     "hf_source_file",
+    "is_hf_checkpoint",
     "model_section",
     "output_stem",
     "tokenizer_folder",
 ]
+
+HF_WEIGHT_FILES = (
+    "model.safetensors.index.json",
+    "model.safetensors",
+    "pytorch_model.bin.index.json",
+    "pytorch_model.bin",
+)
+"""The weight files of a Hugging Face folder, in the order they are looked for."""
+
+
+def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a Hugging Face folder, index, or safetensors file (not plugtrain's)."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / "config.json").is_file() and any(
+            (path / n).exists() for n in HF_WEIGHT_FILES
+        )
+    if path.name.endswith(".index.json") or path.suffix == ".safetensors":
+        return path.is_file()
+    return path.is_file() and path.name.startswith("pytorch_model") and path.suffix == ".bin"
+
 
 _CS_FORMAT = re.compile(r"^cs-(\d+\.\d+|auto|current)$")
 

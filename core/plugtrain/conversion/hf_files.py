@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from plugtrain.conversion.declaration import ConversionError
+from plugtrain.conversion.files import HF_WEIGHT_FILES, is_hf_checkpoint
 
 __all__ = [
     "HF_WEIGHT_FILES",
@@ -29,13 +30,6 @@ __all__ = [
     "parse_size",
 ]
 
-HF_WEIGHT_FILES = (
-    "model.safetensors.index.json",
-    "model.safetensors",
-    "pytorch_model.bin.index.json",
-    "pytorch_model.bin",
-)
-"""The weight files of a Hugging Face folder, in the order they are looked for."""
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|KIB|MB|MIB|GB|GIB|TB|TIB)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -53,18 +47,6 @@ def parse_size(text: str | int) -> int:
         message = f"not a size: {text!r} (write a number with a unit: 10GB, 500MiB, 2000000)"
         raise ConversionError(message)
     return int(float(match.group(1)) * _UNITS[(match.group(2) or "B").upper()])
-
-
-def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a Hugging Face folder, index, or safetensors file (not plugtrain's)."""
-    path = Path(path)
-    if path.is_dir():
-        return (path / "config.json").is_file() and any(
-            (path / n).exists() for n in HF_WEIGHT_FILES
-        )
-    if path.name.endswith(".index.json") or path.suffix == ".safetensors":
-        return path.is_file()
-    return path.is_file() and path.name.startswith("pytorch_model") and path.suffix == ".bin"
 
 
 def hf_weight_files(path: str | os.PathLike[str]) -> list[Path]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from plugtrain.conversion.declaration import ConversionError
-from plugtrain.conversion.hf_files import is_hf_checkpoint
+from plugtrain.conversion.files import is_hf_checkpoint
 
 __all__ = ["read_model_state"]
 

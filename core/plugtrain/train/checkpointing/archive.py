@@ -197,7 +197,7 @@ def _check_structure(path: Path, state: Any) -> None:
 
 
 def _refuse_hf_file(path: Path) -> None:
-    from plugtrain.conversion.hf_files import is_hf_checkpoint
+    from plugtrain.conversion.files import is_hf_checkpoint
 
     if is_hf_checkpoint(path) or path.suffix == ".safetensors":
         message = (

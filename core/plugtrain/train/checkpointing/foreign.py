@@ -25,7 +25,7 @@ log = logging.getLogger("plugtrain")
 
 def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a Hugging Face folder or weights file."""
-    from plugtrain.conversion.hf_files import is_hf_checkpoint as found
+    from plugtrain.conversion.files import is_hf_checkpoint as found
 
     return found(path)
 

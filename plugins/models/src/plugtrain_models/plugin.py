@@ -44,4 +44,6 @@ def plugtrain_register_checkpoint_converters(registry: ComponentRegistrar) -> No
             f"plugtrain_models.converters.{module}:{attribute}",
             schema=ConverterArguments,
             aliases=aliases,
+            summary=f"Hugging Face <-> plugtrain checkpoints of {key.removesuffix('-headless')}"
+            + (" (base model, no head)" if key.endswith("-headless") else ""),
         )
