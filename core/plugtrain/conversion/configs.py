@@ -184,7 +184,7 @@ def plugtrain_to_hf_config(
     """
     for dotted, value in converter.plugtrain_fixed.items():
         actual = get_key(keys, dotted)
-        if actual != value:
+        if actual != value and dotted not in NO_EFFECT_MODEL_KEYS:
             message = (
                 f"model.{dotted} is {actual!r}, but Hugging Face {converter.hf_architecture} "
                 f"needs {value!r}"
