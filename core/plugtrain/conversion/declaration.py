@@ -186,6 +186,8 @@ class CheckpointConverter:
         function).
     :param fold_mup: folds muP's scales into the weights and keys before export (standard
         parametrisation), returning both.
+    :param detected: found from ``config.json``'s ``model_type`` when no key is given (``False``
+        for a second converter of an architecture another converter already claims).
     :param note: one line shown by ``list-converters``.
     """
 
@@ -205,6 +207,7 @@ class CheckpointConverter:
     plugtrain_handled: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
     is_headless: bool = False
     fold_mup: MupFold | None = None
+    detected: bool = True
     formats: tuple[str, str] = FORMATS
     note: str = ""
 

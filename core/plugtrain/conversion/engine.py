@@ -236,12 +236,19 @@ def export_hf(
         skip |= {head, head.removesuffix("weight") + "bias"}
     applier = RuleApplier(converter.weights, "plugtrain", ConversionContext(hf, complete))
     dtype = None
+    expected = {n.removeprefix(_PREFIX) for n in layout.shapes if n not in skip}
     with ShardedWriter(output_dir, parse_size(shard_size), safetensors) as writer:
         for name, tensor in _plugtrain_tensors(state, skip):
+            expected.discard(name)
             for target, made in applier.add(name, tensor):
                 if made.is_floating_point() and dtype is None:
                     dtype = made.dtype
                 writer.add(target, made)
+        missing = sorted(n for n in expected if not _is_buffer_default(n))
+        if missing and not drop_unmatched:
+            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+            message = f"the plugtrain checkpoint lacks {', '.join(missing[:8])}{more}"
+            raise ConversionError(message)
         dropped = applier.finish(drop_unmatched, "the plugtrain checkpoint")
         if dropped:
             log.warning("left out of the export (no rule matches): %s", ", ".join(dropped))

@@ -44,7 +44,9 @@ def find_converter(
     model_type = (hf or {}).get("model_type")
     architectures = list((hf or {}).get("architectures") or [])
     candidates = [
-        (key, c) for key, c in converters(registry).items() if model_type in c.hf_model_types
+        (key, c)
+        for key, c in converters(registry).items()
+        if model_type in c.hf_model_types and c.detected
     ]
     if not candidates:
         known = ", ".join(registry.names(KIND))

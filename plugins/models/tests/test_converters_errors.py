@@ -127,3 +127,16 @@ def test_the_command_line_names_what_it_cannot_do(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], check=False, capture_output=True, text=True
     )
     assert torch_free.returncode == 0, "listing converters imported torch"
+
+
+def test_an_export_missing_a_tensor_of_the_model_is_refused(tmp_path: Path) -> None:
+    from plugtrain_models.families import build_decoder
+
+    keys = {"vocab_size": 128, "hidden_size": 64, "num_heads": 4, "num_hidden_layers": 1,
+            "filter_size": 96}  # fmt: skip
+    state = build_decoder("gpt2", keys).state_dict()
+    del state["model.transformer_decoder.layers.0.ffn.ffn.1.linear_layer.weight"]
+    with pytest.raises(ConversionError, match=r"lacks transformer_decoder\.layers\.0\.ffn\.ffn\.1"):
+        export_hf(state, "gpt2", keys, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert not list(tmp_path.iterdir())  # no staging folder left behind
