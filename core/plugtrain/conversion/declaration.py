@@ -106,13 +106,14 @@ class WeightRule:
     :param plugtrain: plugtrain's names (without ``model.``); empty drops the Hugging Face tensors
         (buffers such as ``rotary_emb.inv_freq``).
     :param transform: builds one side's tensors from the other's.
-    :param optional: the tensors may be absent on both sides (biases some checkpoints have).
+    :param when: the rule applies only to models for which this is true (a layout chosen by a
+        config key, such as one norm per block or two).
     """
 
     hf: tuple[str, ...] = attrs.field(converter=tuple)
     plugtrain: tuple[str, ...] = attrs.field(converter=tuple)
     transform: Transform | None = None
-    optional: bool = False
+    when: Callable[[ConversionContext], bool] | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.transform is None and self.plugtrain and len(self.hf) != len(self.plugtrain):

@@ -25,7 +25,7 @@ class RuleApplier:
     """Turns tensors named on ``side`` (``"hf"`` or ``"plugtrain"``) into the other side's."""
 
     def __init__(self, rules: Sequence[WeightRule], side: str, context: ConversionContext) -> None:
-        self.rules = list(rules)
+        self.rules = [r for r in rules if r.when is None or r.when(context)]
         self.side = side
         self.context = context
         self._patterns = [(i, rule.patterns(side)) for i, rule in enumerate(self.rules)]

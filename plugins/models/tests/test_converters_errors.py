@@ -77,12 +77,13 @@ def test_export_refuses_what_the_hugging_face_model_cannot_compute(tmp_path: Pat
         "filter_size": 96, "position_embedding_type": "rotary", "norm_type": "rmsnorm",
         "nonlinearity": "swiglu", "use_bias_in_output": False, "use_ffn_bias": False,
         "use_projection_bias_in_attention": False, "use_ffn_bias_in_attention": False,
-        "share_embedding_weights": False,
+        "share_embedding_weights": False, "rotary_dim": 16,
     }  # fmt: skip
     state = build_decoder("llama", keys).state_dict()
     for change, named in (
         ({"attention_logit_softcapping": 5.0}, "model.attention_logit_softcapping = 5.0"),
         ({"rotary_dim": 8}, "model.rotary_dim = 8"),
+        ({"rotary_dim": None}, r"model.rotary_dim = None \(4 wide\)"),
         ({"norm_type": "layernorm"}, "model.norm_type is 'layernorm'"),
     ):
         with pytest.raises(ConversionError, match=named):

@@ -161,12 +161,14 @@ def rope_scaling_to_hf(keys: Mapping[str, Any], hf: dict[str, Any]) -> None:
 
 def whole_head_rotary(keys: Mapping[str, Any], hf: dict[str, Any]) -> None:
     """Refuse a partial rotary dimension where the architecture rotates whole heads."""
-    inner = keys.get("attention_inner_dim") or keys["hidden_size"]
-    head_dim = int(inner) // int(keys["num_heads"])
-    rotary = keys.get("rotary_dim")
-    if rotary is not None and int(rotary) != head_dim:
+    from plugtrain_models.settings import resolve_settings
+
+    settings = resolve_settings(keys, parallel=False)  # rotary_dim: null is a quarter head
+    head_dim, rotary = settings.head_dim, settings.rotary_dim
+    if rotary != head_dim:
         message = (
-            f"model.rotary_dim = {rotary}: Hugging Face {hf['architectures'][0]} rotates the "
+            f"model.rotary_dim = {keys.get('rotary_dim')} ({rotary} wide): Hugging Face "
+            f"{hf['architectures'][0]} rotates the "
             f"whole head ({head_dim})"
         )
         raise ConversionError(message)

@@ -183,3 +183,41 @@ class FusedHeads:
             v.reshape(groups, 1, s.head_dim, *rest),
         ]
         return [torch.cat(parts, dim=1).reshape(-1, *rest).contiguous()]
+
+
+@attrs.frozen
+class WithAlibiSlopes:
+    """A tensor and, beside it, ALiBi's fixed slopes ``[heads, 1]`` (BLOOM's embedding norm).
+
+    Hugging Face BLOOM computes its slopes; plugtrain holds them as a parameter
+    (``embedding_layer.position_embed_helper.slopes``). Import makes them as the model's
+    construction does, in the tensor's dtype; export drops them once checked to be those values.
+    """
+
+    def _slopes(self, context: ConversionContext, dtype: Any) -> Any:
+        import torch
+
+        from plugtrain_models.layers import alibi_slopes
+
+        heads = settings_of(context).num_heads
+        return torch.tensor(alibi_slopes(heads)).unsqueeze(1).to(dtype)
+
+    def to_plugtrain(self, tensors: Sequence[Any], context: ConversionContext) -> list[Any]:
+        """The tensor, then the slopes."""
+        (tensor,) = tensors
+        return [tensor, self._slopes(context, tensor.dtype)]
+
+    def to_hf(self, tensors: Sequence[Any], context: ConversionContext) -> list[Any]:
+        """The tensor (the slopes must be ALiBi's: Hugging Face cannot hold trained ones)."""
+        import torch
+
+        from plugtrain.conversion import ConversionError
+
+        tensor, slopes = tensors
+        if not torch.equal(slopes, self._slopes(context, slopes.dtype)):
+            message = (
+                "embedding_layer.position_embed_helper.slopes are not ALiBi's fixed slopes; "
+                "Hugging Face BLOOM computes its own and cannot hold trained ones"
+            )
+            raise ConversionError(message)
+        return [tensor]
