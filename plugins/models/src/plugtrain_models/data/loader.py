@@ -55,21 +55,42 @@ class BatchSampler(DistributedSampler[list[int]]):
     """Yields the batches of the current epoch, whole or this process's share.
 
     Whole global batches until ``set_epoch`` is called (evaluation), then the share (training).
+    Each pass reads the epoch ``set_epoch`` chose; when nobody called it since the last pass,
+    with ``advance_each_pass`` the next epoch (Model Zoo's map sampler advances on each pass:
+    iterated twice on its own, a shuffled loader gives epoch 0's permutation, then epoch 1's,
+    and ``drop_last``'s leftovers of the first pass open the second), else the same epoch.
 
     :param order: builds the batch order of a share: ``order(rank, world_size)``; the
         process's rank is read at the first epoch, once the Trainer joined the process group.
     """
 
-    def __init__(self, dataset: Dataset[Any], order: Callable[[int, int], BatchOrder]) -> None:
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        order: Callable[[int, int], BatchOrder],
+        *,
+        advance_each_pass: bool = False,
+    ) -> None:
         super().__init__(dataset, num_replicas=1, rank=0, shuffle=False)
+        self.advance_each_pass = advance_each_pass
         self._make_order = order
         self._orders: dict[tuple[int, int], BatchOrder] = {}
         self._training = False
+        self._passes = 0  # passes started
+        self._chosen = False  # set_epoch called since the last pass started
+        self._in_pass = False
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` of training: from now on, yield this process's share."""
         super().set_epoch(epoch)
         self._training = True
+        self._chosen = True
+
+    def _next_epoch(self) -> int:
+        """The epoch the next pass reads: ``set_epoch``'s, else the last pass's + 1."""
+        if self._chosen or self._passes == 0 or not self.advance_each_pass:
+            return self.epoch
+        return self.epoch + 1
 
     @property
     def order(self) -> BatchOrder:
@@ -81,10 +102,16 @@ class BatchSampler(DistributedSampler[list[int]]):
         return self._orders[share]
 
     def __iter__(self) -> Iterator[list[int]]:
-        return self.order.batches(self.epoch)
+        self.epoch = self._next_epoch()
+        self._passes += 1
+        self._chosen = False
+        self._in_pass = True
+        yield from self.order.batches(self.epoch)
+        self._in_pass = False
 
     def __len__(self) -> int:
-        return self.order.num_batches(self.epoch)
+        """The batches of the pass under way, else of the next pass."""
+        return self.order.num_batches(self.epoch if self._in_pass else self._next_epoch())
 
 
 class H5Batches(Dataset[Batch]):
@@ -131,15 +158,19 @@ def make_loader(
     num_workers: int,
     prefetch_factor: int | None,
     persistent_workers: bool,
+    advance_each_pass: bool = False,
 ) -> DataLoader[Batch]:
-    """The DataLoader of ``dataset`` in ``order``; worker options as Model Zoo sets them."""
+    """The DataLoader of ``dataset`` in ``order``; worker options as Model Zoo sets them.
+
+    :param advance_each_pass: see :class:`BatchSampler`.
+    """
     options: dict[str, Any] = {}
     if num_workers > 0:
         options = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers}
     return DataLoader(
         dataset,
         batch_size=None,
-        sampler=BatchSampler(dataset, order),
+        sampler=BatchSampler(dataset, order, advance_each_pass=advance_each_pass),
         num_workers=num_workers,
         collate_fn=_as_is,
         **options,

@@ -107,4 +107,5 @@ def gpt_hdf5_map_loader(
         num_workers=num_workers,
         prefetch_factor=prefetch_factor,
         persistent_workers=persistent_workers,
+        advance_each_pass=True,
     )

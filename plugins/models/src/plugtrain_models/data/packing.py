@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-__all__ = ["Packer", "sample_rows"]
+__all__ = ["Packer", "first_fit", "sample_rows"]
 
 
 def sample_rows(chunk: list[int], msl: int, pad_id: int) -> np.ndarray:
@@ -79,3 +79,26 @@ class Packer:
     def finish(self) -> Iterator[np.ndarray]:
         """The final partial chunk, padded, if it is long enough."""
         yield from self._tail()
+
+
+def first_fit(lengths: Iterable[int], capacity: int) -> list[list[int]]:
+    """The items' indices in bins of ``capacity`` (first fit).
+
+    Each item, in order, joins the earliest bin that still has room for it (a new bin when
+    none has).
+
+    :raises ValueError: an item longer than ``capacity``.
+    """
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for index, length in enumerate(lengths):
+        if length > capacity:
+            raise ValueError(f"item {index} of {length} does not fit in a bin of {capacity}")
+        target = next((b for b, free in enumerate(room) if free >= length), None)
+        if target is None:
+            bins.append([])
+            room.append(capacity)
+            target = len(bins) - 1
+        bins[target].append(index)
+        room[target] -= length
+    return bins

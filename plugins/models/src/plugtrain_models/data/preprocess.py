@@ -1,5 +1,8 @@
 """``plugtrain preprocess``: text files (or the stdlib corpus) to Model Zoo's GPT HDF5 files.
 
+With ``--config FILE.yaml`` it runs Model Zoo's preprocessing file instead
+(:mod:`plugtrain_models.data.config_run`): fine-tuning data with loss masks, or pre-training text.
+
 Both ``GptHDF5MapDataProcessor`` and ``GptHDF5DataProcessor`` read what it writes; no download
 is ever needed (the ``stdlib`` input is the running Python's own source).
 """
@@ -16,6 +19,7 @@ import numpy as np
 
 from plugtrain.errors import TrainingError
 from plugtrain_models.data.documents import STDLIB, documents, input_files, stdlib_documents
+from plugtrain_models.data.output_dir import fresh_output_dir
 from plugtrain_models.data.packing import Packer
 from plugtrain_models.data.tokenizer import BYTES, Tokenizer, load_tokenizer
 from plugtrain_models.data.writer import SampleWriter, write_corpus, write_params
@@ -39,11 +43,17 @@ def parser() -> argparse.ArgumentParser:
         help=".txt (one document per line), .jsonl or .jsonl.gz files or folders of them; "
         f"'{STDLIB}' for the standard-library corpus",
     )
-    command.add_argument("-o", "--output-dir", required=True, help="folder to write")
+    command.add_argument(
+        "--config",
+        metavar="FILE.yaml",
+        help="Model Zoo's preprocessing file (setup, processing, dataset): fine-tuning "
+        "prompt/completion or chat data, or pre-training text; takes no other option",
+    )
+    command.add_argument("-o", "--output-dir", help="folder to write (required without --config)")
     command.add_argument(
         "--tokenizer",
         default=BYTES,
-        help="'bytes' (UTF-8 bytes, EOS = pad = 256) or a local tokenizer.json",
+        help="'bytes' (UTF-8 bytes, EOS = pad = 256), a local tokenizer.json or a tokenizer folder",
     )
     command.add_argument("--eos-id", type=int, default=None, help="override the EOS id")
     command.add_argument("--pad-id", type=int, default=None, help="override the pad id (EOS)")
@@ -97,6 +107,8 @@ def _documents(args: argparse.Namespace) -> Iterator[str]:
 
 
 def _check(args: argparse.Namespace) -> None:
+    if args.output_dir is None:
+        raise TrainingError("give -o/--output-dir (or --config FILE.yaml)")
     if not args.inputs and args.stdlib_corpus is None:
         raise TrainingError(f"give an INPUT (files, folders or '{STDLIB}') or --stdlib-corpus")
     for name in ("max_seq_length", "samples_per_file", "min_sequence_length"):
@@ -121,34 +133,30 @@ def preprocess(args: argparse.Namespace) -> dict[str, Any]:
     _check(args)
     tokenizer = load_tokenizer(args.tokenizer, args.eos_id, args.pad_id)
     output = Path(args.output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    stale = sorted(output.glob("*.h5"))
-    if stale:
-        message = f"{output} already holds .h5 files ({stale[0].name}...); give an empty folder"
-        raise TrainingError(message)
     msl = args.max_seq_length
-    docs = _progress(_documents(args), args.progress)
-    if args.format == "corpus":
-        stats = _write_corpus(docs, tokenizer, output, msl, args.samples_per_file)
-    else:
-        stats = _write_samples(docs, tokenizer, output, args)
-    params = {
-        "eos_id": tokenizer.eos_id,
-        "pad_id": tokenizer.pad_id,
-        "vocab_size": tokenizer.vocab_size,
-        "max_seq_length": msl,
-        **stats,
-        "processing": {
-            "tokenizer": tokenizer.spec,
-            "format": args.format,
-            "pack_sequences": args.pack,
-            "min_sequence_length": args.min_sequence_length,
-            "shuffle": args.shuffle,
-            "seed": args.seed,
-            "samples_per_file": args.samples_per_file,
-        },
-    }
-    write_params(output, params)
+    with fresh_output_dir(output):
+        docs = _progress(_documents(args), args.progress)
+        if args.format == "corpus":
+            stats = _write_corpus(docs, tokenizer, output, msl, args.samples_per_file)
+        else:
+            stats = _write_samples(docs, tokenizer, output, args)
+        params = {
+            "eos_id": tokenizer.eos_id,
+            "pad_id": tokenizer.pad_id,
+            "vocab_size": tokenizer.vocab_size,
+            "max_seq_length": msl,
+            **stats,
+            "processing": {
+                "tokenizer": tokenizer.spec,
+                "format": args.format,
+                "pack_sequences": args.pack,
+                "min_sequence_length": args.min_sequence_length,
+                "shuffle": args.shuffle,
+                "seed": args.seed,
+                "samples_per_file": args.samples_per_file,
+            },
+        }
+        write_params(output, params)
     return params
 
 
@@ -214,6 +222,13 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout) -> int:
     :raises TrainingError: bad arguments or inputs (the CLI prints it without a traceback).
     """
     args = parser().parse_args(list(argv))
+    if args.config is not None:
+        if args.inputs or args.output_dir is not None:
+            raise TrainingError("--config takes no INPUT or -o: the file's setup section says")
+        from plugtrain_models.data.config_run import run_config
+
+        run_config(args.config, out, sys.stderr)
+        return 0
     params = preprocess(args)
     out.write(
         f"{args.output_dir}: {params['n_examples']} samples of {params['max_seq_length']} "

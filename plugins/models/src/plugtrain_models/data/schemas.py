@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import attrs
 
 from plugtrain.schema import Problem, about, arg
+from plugtrain_models.data.vocabulary import data_vocabulary
 
 __all__ = [
     "IterableProcessorArgs",
@@ -131,6 +132,9 @@ class MapProcessorArgs:
     ``drop_last``, an incomplete last batch is carried into the next epoch.
     """
 
+    data_vocabulary = staticmethod(data_vocabulary)
+    """The ``vocab_size`` its ``data_params.json`` records (``plugtrain check`` compares it)."""
+
     ignored_arguments: ClassVar[Mapping[str, str]] = {
         "vocab_size": DEPRECATED,
         "repeat": DEPRECATED + " (the Trainer repeats the data)",
@@ -203,6 +207,9 @@ class IterableProcessorArgs:
     through a buffer of ``shuffle_buffer`` samples (Python ``random`` seeded with
     ``shuffle_seed``, plus the worker id with workers).
     """
+
+    data_vocabulary = staticmethod(data_vocabulary)
+    """The ``vocab_size`` its ``data_params.json`` records (``plugtrain check`` compares it)."""
 
     ignored_arguments: ClassVar[Mapping[str, str]] = {
         "max_sequence_length": "the files carry their sequence length (Model Zoo warns too)",

@@ -40,10 +40,10 @@ class Tokenizer:
 
 
 def load_tokenizer(spec: str, eos_id: int | None = None, pad_id: int | None = None) -> Tokenizer:
-    """``bytes``, or the Hugging Face ``tokenizer.json`` at path ``spec``.
+    """``bytes``, or the Hugging Face ``tokenizer.json`` at path ``spec`` (or in folder ``spec``).
 
-    :param eos_id: overrides the EOS id (default: 256 for bytes; for a file, the first of
-        :data:`EOS_CANDIDATES` in its vocabulary).
+    :param eos_id: overrides the EOS id (default: 256 for bytes; a folder's ``eos_token``;
+        else the first of :data:`EOS_CANDIDATES` in its vocabulary).
     :param pad_id: overrides the pad id (default: the EOS id).
     :raises MissingDependencyError: a ``tokenizer.json`` without the ``tokenizers`` package.
     :raises TrainingError: the file is missing, or no EOS id is known.
@@ -52,6 +52,12 @@ def load_tokenizer(spec: str, eos_id: int | None = None, pad_id: int | None = No
         eos = 256 if eos_id is None else eos_id
         return Tokenizer(BYTES, eos, eos if pad_id is None else pad_id, max(257, eos + 1))
     path = Path(spec)
+    if path.is_dir() and (path / "tokenizer.json").is_file():  # a tokenizer folder
+        if eos_id is None:
+            from plugtrain_models.data.tokenizer_folder import TokenizerFolder
+
+            eos_id = TokenizerFolder(path).token_id("eos_token")
+        path = path / "tokenizer.json"
     if not path.is_file():
         raise TrainingError(f"{spec}: no such tokenizer file (or write --tokenizer bytes)")
     try:

@@ -26,7 +26,7 @@ def _write(path: Path, data: np.ndarray, chunks: tuple[int, ...]) -> None:
 
 
 class SampleWriter:
-    """Writes ``[3, msl]`` samples into files of ``samples_per_file``, in order.
+    """Writes ``[3, msl]`` (VSL: ``[5, msl]``) samples into files of ``samples_per_file``.
 
     :ivar files: the files written so far.
     :ivar samples: samples written so far.
@@ -52,7 +52,7 @@ class SampleWriter:
             return
         data = np.stack(self._buffer)
         path = self.output_dir / _file_name(len(self.files))
-        _write(path, data, (1, 3, self.msl))
+        _write(path, data, (1, data.shape[1], self.msl))
         self.files.append(path)
         self.samples += len(data)
         valid = int(data[:, 1].sum())
@@ -87,6 +87,6 @@ def write_corpus(
 def write_params(output_dir: Path, params: Mapping[str, Any]) -> Path:
     """``data_params.json``: the features, the ids and statistics, and how it was made."""
     path = output_dir / "data_params.json"
-    content = {"features": list(FEATURES), **params}
+    content = {"features": list(FEATURES), **params}  # params' own features win
     path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
     return path
