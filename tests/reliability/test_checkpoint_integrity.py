@@ -127,7 +127,7 @@ def test_c02_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(damage, 
         "truncated": f"not a complete zip archive ({size // 2} bytes; truncated?)",
         "empty": "the file is empty",
         "garbage": "not a complete zip archive (7 bytes; truncated?)",
-        "not_a_checkpoint": "not a plugtrain checkpoint (no model state or global_step)",
+        "not_a_checkpoint": "not a plugtrain checkpoint (no model state)",
     }[damage]
     if damage == "truncated":
         newest.write_bytes(newest.read_bytes()[: size // 2])
