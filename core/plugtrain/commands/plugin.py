@@ -64,6 +64,8 @@ ENTRY_POINT_GROUP = "plugtrain.commands"
 
 SHIPPED_COMMANDS: dict[str, tuple[str, str]] = {
     "preprocess": ("plugtrain-models", "writes Model Zoo's GPT HDF5 files"),
+    "generate": ("plugtrain-models", "generates text with a decoder and a KV cache"),
+    "lm_eval": ("plugtrain-models", "scores a decoder on lm-eval tasks (its eval extra)"),
 }
 """command -> (distribution of plugtrain that adds it, what it does): said when it is absent."""
 

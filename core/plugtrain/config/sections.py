@@ -356,9 +356,21 @@ class TrainerSection:
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[str]:
-        """A trainer must have something to do."""
-        if all(arguments[k] is None for k in ("fit", "validate", "validate_all")):
+        """A trainer must have something to do (an evaluation harness alone counts)."""
+        idle = all(arguments[k] is None for k in ("fit", "validate", "validate_all"))
+        if idle and not _names_a_standalone_callback(arguments["init"]):
             yield "nothing to do: give 'fit', 'validate' and/or 'validate_all'"
+
+
+STANDALONE_CALLBACKS = frozenset({"EleutherEvalHarness", "BigCodeEvalHarness"})
+"""Callbacks that are a trainer's whole job without fit/validate sections: Model Zoo's
+``cszoo lm_eval`` / ``bigcode_eval`` files (``plugtrain lm_eval`` runs them)."""
+
+
+def _names_a_standalone_callback(init: Any) -> bool:
+    callbacks = init.get("callbacks") if isinstance(init, Mapping) else None
+    entries = callbacks if isinstance(callbacks, list) else [callbacks]
+    return any(isinstance(e, Mapping) and STANDALONE_CALLBACKS & set(e) for e in entries)
 
 
 @attrs.frozen

@@ -3,7 +3,8 @@
 Model Zoo's scores: ``s = alpha * (q c)(k c')^T [/ (layer+1)]``, softcap, ALiBi bias, mask,
 softmax over keys (float32), dropout, ``@ v``, ``W_o``. Without softcapping the scores go
 through :func:`torch.nn.functional.scaled_dot_product_attention` with the same scale and an
-additive mask; with it, they are computed explicitly.
+additive mask; with it, they are computed explicitly. For generation, a :class:`LayerCache`
+keeps each layer's keys and values so that a step computes only the new tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +18,71 @@ from torch.nn import functional
 from plugtrain_models.layers import apply_rotary, causal_bias
 from plugtrain_models.settings import DecoderSettings
 
-__all__ = ["Attention"]
+__all__ = ["Attention", "KVCache", "LayerCache"]
+
+
+class LayerCache:
+    """One layer's keys and values so far, ``[B, groups, capacity, d]`` each, filled from 0.
+
+    :attr:`start` is the slot the next tokens go to (the model's cache sets it every step).
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self.keys, self.values = keys, values
+        self.start = 0
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new ``k``/``v`` (``[B, groups, S, d]``); return every key and value so far."""
+        end = self.start + k.shape[2]
+        self.keys[:, :, self.start : end] = k
+        self.values[:, :, self.start : end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+
+class KVCache:
+    """Every layer's keys and values for incremental decoding, with each slot's row bookkeeping.
+
+    Slots ``0 .. length - 1`` are filled. ``positions[b, i]`` is the position of the token in
+    slot ``i`` of row ``b`` (rows of a batch count their own positions, so left padding does not
+    shift them); ``valid[b, i]`` is false for padding, which no other token attends to.
+    ``next_position[b]`` is where row ``b``'s next real token goes.
+    """
+
+    def __init__(
+        self, settings: DecoderSettings, batch: int, capacity: int,
+        dtype: torch.dtype, device: torch.device,
+    ) -> None:  # fmt: skip
+        shape = (batch, settings.num_kv_groups, capacity, settings.head_dim)
+
+        def empty() -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        self.layers = [LayerCache(empty(), empty()) for _ in range(settings.num_layers)]
+        self.capacity = capacity
+        self.length = 0
+        self.positions = torch.zeros(batch, capacity, dtype=torch.long, device=device)
+        self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        self.next_position = torch.zeros(batch, dtype=torch.long, device=device)
+
+    def append(self, mask: torch.Tensor) -> torch.Tensor:
+        """Reserve slots for new tokens (``mask`` ``[B, S]``: 1 real, 0 padding); their positions.
+
+        Padding gets the position of the row's next real token (it is never attended to).
+        """
+        count = mask.shape[1]
+        if self.length + count > self.capacity:
+            message = f"the cache holds {self.capacity} tokens; {self.length + count} asked for"
+            raise ValueError(message)
+        mask = mask.to(torch.long)
+        positions = self.next_position.unsqueeze(1) + (mask.cumsum(1) - mask)
+        end = self.length + count
+        self.positions[:, self.length : end] = positions
+        self.valid[:, self.length : end] = mask.bool()
+        self.next_position = self.next_position + mask.sum(1)
+        for layer in self.layers:
+            layer.start = self.length
+        self.length = end
+        return positions
 
 
 class Attention(nn.Module):
@@ -46,10 +111,12 @@ class Attention(nn.Module):
         hidden: torch.Tensor,
         bias: torch.Tensor | None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
         """Attend with the additive mask ``bias`` (``None``: plain causal).
 
-        ``bias`` is ``[1 or B, 1 or nh, S, S]``, ALiBi included.
+        ``bias`` is ``[1 or B, 1 or nh, S, S]``, ALiBi included; with a ``cache``, the new
+        queries attend to every cached key and ``bias`` is ``[B, 1 or nh, S, cached + S]``.
 
         The output is not yet dropped out: the block applies ``output_dropout`` (D).
         """
@@ -60,6 +127,8 @@ class Attention(nn.Module):
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if cache is not None:
+            k, v = cache.extend(k, v)
         dropout = self.dropout if self.training else 0.0
         if self.cap is None:  # query head h reads k/v group h // (heads / groups)
             attended = functional.scaled_dot_product_attention(

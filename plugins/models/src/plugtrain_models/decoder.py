@@ -13,11 +13,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from plugtrain_models.attention import Attention
+from plugtrain_models.attention import Attention, KVCache, LayerCache
 from plugtrain_models.ffn import RouterStats, make_ffn
 from plugtrain_models.layers import (
     alibi_slopes,
     allowed_keys,
+    cached_allowed_keys,
     make_norm,
     rotary_angles,
     sinusoidal_table,
@@ -104,11 +105,12 @@ class DecoderLayer(nn.Module):
         hidden: torch.Tensor,
         bias: torch.Tensor | None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: LayerCache | None = None,
     ) -> tuple[torch.Tensor, RouterStats | None]:
         """The layer's output and its router statistics (MoE only)."""
         dropout = self.self_attn.output_dropout
         normed = self.norm1(hidden)
-        attended = self.self_attn(normed, bias, rotary)
+        attended = self.self_attn(normed, bias, rotary, cache)
         if self.parallel:
             ffn_in = self.norm3(hidden) if hasattr(self, "norm3") else normed
             ffn_out, stats = self.ffn(ffn_in)
@@ -174,6 +176,21 @@ class LanguageModel(nn.Module):
             bias = bias - slopes.view(1, -1, 1, 1) * distance
         return bias
 
+    def _cached_bias(self, cache: KVCache, count: int, window: int | None) -> torch.Tensor:
+        """The additive ``[B, 1 or nh, S, K]`` mask of the last ``count`` cached slots' queries."""
+        s = self.settings
+        positions = cache.positions[:, : cache.length]
+        allowed = cached_allowed_keys(
+            positions, cache.valid[:, : cache.length], count, window, s.sinks
+        )
+        bias = torch.zeros(allowed.shape, device=positions.device)
+        bias = bias.masked_fill(~allowed, float("-inf")).unsqueeze(1)
+        if s.positions == "alibi":
+            distance = (positions[:, -count:].unsqueeze(2) - positions.unsqueeze(1)).abs()
+            slopes = self.embedding_layer.position_embed_helper.slopes / s.pos_scaling_factor
+            bias = bias - slopes.view(1, -1, 1, 1) * distance.unsqueeze(1).float()
+        return bias
+
     def _layer_windows(self) -> list[int | None]:
         s = self.settings
         if s.window is None or s.window_layers == "all":
@@ -220,12 +237,62 @@ class LanguageModel(nn.Module):
             hidden, layer_stats = layer(hidden, biases[window], rotary)
             if layer_stats is not None:
                 stats.append(layer_stats)
+        return self._head(hidden), stats
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``ln_f``, the head, then the logits' scale and softcap."""
+        s = self.settings
         logits: torch.Tensor = self.lm_head(self.ln_f(hidden))
         if s.logits_scale is not None:
             logits = logits * s.logits_scale
         if s.final_cap is not None:
             logits = s.final_cap * torch.tanh(logits / s.final_cap)
-        return logits, stats
+        return logits
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        """An empty :class:`KVCache` for ``batch`` rows of up to ``capacity`` tokens each."""
+        weight = self.embedding_layer.word_embeddings.weight
+        return KVCache(self.settings, batch, capacity, weight.dtype, weight.device)
+
+    def decode(
+        self, input_ids: torch.Tensor, cache: KVCache, mask: torch.Tensor | None = None,
+        last_only: bool = False,
+    ) -> torch.Tensor:  # fmt: skip
+        """Logits of new tokens ``[B, S]`` after those in ``cache``, which takes their keys.
+
+        :param mask: ``[B, S]``, 0 where a row is padded (left padding of a batch of prompts);
+            each row's positions count its real tokens only.
+        :param last_only: return the last position's logits only (``[B, 1, V]``).
+        """
+        s = self.settings
+        count = input_ids.shape[1]
+        if mask is None:
+            mask = torch.ones_like(input_ids)
+        if int((cache.next_position + mask.sum(1)).max()) > s.max_positions:
+            message = f"generation goes past max_position_embeddings ({s.max_positions})"
+            raise ValueError(message)
+        positions = cache.append(mask)
+        hidden = self.embedding_layer(input_ids, positions)
+        if s.embedding_norm:
+            hidden = self.embedding_ln_f(hidden)
+        hidden = hidden * s.embeddings_scale
+        rotary = None
+        if s.positions == "rotary":
+            rotary = rotary_angles(
+                positions, s.rotary_dim, s.rope_theta, s.pos_scaling_type,
+                s.pos_scaling_factor, s.pos_scaling_extra,
+            )  # fmt: skip
+        biases: dict[int | None, torch.Tensor] = {}
+        layers = self.transformer_decoder.layers
+        for layer, window, layer_cache in zip(
+            layers, self._layer_windows(), cache.layers, strict=True
+        ):
+            if window not in biases:
+                biases[window] = self._cached_bias(cache, count, window)
+            hidden, _ = layer(hidden, biases[window], rotary, layer_cache)
+        if last_only:
+            hidden = hidden[:, -1:]
+        return self._head(hidden)
 
 
 def _either_final_norm(

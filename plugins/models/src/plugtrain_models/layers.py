@@ -20,6 +20,7 @@ __all__ = [
     "alibi_slopes",
     "allowed_keys",
     "apply_rotary",
+    "cached_allowed_keys",
     "causal_bias",
     "make_norm",
     "rotary_angles",
@@ -154,6 +155,25 @@ def allowed_keys(length: int, window: int | None, sinks: int, device: torch.devi
     if window is not None:
         allowed &= (query - key <= window - 1) | (key < sinks)
     return allowed
+
+
+def cached_allowed_keys(
+    positions: torch.Tensor, valid: torch.Tensor, count: int, window: int | None, sinks: int
+) -> torch.Tensor:
+    """``[B, S, K]`` bool: which cached key each of the last ``count`` slots' queries sees.
+
+    :param positions: ``[B, K]`` the cached tokens' positions (their rows' own count).
+    :param valid: ``[B, K]`` false for padding, which only attends to itself.
+    The rule is :func:`allowed_keys`' (causal, window, sinks) on positions, over slots.
+    """
+    keys = positions.shape[1]
+    slot_q = torch.arange(keys - count, keys, device=positions.device).view(-1, 1)
+    slot_k = torch.arange(keys, device=positions.device).view(1, -1)
+    allowed = (slot_k <= slot_q).unsqueeze(0) & valid.unsqueeze(1)
+    if window is not None:
+        query, key = positions[:, -count:].unsqueeze(2), positions.unsqueeze(1)
+        allowed &= (query - key <= window - 1) | (key < sinks)
+    return allowed | (slot_k == slot_q).unsqueeze(0)
 
 
 def causal_bias(length: int, device: torch.device) -> torch.Tensor:

@@ -84,13 +84,17 @@ class _SharedArgs:
     num_relative_attention_buckets: int = arg(32, help="relative positions (not supported)")
     lr_adjustment_groups: dict[str, Any] | None = arg(None, help="not supported")
     dtype: str | None = arg(None, help="not supported")
-    start_token: int | list[int] | None = arg(None, help="inference only (no effect)")
-    stop_sequences: list[Any] | None = arg(None, help="inference only (no effect)")
-    max_tokens: int | None = arg(None, help="inference only (no effect)")
-    loop_dim: int = arg(1, help="inference only (no effect)")
-    temperature: Real | None = arg(None, help="inference only (no effect)")
-    top_k: int | None = arg(None, help="inference only (no effect)")
-    top_p: Real | None = arg(None, help="inference only (no effect)")
+    start_token: int | list[int] | None = arg(
+        None, help="generation: the id padding shorter prompts on the left (plugtrain generate)"
+    )
+    stop_sequences: list[Any] | None = arg(
+        None, help="generation: token ids (or lists of them) that end a prompt's output"
+    )
+    max_tokens: int | None = arg(None, help="generation: new tokens per prompt (default 64)")
+    loop_dim: int = arg(1, help="Cerebras inference loop dimension (no effect)")
+    temperature: Real | None = arg(None, help="generation: sampling temperature (else greedy)")
+    top_k: int | None = arg(None, help="generation: sample among the k likeliest (100 if unset)")
+    top_p: Real | None = arg(None, help="generation: sample from this share of probability")
     compute_eval_metrics: bool = arg(True, help="accuracy and perplexity in evaluation")
 
     ignored_arguments: ClassVar[Mapping[str, str]] = {

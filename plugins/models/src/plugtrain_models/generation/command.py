@@ -1,0 +1,62 @@
+"""``plugtrain generate``, a command added through the entry-point group ``plugtrain.commands``.
+
+Torch-free to import (every ``plugtrain`` command line builds this parser); the model is built
+and run by :mod:`plugtrain_models.generation.run` when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from plugtrain.commands.plugin import Subcommands
+
+__all__ = ["add_parser", "add_run_options", "run"]
+
+HELP = "write text with the run file's model (KV cache, Model Zoo's sampling; plugtrain-models)"
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The run file, ``--ckpt``, ``--tokenizer`` and ``--set`` (shared with ``lm_eval``)."""
+    parser.add_argument("run_file", metavar="RUN.yaml", help="the run file (its first trainer)")
+    parser.add_argument(
+        "--ckpt", metavar="PATH",
+        help="a checkpoint or a Hugging Face folder (default: the newest in model_dir)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tokenizer", metavar="DIR",
+        help="a tokenizer folder or tokenizer.json (default: --ckpt's folder when it holds one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+        help="override a value of the run file (YAML; repeatable)",
+    )  # fmt: skip
+
+
+def add_parser(commands: Subcommands, name: str) -> argparse.ArgumentParser:
+    """The parser of ``plugtrain generate``."""
+    parser = commands.add_parser(name, help=HELP, description=HELP)
+    add_run_options(parser)
+    prompts = parser.add_mutually_exclusive_group(required=True)
+    prompts.add_argument(
+        "--prompt", action="extend", nargs="+", metavar="TEXT", help="one or more prompts"
+    )
+    prompts.add_argument("--prompts-file", metavar="FILE", help="a file with one prompt a line")
+    parser.add_argument("--max-tokens", type=int, metavar="N", help="default: model.max_tokens")
+    parser.add_argument("--temperature", type=float, metavar="T", help="sample (Model Zoo rules)")
+    parser.add_argument("--top-k", type=int, metavar="K", help="sample among the K likeliest")
+    parser.add_argument("--top-p", type=float, metavar="P", help="sample from this much mass")
+    parser.add_argument("--seed", type=int, metavar="S", help="makes sampling reproducible")
+    parser.add_argument(
+        "--json", action="store_true",
+        help="one JSON object per prompt: prompt, token_ids (generated ids), text",
+    )  # fmt: skip
+    return parser
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Generate for each prompt and print the texts (or JSON lines)."""
+    from plugtrain_models.generation.run import generate_command
+
+    return generate_command(args, out)

@@ -1,0 +1,165 @@
+"""The model a run file describes, with the weights ``--ckpt`` names, for generation and lm-eval.
+
+The first trainer of the run file builds its model (on its backend's device; a Cerebras run
+file's model runs on this machine's GPU, else CPU) and loads, in this order: ``--ckpt`` (a
+plugtrain checkpoint, or a Hugging Face folder read by the converters), the newest checkpoint in
+``model_dir``, the run file's ``fit.ckpt_path``; with none, the model stays as initialised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from plugtrain.config import load_plan
+from plugtrain.config.plan import TrainerPlan
+from plugtrain.errors import CheckpointError
+from plugtrain.registry import Registry
+from plugtrain.train.components import build_component
+from plugtrain.train.trainer import Trainer
+
+__all__ = ["LoadedRun", "data_tokenizer", "is_hf_folder", "load_run", "model_defaults"]
+
+log = logging.getLogger("plugtrain")
+
+HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+              "pytorch_model.bin.index.json")  # fmt: skip
+"""Any of these beside a ``config.json`` makes a folder a Hugging Face checkpoint."""
+
+
+def is_hf_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a Hugging Face model folder (``config.json`` and weights)."""
+    folder = Path(path)
+    has_weights = any((folder / name).is_file() for name in HF_WEIGHTS)
+    return folder.is_dir() and (folder / "config.json").is_file() and has_weights
+
+
+@attrs.frozen
+class LoadedRun:
+    """A run file's first trainer, its registry, and a Trainer holding the loaded model.
+
+    :param source: where the weights came from (``None``: as initialised).
+    """
+
+    plan: TrainerPlan
+    registry: Registry
+    trainer: Trainer
+    source: str | None
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model with its weights loaded."""
+        return self.trainer.unwrapped_model
+
+
+def _device(plan: TrainerPlan) -> str:
+    kind = plan.backend.backend_type
+    if kind == "GPU" or (kind not in ("CPU", "GPU") and torch.cuda.is_available()):
+        return "GPU"
+    return "CPU"
+
+
+def _load_hf(trainer: Trainer, folder: Path) -> None:
+    from plugtrain.conversion import hf_to_plugtrain
+
+    converted = hf_to_plugtrain(folder)
+    model = trainer.unwrapped_model
+    try:
+        result = model.load_state_dict(converted.state, strict=False)
+    except RuntimeError as exc:  # shapes differ
+        message = f"{folder}: its weights do not fit the run file's model: {exc}"
+        raise CheckpointError(message) from None
+    if result.missing_keys or result.unexpected_keys:
+        message = (
+            f"{folder}: its weights do not fit the run file's model (converted as "
+            f"{converted.model_name!r}; missing {sorted(result.missing_keys)[:5]}, unexpected "
+            f"{sorted(result.unexpected_keys)[:5]}): give the run file the folder's model keys"
+        )
+        raise CheckpointError(message)
+
+
+def _load(trainer: Trainer, plan: TrainerPlan, ckpt: str | None) -> str | None:
+    if ckpt is None:
+        found = trainer.checkpointer.list_checkpoints()
+        if found:
+            ckpt = str(found[0][1])
+        elif plan.fit is not None and plan.fit.ckpt_path:
+            ckpt = plan.fit.ckpt_path
+    if ckpt is None:
+        sys.stderr.write(
+            "plugtrain: warning: no checkpoint given or found: the model is untrained\n"
+        )
+        return None
+    if is_hf_folder(ckpt):
+        _load_hf(trainer, Path(ckpt))
+    else:
+        trainer.load_checkpoint(ckpt)
+    return ckpt
+
+
+def load_run(run_file: str, overrides: list[str], ckpt: str | None) -> LoadedRun:
+    """Build the run file's first model and load its weights (see the module).
+
+    :raises ConfigError: the run file is not valid.
+    :raises CheckpointError: the checkpoint is missing or does not fit the model.
+    """
+    plan, registry = load_plan(run_file, overrides, import_local=True)
+    first = plan.trainers[0]
+    trainer = Trainer(
+        device=_device(first), model_dir=first.model_dir, seed=first.seed,
+        model=lambda: build_component(registry, "model", first.model),
+    )  # fmt: skip
+    source = _load(trainer, first, ckpt)
+    return LoadedRun(first, registry, trainer, source)
+
+
+def model_defaults(plan: TrainerPlan) -> dict[str, Any]:
+    """The model section's generation keys as written (``None`` where unset)."""
+    keys = ("start_token", "stop_sequences", "max_tokens", "temperature", "top_k", "top_p")
+    return {key: plan.model.arguments.get(key) for key in keys}
+
+
+def _data_dirs(plan: TrainerPlan) -> list[str]:
+    specs = []
+    if plan.fit is not None:
+        specs += [plan.fit.train_dataloader, plan.fit.val_dataloader]
+    if plan.validate is not None:
+        specs.append(plan.validate.val_dataloader)
+    if plan.validate_all is not None:
+        specs += list(plan.validate_all.val_dataloaders)
+    folders: list[str] = []
+    for spec in specs:
+        written = spec.arguments.get("data_dir") if spec is not None else None
+        folders += [written] if isinstance(written, str) else list(written or [])
+    return [str(folder) for folder in folders]
+
+
+def data_tokenizer(plan: TrainerPlan) -> tuple[str, int | None] | None:
+    """The tokenizer the run file's data was written with, and its EOS id, if recorded.
+
+    ``plugtrain preprocess`` (and Model Zoo's preprocessing) record it in each data folder's
+    ``data_params.json``: ``processing.huggingface_tokenizer`` (a folder) or
+    ``processing.tokenizer`` (``bytes`` or a ``tokenizer.json``). A relative path is taken as
+    written, else beside the data folder.
+    """
+    for folder in _data_dirs(plan):
+        try:
+            params = json.loads((Path(folder) / "data_params.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        processing = params.get("processing", {}) if isinstance(params, dict) else {}
+        eos = params.get("eos_id", processing.get("eos_id"))
+        for key in ("huggingface_tokenizer", "tokenizer"):
+            spec = processing.get(key)
+            if not isinstance(spec, str):
+                continue
+            for candidate in (spec, str(Path(folder) / spec)):
+                if candidate == "bytes" or Path(candidate).exists():
+                    return candidate, eos if isinstance(eos, int) else None
+    return None
