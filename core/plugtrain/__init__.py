@@ -1,8 +1,8 @@
 """plugtrain: train PyTorch models from YAML or Python; every component is a plugin found by name.
 
 Importing this package is cheap: it does not import torch. Names such as ``Trainer``,
-``optim``, ``partition_params_group_with_tags`` or ``build_optimization`` are imported on first
-access.
+``optim``, ``partition_params_group_with_tags``, ``build_optimization`` or ``build_component`` (a
+component of a run file's plan, as the Trainer builds it) are imported on first access.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from plugtrain.backend_base import backend
     from plugtrain.param_groups import configure_param_groups, partition_params_group_with_tags
     from plugtrain.train.assembly import build_optimization
+    from plugtrain.train.components import build_component
     from plugtrain.train.trainer import Trainer
 
     ClusterConfig: Any  # the CSX backend plugin's class, found through the registry
@@ -53,6 +54,7 @@ __all__ = [
     "__version__",
     "arg",
     "backend",
+    "build_component",
     "build_optimization",
     "configure_param_groups",
     "describe",
@@ -100,6 +102,7 @@ _LAZY = {
     ),
     "configure_param_groups": ("plugtrain.param_groups", "configure_param_groups"),
     "build_optimization": ("plugtrain.train.assembly.optimization", "build_optimization"),
+    "build_component": ("plugtrain.train.components", "build_component"),
     "Trainer": ("plugtrain.train.trainer", "Trainer"),
 }
 

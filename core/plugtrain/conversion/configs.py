@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ NO_EFFECT_MODEL_KEYS = frozenset({
 """``model:`` keys that change how a model trains, not the function its weights compute."""
 
 
-def read_hf_config(path: str | Path) -> dict[str, Any]:
+def read_hf_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``config.json`` at ``path`` (a file or the folder that holds it), normalised."""
     path = Path(path)
     file = path / "config.json" if path.is_dir() else path

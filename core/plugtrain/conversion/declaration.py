@@ -18,7 +18,7 @@ This module is torch-free: listing converters imports it. Transforms import torc
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -79,6 +79,10 @@ class Transform(Protocol):
         """The Hugging Face tensors made from the plugtrain ones."""
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
@@ -110,8 +114,8 @@ class WeightRule:
         config key, such as one norm per block or two).
     """
 
-    hf: tuple[str, ...] = attrs.field(converter=tuple)
-    plugtrain: tuple[str, ...] = attrs.field(converter=tuple)
+    hf: tuple[str, ...] = attrs.field(converter=_strings)
+    plugtrain: tuple[str, ...] = attrs.field(converter=_strings)
     transform: Transform | None = None
     when: Callable[[ConversionContext], bool] | None = None
 
@@ -149,6 +153,14 @@ class ConfigKey:
     def required(self) -> bool:
         """Whether ``config.json`` must have the key."""
         return self.default is _MISSING
+
+
+def _config_keys(value: Iterable[ConfigKey]) -> tuple[ConfigKey, ...]:
+    return tuple(value)
+
+
+def _weight_rules(value: Iterable[WeightRule]) -> tuple[WeightRule, ...]:
+    return tuple(value)
 
 
 ConfigHook = Callable[[Mapping[str, Any], dict[str, Any]], None]
@@ -193,11 +205,11 @@ class CheckpointConverter:
     """
 
     model: str
-    hf_model_types: tuple[str, ...] = attrs.field(converter=tuple)
+    hf_model_types: tuple[str, ...] = attrs.field(converter=_strings)
     hf_architecture: str
     hf_prefix: str
-    config: tuple[ConfigKey, ...] = attrs.field(converter=tuple)
-    weights: tuple[WeightRule, ...] = attrs.field(converter=tuple)
+    config: tuple[ConfigKey, ...] = attrs.field(converter=_config_keys)
+    weights: tuple[WeightRule, ...] = attrs.field(converter=_weight_rules)
     plugtrain_fixed: Mapping[str, Any] = attrs.field(factory=dict)
     hf_fixed: Mapping[str, Any] = attrs.field(factory=dict)
     hf_required: Mapping[str, Any] = attrs.field(factory=dict)

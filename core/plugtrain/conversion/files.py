@@ -19,6 +19,7 @@ import yaml
 from plugtrain.conversion.declaration import FORMATS, ConversionError
 
 __all__ = [
+    "EXPORT_FORMATS",
     "HF_WEIGHT_FILES",
     "check_formats",
     "hf_source_file",
@@ -52,8 +53,13 @@ def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
 _CS_FORMAT = re.compile(r"^cs-(\d+\.\d+|auto|current)$")
 
 
+EXPORT_FORMATS = ("hf-peft",)
+"""Formats a plugtrain checkpoint is exported to but never read from: ``hf-peft``, the adapters
+of a run file's callback that declares ``export_adapter`` (LoRA), in PEFT's files and names."""
+
+
 def check_formats(source: str, target: str) -> tuple[str, str]:
-    """The two formats, checked: ``hf`` and ``plugtrain``, one each way.
+    """The two formats, checked: ``hf`` and ``plugtrain``, one each way (or ``hf-peft`` out).
 
     :raises ConversionError: a Model Zoo ``cs-X.Y`` format (its container needs
         ``cerebras.pytorch``), an unknown one, or the same format twice.
@@ -66,8 +72,12 @@ def check_formats(source: str, target: str) -> tuple[str, str]:
                 "checkpoint files, whose parameter names are Model Zoo's: use 'plugtrain'"
             )
             raise ConversionError(message)
-        if given not in FORMATS:
-            raise ConversionError(f"unknown format {given!r} (formats: {', '.join(FORMATS)})")
+        known = (*FORMATS, *EXPORT_FORMATS) if given == target else FORMATS
+        if given not in known:
+            names = ", ".join((*FORMATS, *EXPORT_FORMATS))
+            raise ConversionError(f"unknown format {given!r} (formats: {names})")
+    if target in EXPORT_FORMATS and source != "plugtrain":
+        raise ConversionError(f"--tgt-fmt {target} needs --src-fmt plugtrain")
     if source == target:
         raise ConversionError(f"--src-fmt and --tgt-fmt are both {source!r}")
     return source, target
@@ -98,7 +108,9 @@ def hf_source_file(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def model_section(config: str | os.PathLike[str]) -> tuple[str | None, dict[str, Any], Mapping]:
+def model_section(
+    config: str | os.PathLike[str],
+) -> tuple[str | None, dict[str, Any], Mapping[str, Any]]:
     """``(name, keys, whole file)`` of a run file's or model YAML's model mapping.
 
     Read from a top-level ``model:`` (Model Zoo's legacy layout and what ``convert`` writes) or

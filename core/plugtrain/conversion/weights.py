@@ -79,7 +79,7 @@ class RuleApplier:
 
     def incomplete(self) -> list[str]:
         """The names of groups still waiting for a tensor (a checkpoint missing part of a rule)."""
-        waiting = []
+        waiting: list[str] = []
         for (index, values), group in self._groups.items():
             names = getattr(self.rules[index], self.side)
             bound = dict(values)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
+from plugtrain import build_component
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.train.components import build_component
 from plugtrain_models.evaluation.harness import EleutherEvalHarness
 from plugtrain_models.evaluation.schemas import lm_eval_missing
 from plugtrain_models.generation.loading import LoadedRun, load_run

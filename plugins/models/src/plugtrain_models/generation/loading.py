@@ -17,11 +17,11 @@ from typing import Any
 import attrs
 import torch
 
+from plugtrain import build_component
 from plugtrain.config import load_plan
 from plugtrain.config.plan import TrainerPlan
 from plugtrain.errors import CheckpointError
 from plugtrain.registry import Registry
-from plugtrain.train.components import build_component
 from plugtrain.train.trainer import Trainer
 
 __all__ = ["LoadedRun", "data_tokenizer", "is_hf_folder", "load_run", "model_defaults"]
