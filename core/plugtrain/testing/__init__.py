@@ -202,6 +202,12 @@ def check_component_contract(component: Component) -> list[str]:
         implementation = component.load()
     except Exception as exc:  # noqa: BLE001
         return [f"{where}: {exc}"]
+    if component.kind == "checkpoint_converter":  # a declaration, not a constructor
+        from plugtrain.conversion.declaration import CheckpointConverter
+
+        if isinstance(implementation, CheckpointConverter):
+            return []
+        return [f"{where}: is a {type(implementation).__name__}, not a CheckpointConverter"]
     return [f"{where}: {p}" for p in _signature_problems(component, implementation, schema)]
 
 
@@ -327,6 +333,8 @@ def _round_trip(
     component: Component, arguments: Mapping[str, Mapping[str, Any]] | None
 ) -> list[str]:
     """The checkpoint round trip of one component, when it can be built (see below)."""
+    if component.kind == "checkpoint_converter":
+        return []  # a declaration: nothing is built
     given = (arguments or {}).get(component.name)
     if given is None:
         if any(info.required for info in arg_infos(component.schema_class)):
