@@ -58,6 +58,17 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
             "GPT", "bloom", "btlm", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3", "gptj",
             "jais", "llama", "mistral", "mixtral", "santacoder", "starcoder",
         ),
+        "callback": ("BigCodeEvalHarness", "EleutherEvalHarness", "Lora"),
+        "checkpoint_converter": tuple(
+            f"{family}{variant}"
+            for family in (
+                "bloom", "btlm", "code-llama", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3",
+                "gptj", "jais", "llama", "llamaV2", "mistral", "mixtral", "octocoder",
+                "santacoder", "sqlcoder", "starcoder", "wizardcoder", "wizardlm",
+            )
+            for variant in ("", "-headless")
+            if (family, variant) != ("gemma2", "-headless")
+        ),
     },
 }  # fmt: skip
 """distribution -> kind -> every name and alias it registers."""

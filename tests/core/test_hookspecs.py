@@ -98,3 +98,7 @@ def test_hook_plugtrain_register_sparsity(make_registry):
 
 def test_hook_plugtrain_register_sparsity_schedules(make_registry):
     _check_hook(make_registry, "plugtrain_register_sparsity_schedules")
+
+
+def test_hook_plugtrain_register_checkpoint_converters(make_registry):
+    _check_hook(make_registry, "plugtrain_register_checkpoint_converters")
