@@ -40,9 +40,21 @@ def _imported_implementation(component: Component) -> Any:
     return found
 
 
+def _own_class(obj: Any) -> type:
+    """The class of ``obj``, past a subclass torch generated around it.
+
+    ``fully_shard`` turns a model of class ``Net`` into one of ``FSDPNet`` (defined in torch,
+    deriving from ``Net``): the model is still a ``Net``.
+    """
+    for cls in type(obj).__mro__:
+        if cls is not object and not cls.__module__.startswith("torch."):
+            return cls
+    return type(obj)
+
+
 def component_of(obj: Any, registry: Registry | None = None) -> Component | None:
     """The registered component whose implementation is the class of ``obj``, if any."""
-    cls = type(obj)
+    cls = _own_class(obj)
     for component in _registry(registry).components():
         if _imported_implementation(component) is cls:
             return component
@@ -57,7 +69,7 @@ def describe_owner(obj: Any, registry: Registry | None = None) -> str:
         component = None
     if component is not None:
         return f"{component.kind} {component.name!r} from {component.provider}"
-    cls = type(obj)
+    cls = _own_class(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
 
 

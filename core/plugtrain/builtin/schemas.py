@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import attrs
 
@@ -93,3 +94,8 @@ class StdlibTextArgs:
     shuffle: bool | None = arg(None, help="shuffle each epoch (default: only the train split)")
     seed: int = arg(0, help="seed of the split and of the shuffling", ge=0)
     drop_last: bool = arg(False, help="drop the last incomplete batch")
+
+    @staticmethod
+    def data_vocabulary(arguments: Mapping[str, Any]) -> tuple[int, str]:
+        """The token ids the batches hold: bytes, 0 to 255 (``plugtrain check`` compares it)."""
+        return 256, "StdlibText's byte-level tokens"

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from plugtrain.config.callback_plans import check_callback_plans
 from plugtrain.config.checker import Checker, Path, render_path
+from plugtrain.config.checkpoint_paths import check_checkpoint_paths
 from plugtrain.config.plan import (
     BackendPlan,
     ComponentSpec,
@@ -38,6 +40,7 @@ from plugtrain.config.sections import (
 from plugtrain.config.sharding import check_sharding
 from plugtrain.config.sparsity import SparsitySection, sparsity_section
 from plugtrain.config.speed import ProfileSettings
+from plugtrain.config.vocabulary import check_vocabulary
 from plugtrain.config.yaml_loader import location_of
 from plugtrain.errors import ConfigError, ConfigIssue, DuplicateNameError, UnknownNameError
 from plugtrain.registry import Registry
@@ -116,11 +119,13 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
     plans = []
     backend_types: list[tuple[Path, str, Any]] = []
     legacy = _legacy_sparsity(checker, data)
+    checkpoint_folders: list[str] = []
     for path, entry, parent in _trainer_entries(data, checker):
         checked = checker.schema(TrainerSection, entry, path, parent, "trainer")
         if not isinstance(entry, Mapping) or not isinstance(entry.get("init"), Mapping):
             continue
         init = entry["init"]
+        check_checkpoint_paths(checker, entry, path, checkpoint_folders)
         sparsity = _trainer_sparsity(checker, init, (*path, "init"), legacy, data)
         backend = checker.backend(init, (*path, "init"))
         if backend is None:
@@ -130,7 +135,10 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
         if entry.get("fit") is not None:
             _check_fit_needs(checker, init, (*path, "init"))
         if not checker.issues and checked is not None:
-            plans.append(_trainer_plan(render_path(path), checked, backend, entry, sparsity))
+            plan = _trainer_plan(render_path(path), checked, backend, entry, sparsity)
+            check_vocabulary(checker, plan, init, (*path, "init"))
+            check_callback_plans(checker, plan, init, (*path, "init"))
+            plans.append(plan)
     _check_one_backend_type(checker, backend_types)
     if checker.issues:
         raise ConfigError(checker.issues)

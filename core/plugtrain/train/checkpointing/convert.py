@@ -98,5 +98,13 @@ def export(
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.parent / f".{target.name}.partial"
     save_file(weights, str(partial), metadata={"format": "pt"})
+    os.chmod(partial, _umask_mode())  # safetensors creates its files 0600
     os.replace(partial, target)
     return target
+
+
+def _umask_mode() -> int:
+    """``0666`` less the process's umask: the mode ``open()`` gives a new file (and ``.pt``)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask

@@ -22,6 +22,12 @@ from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingE
 from plugtrain.train.checkpointing.agreement import restore_agreed
 from plugtrain.train.checkpointing.disk import reserve
 from plugtrain.train.checkpointing.fit_check import check_fits
+from plugtrain.train.checkpointing.foreign import (
+    hf_checkpoint_state,
+    is_hf_checkpoint,
+    with_model_prefix,
+)
+from plugtrain.train.checkpointing.optimizer_state import check_optimizer_state
 from plugtrain.train.checkpointing.parts import checkpoint_parts
 from plugtrain.train.checkpointing.state_rule import RULE, plain_problems
 from plugtrain.train.components import evaluation_mode
@@ -30,6 +36,8 @@ from plugtrain.train.distributed import gathered, model_shards, optimizer_shards
 from plugtrain.train.loop import UNSET
 
 if TYPE_CHECKING:
+    from packaging.version import Version
+
     from plugtrain.train.trainer import Trainer
 
 __all__ = ["TrainerState", "check_version"]
@@ -154,11 +162,23 @@ class TrainerState:
             owners["sparsity"] = trainer.sparsity.algorithms
         return owners
 
+    def _read(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """The checkpoint at ``path``: plugtrain's, or a Hugging Face one converted."""
+        model = self.trainer.unwrapped_model
+        if is_hf_checkpoint(path):
+            state = hf_checkpoint_state(model, path)
+        else:
+            state = self.trainer.checkpointer.load(path)
+        if "model" in state:
+            state["model"] = with_model_prefix(model, state["model"])
+        return state
+
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore a checkpoint (see ``Trainer.load_checkpoint``)."""
         trainer = self.trainer
-        state = trainer.checkpointer.load(path)
-        trainer.loaded_step = int(state["global_step"])
+        state = self._read(path)
+        # a weights-only checkpoint (what convert writes) starts at step 0 with a fresh optimizer
+        trainer.loaded_step = int(state.get("global_step", 0))
         check_version(path, state, trainer.checkpoint.strict_version)
         parts = checkpoint_parts(state)
         if trainer.optimizer is None:  # evaluation only: the weights (and masks) and the step
@@ -173,6 +193,8 @@ class TrainerState:
         optimizer = trainer.optimizer if strict or same_keys else None
         check_fits(path, kept, model, optimizer, trainer.schedulers, strict=strict)
         sharded = bool(getattr(trainer.strategy, "sharded_parameters", False))
+        if not sharded:  # a sharded state is checked by its first step
+            check_optimizer_state(path, parts.get("optimizer"), optimizer)
         if "model" in parts:
             weights = model_shards(model, parts["model"]) if sharded else parts["model"]
             loaded = model.load_state_dict(weights, strict=strict)
@@ -298,21 +320,14 @@ def _plain_state(
     return state, problems
 
 
-def _version_of(text: str) -> tuple[int, int] | None:
-    parts = text.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def _is_prerelease(text: str) -> bool:
+def _version_of(text: str) -> Version | None:
+    """``text`` as a PEP 440 version (``1.0rc1``, ``0.2.0.dev3``), or ``None``."""
     from packaging.version import InvalidVersion, Version
 
     try:
-        return Version(text).is_prerelease
+        return Version(text)
     except InvalidVersion:
-        return False
+        return None
 
 
 def check_version(path: Any, state: Mapping[str, Any], strict: bool) -> None:
@@ -335,8 +350,8 @@ def check_version(path: Any, state: Mapping[str, Any], strict: bool) -> None:
     if theirs is None or ours is None:
         log.warning("%s: written by plugtrain %r, not a version; loading it anyway", path, written)
         return
-    if theirs == ours:
-        if written != __version__ and _is_prerelease(written) != _is_prerelease(__version__):
+    if theirs.release[:2] == ours.release[:2]:
+        if written != __version__ and theirs.is_prerelease != ours.is_prerelease:
             log.warning(
                 "%s: written by plugtrain %s, this is plugtrain %s (a pre-release and a release "
                 "of the same version); loading it",
@@ -347,7 +362,7 @@ def check_version(path: Any, state: Mapping[str, Any], strict: bool) -> None:
         return
     message = (
         f"{path}: written by plugtrain {written}, this is plugtrain {__version__} "
-        "(another major.minor version)"
+        f"({'a pre-release of ' if theirs.is_prerelease else ''}another major.minor version)"
     )
     if strict:
         raise CheckpointMismatchError(

@@ -14,6 +14,7 @@ from plugtrain.train.distributed.elastic import (
     torchrun,
     torchrun_arguments,
 )
+from plugtrain.train.distributed.presharded import refuse_presharded_model
 from plugtrain.train.distributed.signals import (
     InterruptRequest,
     StoppedAtOnce,
@@ -33,6 +34,7 @@ __all__ = [
     "local_tensor",
     "model_shards",
     "optimizer_shards",
+    "refuse_presharded_model",
     "signal_name",
     "torchrun",
     "torchrun_arguments",

@@ -106,9 +106,11 @@ class InterruptRequest:
 
     Installed on the main thread only; a signal that is ignored (``nohup`` ignores SIGHUP) stays
     ignored, and the previous handlers are restored afterwards. In a single process a second
-    signal stops at once (:class:`StoppedAtOnce`). With several processes repeated signals are
-    only noted: the launcher forwards what a scheduler may also have sent each process, and it
-    ends workers that do not stop within its shutdown timeout itself.
+    signal stops at once (:class:`StoppedAtOnce`), except while a checkpoint is written
+    (:meth:`saving`): a torn save would lose the step the first signal asked to keep, so the
+    repeat is noted and the save finishes. With several processes repeated signals are only
+    noted: the launcher forwards what a scheduler may also have sent each process, and it ends
+    workers that do not stop within its shutdown timeout itself.
     """
 
     def __init__(self) -> None:
@@ -118,6 +120,9 @@ class InterruptRequest:
         self._steps = 0
         self._interval = 1
         self._since = time.monotonic()
+        self._saving = False
+        self.repeated_while_saving: int | None = None
+        """A repeated signal that came while a checkpoint was written (the save went on)."""
 
     @property
     def requested(self) -> bool:
@@ -142,9 +147,25 @@ class InterruptRequest:
             return
         if self._distributed:
             return
+        if self._saving:
+            self.repeated_while_saving = signal_number
+            return
         name = signal_name(signal_number)
         message = f"{name} again: stopped at once, without saving the current step"
         raise StoppedAtOnce(message, signal_number)
+
+    @contextmanager
+    def saving(self) -> Iterator[None]:
+        """While the block writes a checkpoint, a repeated signal does not interrupt it.
+
+        The repeat is kept in :attr:`repeated_while_saving`; the first signal already asked the
+        loop to stop, which it does once the save is complete.
+        """
+        self._saving = True
+        try:
+            yield
+        finally:
+            self._saving = False
 
     def agreed(self, *, final: bool = False) -> bool:
         """Whether to stop after this step; every rank of a distributed run must call it.

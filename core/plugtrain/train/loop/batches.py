@@ -29,7 +29,14 @@ import torch
 from plugtrain.errors import TrainingError
 from plugtrain.train.data import batch_size
 
-__all__ = ["MetricSums", "Scored", "batch_size", "move_batch", "score_batch"]
+__all__ = [
+    "MetricSums",
+    "Scored",
+    "batch_size",
+    "move_batch",
+    "score_batch",
+    "token_ids_beyond_embedding",
+]
 
 COUNT_KEY = "num_examples"
 """The entry of a model's returned mapping that says how many examples its loss averages over."""
@@ -189,7 +196,13 @@ def score_batch(
             return _scored_outputs(outputs, targets, batch, loss_fn)
     with autocast():
         keywords = batch_as_kwargs and isinstance(batch, Mapping)
-        result = model(**batch) if keywords else model(batch)
+        try:
+            result = model(**batch) if keywords else model(batch)
+        except IndexError as exc:
+            problem = token_ids_beyond_embedding(model, batch)
+            if problem is None:
+                raise
+            raise TrainingError(problem) from exc
         if isinstance(result, Mapping) and "loss" in result:
             return _own_loss(result, batch, f"a {type(batch).__name__} batch")
         if isinstance(result, torch.Tensor) and result.dim() == 0:
@@ -203,3 +216,24 @@ def score_batch(
         "(or an (inputs, targets) pair) for the Trainer's loss_fn"
     )
     raise TrainingError(message)
+
+
+def token_ids_beyond_embedding(model: Any, batch: Any) -> str | None:
+    """Why a model's forward raised ``IndexError``, when the batch's token ids explain it.
+
+    The batch's largest ``input_ids`` against the model's largest embedding (its vocabulary):
+    a data vocabulary larger than the model's ``vocab_size``. ``None`` when that is not it.
+    """
+    ids = batch.get("input_ids") if isinstance(batch, Mapping) else None
+    if not isinstance(ids, torch.Tensor) or ids.numel() == 0 or ids.is_floating_point():
+        return None
+    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    largest = int(ids.max())
+    if not sizes or largest < max(sizes):
+        return None
+    return (
+        f"the batch holds token id {largest} in input_ids, but the model's embedding has "
+        f"{max(sizes)} (vocab_size {max(sizes)}: ids 0 to {max(sizes) - 1}): the data's "
+        f"vocabulary is larger than the model's; give the model vocab_size at least "
+        f"{largest + 1}, or tokenize the data with the model's tokenizer"
+    )

@@ -69,9 +69,11 @@ class NonFiniteGuard:
         flags = strategy.reduce_sums({"non_finite": 0.0 if loss_finite else 1.0})
         return bool(flags["non_finite"] == 0)
 
-    def step_done(self, problem: str | None, loss_finite: bool) -> None:
+    def step_done(self, problem: str | None, loss_finite: bool, cause: str = "") -> None:
         """React to an optimizer step: ``problem`` says what was not finite (``None``: fine).
 
+        :param cause: why, when known, said after the step (``": its batch holds no example
+            ..."``).
         :raises TrainingError: when the run must stop.
         """
         if problem is None:
@@ -81,12 +83,14 @@ class NonFiniteGuard:
         step = trainer.global_step + 1
         if trainer.loop is None or trainer.loop.nan_policy != "skip_step":
             message = (
-                f"{problem} at step {step}; training stopped{self.kept()} "
+                f"{problem} at step {step}{cause}; training stopped{self.kept()} "
                 "(loop.nan_policy: skip_step drops such steps instead)"
             )
             raise TrainingError(message)
         trainer.optimizer.zero_grad(set_to_none=True)
-        log.warning("step %d: %s; its update was skipped (nan_policy: skip_step)", step, problem)
+        log.warning(
+            "step %d: %s%s; its update was skipped (nan_policy: skip_step)", step, problem, cause
+        )
         self.skipped_in_a_row += 1
         self._check_skipping("loss was" if not loss_finite else "gradients were")
 

@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -114,6 +115,19 @@ def group_values(optimizer: Any) -> dict[str, float]:
     return values
 
 
+def _empty_batches(empty: int, accum: int) -> str:
+    """Why a step's loss is not finite when some of its batches held no example."""
+    if not empty:
+        return ""
+    which = "its batch holds" if accum == 1 else f"{empty} of its {accum} micro-batches hold"
+    return f": {which} no example (the training data yielded an empty batch)"
+
+
+def _whole_save(interrupt: InterruptRequest | None) -> AbstractContextManager[None]:
+    """A save that a repeated stop signal does not tear (:meth:`InterruptRequest.saving`)."""
+    return nullcontext() if interrupt is None else interrupt.saving()
+
+
 class _Window:
     """What the steps since the last log line add up to."""
 
@@ -150,10 +164,12 @@ class TrainingLoop:
         correct: Any = 0
         count = 0
         extra = MetricSums()
+        empty = 0
         for index in range(accum):
             with strategy.micro_batch_context(trainer.model, synchronize=index == accum - 1):
                 scored = trainer.forward(stream.next())
                 trainer.precision.backward(step_loss.to_backward(scored.loss, scored.weight))
+            empty += scored.weight == 0
             step_loss.add(scored.loss, scored.weight)
             correct = correct + scored.correct
             count += scored.count
@@ -167,7 +183,8 @@ class TrainingLoop:
             total_loss = math.nan  # this step counts as skipped here too
         else:
             problem = f"the loss is {total_loss}"
-        trainer.nan_guard.step_done(problem, finite)
+        cause = _empty_batches(empty, accum) if not math.isfinite(total_loss) else ""
+        trainer.nan_guard.step_done(problem, finite, cause)
         if trainer.sparsity is not None:
             trainer.sparsity.step_end()  # masks change only if the optimizer applied the step
         trainer.callbacks_dispatch.on_after_optimizer_step(trainer, trainer.optimizer)
@@ -277,15 +294,17 @@ class TrainingLoop:
             if val_dataloader is not None and eval_every and (step - start) % eval_every == 0:
                 last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
             if save_every and step % save_every == 0 and step != target:
-                trainer.save_checkpoint(stream)
+                with _whole_save(interrupt):
+                    trainer.save_checkpoint(stream)
             if interrupt is not None and interrupt.agreed():
                 self._stop_interrupted(stream, interrupt)
         if val_dataloader is not None and not (
             eval_every and (target - start) % eval_every == 0 and last_val
         ):
             last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
-        trainer.save_checkpoint(stream)
-        trainer.checkpointer.wait()  # a background save is complete before fit returns
+        with _whole_save(interrupt):
+            trainer.save_checkpoint(stream)
+            trainer.checkpointer.wait()  # a background save is complete before fit returns
         if interrupt is not None and interrupt.agreed(final=True):
             self._stop_interrupted(stream, interrupt)
         return last_val
@@ -320,9 +339,10 @@ class TrainingLoop:
     def _stop_interrupted(self, stream: DataStream, interrupt: InterruptRequest) -> None:
         """Save the current step (unless just saved) and raise :class:`TrainingInterrupted`."""
         trainer = self.trainer
-        if trainer.saved_step != trainer.global_step:
-            trainer.save_checkpoint(stream)
-        trainer.checkpointer.wait()
+        with interrupt.saving():
+            if trainer.saved_step != trainer.global_step:
+                trainer.save_checkpoint(stream)
+            trainer.checkpointer.wait()
         path = trainer.checkpoint_path(trainer.global_step)
         number = interrupt.signal_number or 2
         how = "interrupted" if number == 2 else f"interrupted by {signal_name(number)}"
@@ -330,6 +350,10 @@ class TrainingLoop:
             f"{how} at step {trainer.global_step}; checkpoint saved to {path}; "
             "run the same command again to resume"
         )
+        repeated = interrupt.repeated_while_saving
+        if repeated is not None:
+            again = signal_name(repeated)
+            message += f" ({again} came again during the save, which was finished first)"
         raise TrainingInterrupted(message, number)
 
 

@@ -91,13 +91,16 @@ class MetricsFilesLogger:
 
         A fit that does not resume from a checkpoint of its own folder (from scratch, or
         fine-tuning from another folder's) sets the earlier files aside instead
-        (:func:`.metrics.set_aside_metrics`).
+        (:func:`.metrics.set_aside_metrics`), as does one that loads its own folder's checkpoint
+        without its step (``LoadCheckpointStates`` of the model only: fine-tuning that counts
+        from step 0 again, whose rows would otherwise read as replayed).
         """
         self.close()
         directory = self._directory = Path(trainer.model_dir)
         loaded = trainer.last_good_checkpoint if trainer.loaded_step is not None else None
         own = Path(trainer.checkpoint_dir).resolve()
-        if loaded is not None and Path(loaded).resolve().parent == own:
+        continues = trainer.global_step == trainer.loaded_step
+        if loaded is not None and continues and Path(loaded).resolve().parent == own:
             self._log = MetricsLog(directory, resume_step=trainer.global_step)
             return
         for moved in set_aside_metrics(directory):
@@ -105,10 +108,19 @@ class MetricsFilesLogger:
         self._log = MetricsLog(directory)
 
     def on_validate_start(self, trainer: Trainer) -> None:
-        """Open the files for a ``validate`` (no rows dropped)."""
-        if self._log is None:
-            self._directory = Path(trainer.model_dir)
-            self._log = MetricsLog(self._directory)
+        """Open the files for a ``validate`` (no rows dropped).
+
+        A ``model_dir`` that cannot be written (a published, read-only results folder) does not
+        stop the evaluation: a warning says where the metrics could not go and how to send them
+        elsewhere, and the results are only printed.
+        """
+        if self._log is not None:
+            return
+        directory = self._directory = Path(trainer.model_dir)
+        try:
+            self._log = MetricsLog(directory)
+        except OSError as exc:
+            log.warning("%s", _unwritable_metrics(directory, exc))
 
     def log_metrics(self, step: int, split: str, metrics: Mapping[str, float]) -> None:
         """Append one record to both files."""
@@ -120,6 +132,16 @@ class MetricsFilesLogger:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def _unwritable_metrics(directory: Path, exc: OSError) -> str:
+    """What a ``validate`` whose ``model_dir`` cannot be written does about its metrics."""
+    return (
+        f"metrics: {directory} cannot be written ({exc.strerror or exc}); evaluating anyway, "
+        "the results are only printed. To keep them in files, run with "
+        "--set trainer.init.model_dir=A_WRITABLE_FOLDER "
+        f"--set trainer.init.checkpoint.checkpoint_root={directory}"
+    )
 
 
 DEFAULT_LOGGERS: dict[str, Callable[[], Any]] = {

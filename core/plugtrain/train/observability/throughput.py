@@ -5,11 +5,12 @@ mapping batch with an ``input_ids`` tensor counts its elements; other batches co
 Trainer's data stream counts them as it hands batches out (:func:`token_counter`).
 
 FLOPs (on CPU and CUDA devices): counted once, by :class:`torch.utils.flop_counter.FlopCounterMode`
-over the forward and backward passes of the fit's second optimizer step (all its micro-batches;
-the first step is often a warm-up or a compilation), then scaled by the tokens (else the
-samples) of later windows. That step runs eagerly (``torch.compiler.set_stance``
-``("force_eager")``: compiled kernels escape the counter). With activation checkpointing, the
-recomputed forward passes are counted too.
+over the forward and backward passes of one optimizer step (all its micro-batches), then scaled
+by the tokens (else the samples) of later windows. A fit from step 0 counts its second step (the
+first is often a warm-up or a compilation); a resumed fit counts its first, so that from step 2
+on every record of a run carries the same keys whether or not it was interrupted. That step
+runs eagerly (``torch.compiler.set_stance("force_eager")``: compiled kernels escape the
+counter). With activation checkpointing, the recomputed forward passes are counted too.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class MeteredTrainer(Protocol):
 
     @property
     def global_step(self) -> int:
-        """The step the fit starts from (the next but one has its FLOPs counted)."""
+        """The step the fit starts from (it decides which step has its FLOPs counted)."""
 
     @property
     def stream(self) -> _Counts | None:
@@ -111,10 +112,15 @@ class Throughput:
         self._paused = 0.0
 
     def on_fit_start(self, trainer: MeteredTrainer) -> None:
-        """Start the clock; the step after this fit's first is the one whose FLOPs are counted."""
+        """Start the clock and choose the step whose FLOPs are counted.
+
+        Step 2 from scratch, else the first after the resumed step: an uninterrupted run has
+        FLOP/s in its records from step 2 on.
+        """
         self._active = True
         counts = self.mfu and trainer.device.type in _COUNTED_DEVICES
-        self._count_step = trainer.global_step + 2 if counts else -1
+        start = trainer.global_step
+        self._count_step = (start + 1 if start else 2) if counts else -1
         self._last = time.perf_counter()
         self._last_units = _units(trainer)
         self._paused = 0.0

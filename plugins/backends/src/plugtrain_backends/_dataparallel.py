@@ -9,7 +9,7 @@ from typing import Any
 from plugtrain.backend_base import BackendBase
 from plugtrain.strategy import ParallelStrategy
 
-__all__ = ["DataParallelBackend", "DataParallelStrategy", "FSDPStrategy"]
+__all__ = ["DataParallelBackend", "DataParallelStrategy", "FSDPStrategy", "report_csx_only"]
 
 log = logging.getLogger("plugtrain")
 
@@ -92,6 +92,11 @@ class FSDPStrategy(DataParallelStrategy):
             return model
         if self.backend.device.type == "cpu":
             _fsdp.pin_mmap_threshold()
+        mesh = _fsdp.own_mesh(model)
+        if mesh is not None:  # the model applied fully_shard to itself: keep its sharding
+            log.info("%s is sharded already (fully_shard): kept as it is", type(model).__name__)
+            self.mesh = mesh
+            return model
         plan = _fsdp.FSDPPlan.of_backend(self.backend)
         shape = plan.mesh_shape(self.backend.world_size)
         self.mesh = _fsdp.build_mesh(self.backend.device.type, shape)
@@ -113,6 +118,23 @@ class FSDPStrategy(DataParallelStrategy):
         return super(DataParallelStrategy, self).micro_batch_context(model, synchronize=synchronize)
 
 
+_REPORTED_CSX_ONLY: set[tuple[str, str]] = set()
+
+
+def report_csx_only(backend_type: str, key: str) -> None:
+    """Warn, once per process, backend type and key, that a CSX-only backend key does nothing.
+
+    A Model Zoo file written for CS-X and run here with ``--set
+    trainer.init.backend.backend_type=CPU`` keeps its ``cluster_config``.
+    """
+    if (backend_type, key) in _REPORTED_CSX_ONLY:
+        return
+    _REPORTED_CSX_ONLY.add((backend_type, key))
+    log.warning(
+        "backend: %s only acts on the CSX backend; on %s it has no effect", key, backend_type
+    )
+
+
 class DataParallelBackend(BackendBase):
     """Backend hooks for data parallel training; subclasses set the device and process group.
 
@@ -123,6 +145,12 @@ class DataParallelBackend(BackendBase):
 
     main_process_id = 0
     _group: Any = None
+
+    def configure(self, arguments: Mapping[str, Any]) -> None:
+        """Take the arguments; a CSX ``cluster_config`` is said, once, to have no effect."""
+        super().configure(arguments)
+        if arguments.get("cluster_config") is not None:
+            report_csx_only(self.backend_type, "cluster_config")
 
     def _make_group(self) -> Any:
         raise NotImplementedError

@@ -96,6 +96,16 @@ def build_mesh(device_type: str, shape: tuple[int, ...]) -> DeviceMesh:
     return init_device_mesh(device_type, shape, mesh_dim_names=names)
 
 
+def own_mesh(model: nn.Module) -> DeviceMesh | None:
+    """The device mesh of a model that applied ``fully_shard`` to itself, else ``None``."""
+    if not isinstance(model, FSDPModule):
+        return None
+    for parameter in model.parameters():
+        if isinstance(parameter, DTensor):
+            return parameter.device_mesh
+    return None
+
+
 def mixed_precision(half: str | None) -> MixedPrecisionPolicy | None:
     """FSDP2's policy for ``precision``'s half type: parameters in it, reduction in float32."""
     if half is None:

@@ -131,6 +131,11 @@ class _ProcessGroupArgs:
         help="fsdp2/hsdp: build a model with init_weights() on the meta device and fill only "
         "this process's shards; false: build it whole in every process first",
     )
+    cluster_config: dict[str, Any] | None = arg(
+        None,
+        help="CSX only (a Model Zoo file's cluster configuration): accepted as it is and "
+        "without effect here, which a run says once",
+    )
 
     @staticmethod
     def plan_problems(arguments: Mapping[str, Any], world_size: int) -> Iterator[Problem]:

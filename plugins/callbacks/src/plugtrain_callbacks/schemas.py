@@ -158,6 +158,66 @@ class _FlagsArgs:
     csx_debug_wgt_memory_gi: int | None = arg(
         None, aliases=("csx.debug.wgt_memory_gi",), help="weight server memory (GiB)", gt=0
     )
+    csx_debug_chf_memory_gi: int | None = arg(
+        None, aliases=("csx.debug.chf_memory_gi",), help="chief server memory (GiB)", gt=0
+    )
+    csx_debug_drop_data: bool | None = arg(
+        None, aliases=("csx.debug.drop_data",), help="drop weight data that is not needed"
+    )
+    csx_debug_skip_weight_init: bool | None = arg(
+        None, aliases=("csx.debug.skip_weight_init",), help="initialise every weight to zeros"
+    )
+    csx_debug_optimize_initialization: bool | None = arg(
+        None,
+        aliases=("csx.debug.optimize_initialization",),
+        help="optimise the weight initialisation graph",
+    )
+    csx_debug_implicit_cast_cb16_to_fp32: bool | None = arg(
+        None,
+        aliases=("csx.debug.implicit_cast_cb16_to_fp32",),
+        help="cast cbfloat16 tensors to float32 in step closures",
+    )
+    csx_debug_save_gpv: bool | None = arg(
+        None, aliases=("csx.debug.save_gpv",), help="save the global performance view"
+    )
+    csx_debug_check_constraints: bool | None = arg(
+        None, aliases=("csx.debug.check_constraints",), help="check constraints on torch ops"
+    )
+    csx_debug_op_definition_module: str | None = arg(
+        None,
+        aliases=("csx.debug.op_definition_module",),
+        help="module defining the ops whose constraints are checked",
+    )
+    csx_debug_skip_connectivity_check: bool | None = arg(
+        None, aliases=("csx.debug.skip_connectivity_check",), help="skip the connectivity check"
+    )
+    csx_debug_fabric_type_blacklist: list[str] | None = arg(
+        None,
+        aliases=("csx.debug.fabric_type_blacklist",),
+        help="fabric types (CS-2, CS-3) the job must not run on",
+    )
+    csx_performance_max_transfer_bytes: int | None = arg(
+        None,
+        aliases=("csx.performance.max_transfer_bytes",),
+        help="bytes one transfer process sends at once",
+        ge=0,
+    )
+    csx_performance_compress_weights: bool | None = arg(
+        None, aliases=("csx.performance.compress_weights",), help="compress weights when saved"
+    )
+    csx_performance_use_speculative_optimizers: bool | None = arg(
+        None,
+        aliases=("csx.performance.use_speculative_optimizers",),
+        help="enable speculative optimizers",
+    )
+    csx_cluster_auto_taint: bool | None = arg(
+        None,
+        aliases=("csx.cluster.auto_taint",),
+        help="taint systems automatically when a taint action is found",
+    )
+    csx_storage_s3_profile: str | None = arg(
+        None, aliases=("csx.storage.s3.profile",), help="the AWS profile of S3 storage"
+    )
 
     @staticmethod
     def cross_check(arguments: Mapping[str, Any]) -> Iterator[Problem]:
