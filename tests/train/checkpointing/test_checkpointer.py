@@ -62,3 +62,18 @@ def test_a_save_whose_ownership_record_cannot_be_written_fails_by_name(
     message = str(caught.value)
     assert message.startswith(f"{tmp_path / 'checkpoint_3.mdl'}: saved, but recording it")
     assert "No space left on device" in message
+
+
+def test_the_ownership_record_follows_the_umask_as_checkpoints_do(tmp_path) -> None:
+    import os
+
+    import torch
+
+    checkpointer = FileCheckpointer(tmp_path, "checkpoint_{step}.mdl")
+    previous = os.umask(0o022)
+    try:
+        checkpoint = checkpointer.save(1, {"model": {"w": torch.ones(1)}, "global_step": 1})
+    finally:
+        os.umask(previous)
+    record = checkpointer.ownership.path
+    assert oct(record.stat().st_mode & 0o777) == oct(checkpoint.stat().st_mode & 0o777) == "0o644"

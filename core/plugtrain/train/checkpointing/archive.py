@@ -29,6 +29,7 @@ from plugtrain.errors import (
 
 __all__ = [
     "checkpoint_step",
+    "create_temporary",
     "find_checkpoints",
     "find_latest",
     "load_checkpoint",
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-def _create_temporary(path: Path) -> tuple[int, Path]:
+def create_temporary(path: Path) -> tuple[int, Path]:
     """A new hidden ``.NAME.XXXXXXXX`` next to ``path``, created with the umask's permissions.
 
     (``tempfile.mkstemp`` would make it 0600 whatever the umask; the metrics files follow it.)
@@ -61,7 +62,7 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
     temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary = _create_temporary(path)
+        descriptor, temporary = create_temporary(path)
         os.close(descriptor)
         # by its name: torch writes a path from C++, twice as fast as through a Python handle
         torch.save(state, str(temporary))

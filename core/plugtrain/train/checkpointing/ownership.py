@@ -19,11 +19,11 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from plugtrain.errors import CheckpointError
+from plugtrain.train.checkpointing.archive import create_temporary
 
 __all__ = ["RECORD_NAME", "CheckpointRootOwnedError", "Ownership"]
 
@@ -105,7 +105,7 @@ class Ownership:
             "written": names,
         }
         self.directory.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f"{RECORD_NAME}.", dir=self.directory)
+        handle, temporary = create_temporary(self.path)  # the umask's mode, as checkpoints
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as stream:
                 json.dump(record, stream)
