@@ -14,6 +14,7 @@ __all__ = ["CALLBACK_HOOKS", "REVERSED_HOOKS", "Callback", "Logger"]
 
 
 CALLBACK_HOOKS = (
+    "on_model_built",
     "on_fit_start",
     "on_train_step_start",
     "on_before_optimizer_step",
@@ -73,6 +74,19 @@ class Callback(Protocol):
     (``None``, or the run's :class:`plugtrain.train.loop.sparsity.Sparsity`: its ``groups`` each
     have ``algorithm`` and ``params``, each parameter ``name`` and ``mask``).
     """
+
+    def on_model_built(self, trainer: Any, model: Any) -> Any:
+        """Once, when the Trainer has built ``model`` (since plugin API 1.1).
+
+        Called while the Trainer is created: before sparsity, activation checkpointing,
+        compilation, the strategy's wrapping (DDP, FSDP2) and any checkpoint load, so a callback
+        may change the module in place here (replace layers, add parameters, freeze others:
+        LoRA) or return another module to use instead (``None``: keep ``model``). Only
+        ``backend``, ``strategy``, ``seed``, ``global_step`` (0), ``model_dir``, ``config`` and
+        the settings of the trainer exist yet. Under FSDP2 the model may be on the ``meta``
+        device: parameters added then are filled by the model's ``init_weights()``, which runs
+        every module's ``reset_parameters``.
+        """
 
     def on_fit_start(self, trainer: Any) -> None:
         """At the start of ``fit``, after a checkpoint was restored and before the first step."""

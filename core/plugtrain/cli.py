@@ -108,7 +108,7 @@ def _add_checkpoint_command(commands: Subcommands) -> None:
     convert.add_argument("target", nargs="?", help="(file <-> DCP) the new file or folder")
     convert.add_argument("--model", help="converter key (plugtrain checkpoint list-converters)")
     convert.add_argument("--src-fmt", help="hf or plugtrain")
-    convert.add_argument("--tgt-fmt", help="hf or plugtrain")
+    convert.add_argument("--tgt-fmt", help="hf, plugtrain or hf-peft (adapters)")
     convert.add_argument(
         "--config", help="config.json (from hf) or a run/model YAML (from plugtrain)"
     )

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 import yaml
 
 from plugtrain.commands import EXIT_OK
+from plugtrain.conversion.declaration import ConversionError
 from plugtrain.conversion.files import (
     check_formats,
     hf_source_file,
@@ -42,7 +43,8 @@ def convert_formats(args: argparse.Namespace, registry: Registry, out: TextIO) -
     source = Path(args.source)
     if source_format == "hf":
         return _hf_to_plugtrain(args, registry, source, out)
-    del target_format
+    if target_format == "hf-peft":
+        return _plugtrain_to_adapter(args, registry, source, out)
     return _plugtrain_to_hf(args, registry, source, out)
 
 
@@ -83,6 +85,11 @@ def _plugtrain_to_hf(
     if model is None:
         raise SystemExit(f"{args.config}: the model has no name: pass --model")
     state = read_model_state(source)
+    for callback, arguments in _state_changers(data, registry, "fold_for_export"):
+        try:
+            state, keys = callback.fold_for_export(state, arguments, model, keys, source)
+        except ValueError as exc:
+            raise ConversionError(str(exc)) from exc
     output = Path(args.output_dir) if args.output_dir else source.parent
     target = output / f"{output_stem(source)}_to_hf"
     tokenizer = args.tokenizer or tokenizer_folder(data, Path(args.config).parent)
@@ -100,6 +107,60 @@ def _plugtrain_to_hf(
     out.write(f"{source} -> {target}\n")
     if tokenizer is None:
         out.write("no tokenizer folder named (--tokenizer DIR adds its files)\n")
+    return EXIT_OK
+
+
+def _state_changers(data: Any, registry: Registry, method: str) -> list[tuple[Any, Any]]:
+    """The run file's callbacks whose class declares ``method`` (LoRA's adapters), with arguments.
+
+    A callback that changes the model's state (adds adapters) declares how to export it:
+    ``fold_for_export(state, arguments, model, keys, source) -> (state, keys)`` and
+    ``export_adapter(state, arguments, hf_name, output_dir, source)``, ``hf_name`` giving a weight's
+    Hugging Face name and row order (``None``: it does not export row by row).
+    """
+    trainer = data.get("trainer") if isinstance(data, dict) else None
+    if isinstance(trainer, list) and len(trainer) == 1:
+        trainer = trainer[0].get("trainer", trainer[0])
+    init = (trainer or {}).get("init") if isinstance(trainer, dict) else None
+    found = []
+    for entry in (init or {}).get("callbacks") or []:
+        if isinstance(entry, dict) and len(entry) == 1:
+            ((name, arguments),) = entry.items()
+            callback = registry.resolve("callback", name)
+            if callable(getattr(callback, method, None)):
+                found.append((callback, arguments or {}))
+    return found
+
+
+def _plugtrain_to_adapter(
+    args: argparse.Namespace, registry: Registry, source: Path, out: TextIO
+) -> int:
+    """``--tgt-fmt hf-peft``: the adapters of the run file's callback, in PEFT's files."""
+    from plugtrain.conversion.engine import hf_weight_names
+    from plugtrain.conversion.plugtrain_files import read_model_state
+
+    name, keys, data = model_section(args.config)
+    model = args.model or name
+    if model is None:
+        raise SystemExit(f"{args.config}: the model has no name: pass --model")
+    changers = _state_changers(data, registry, "export_adapter")
+    if not changers:
+        message = f"{args.config}: names no callback with adapters to export (a Lora callback)"
+        raise ConversionError(message)
+    state = read_model_state(source)
+
+    def hf_name(name: str) -> Any:
+        found = hf_weight_names(state, model, keys, registry=registry, names=[name])
+        return found.get(name)
+
+    output = Path(args.output_dir) if args.output_dir else source.parent
+    target = output / f"{output_stem(source)}_to_hf-peft"
+    callback, arguments = changers[0]
+    try:
+        callback.export_adapter(state, arguments, hf_name, target, source)
+    except ValueError as exc:
+        raise ConversionError(str(exc)) from exc
+    out.write(f"{source} -> {target}\n")
     return EXIT_OK
 
 

@@ -29,7 +29,7 @@ def check_callback_plans(
     for index, entry in enumerate(entries):
         if not isinstance(entry, Mapping) or len(entry) != 1:
             continue
-        (name, arguments), = entry.items()
+        ((name, arguments),) = entry.items()
         if not isinstance(arguments, Mapping):
             continue
         try:

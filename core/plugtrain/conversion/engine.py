@@ -35,7 +35,10 @@ from plugtrain.conversion.weights import RuleApplier
 if TYPE_CHECKING:
     from plugtrain.registry import Registry
 
-__all__ = ["TOKENIZER_FILES", "Converted", "export_hf", "hf_to_plugtrain", "model_layout"]
+__all__ = [
+    "TOKENIZER_FILES", "Converted", "export_hf", "hf_to_plugtrain", "hf_weight_names",
+    "model_layout",
+]  # fmt: skip
 
 log = logging.getLogger("plugtrain.conversion")
 
@@ -137,7 +140,7 @@ def hf_to_plugtrain(
     for alias, owner in layout.aliases.items():
         if owner in state:
             state[alias] = state[owner]
-    missing = [n for n in layout.shapes if n not in state and not _is_buffer_default(n)]
+    missing = [n for n in layout.shapes if n not in state]
     if missing and not drop_unmatched:
         shown = ", ".join(missing[:8]) + (
             f" and {len(missing) - 8} more" if len(missing) > 8 else ""
@@ -146,10 +149,6 @@ def hf_to_plugtrain(
     if dropped:
         log.info("config.json keys the %s converter does not use: %s", key, ", ".join(dropped))
     return Converted(key, converter.model, keys, state, dropped)
-
-
-def _is_buffer_default(name: str) -> bool:
-    return name.endswith(("inv_freq", "masked_bias", "attn.bias"))
 
 
 def _checked(tensor: torch.Tensor, name: str, layout: ModelLayout, source: Path) -> torch.Tensor:
@@ -244,7 +243,7 @@ def export_hf(
                 if made.is_floating_point() and dtype is None:
                     dtype = made.dtype
                 writer.add(target, made)
-        missing = sorted(n for n in expected if not _is_buffer_default(n))
+        missing = sorted(expected)
         if missing and not drop_unmatched:
             more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
             message = f"the plugtrain checkpoint lacks {', '.join(missing[:8])}{more}"
@@ -259,6 +258,48 @@ def export_hf(
         _copy_tokenizer(writer, tokenizer_dir, hf)
     log.info("wrote %s (%s converter)", output_dir, key)
     return Path(output_dir)
+
+
+def hf_weight_names(
+    state: Mapping[str, torch.Tensor],
+    model_name: str,
+    model_keys: Mapping[str, Any],
+    registry: Registry | None = None,
+    names: Iterable[str] | None = None,
+) -> dict[str, tuple[str, torch.Tensor | None]]:
+    """The Hugging Face name and row order of each 2-D tensor exported with its rows reordered.
+
+    ``export[i] == tensor[order[i]]``; the order is ``None`` for a tensor exported unchanged.
+    A fused, split, transposed or rescaled tensor is left out: what a per-layer adapter (whose
+    ``B`` has one row per output row) can be renamed and reordered by.
+
+    :param names: only these tensors of ``state`` (default: all).
+    """
+    registry = _registry(registry)
+    _, converter = find_converter(registry, model_name, None)
+    keys = {k: v for k, v in model_keys.items() if k != "name"}
+    complete = complete_model_keys(registry, converter.model, keys)
+    defaults = model_defaults(registry, converter.model)
+    hf = plugtrain_to_hf_config(converter, complete, defaults, converter.plugtrain_handled)
+    applier = RuleApplier(converter.weights, "plugtrain", ConversionContext(hf, complete))
+    wanted = None if names is None else set(names)
+    chosen = {n: t for n, t in state.items() if wanted is None or n in wanted}
+    found: dict[str, tuple[str, torch.Tensor | None]] = {}
+    for name, tensor in _plugtrain_tensors(chosen, set()):
+        rows = torch.zeros(tensor.shape, dtype=torch.float32)
+        if tensor.ndim == 2:
+            rows[:, 0] = torch.arange(tensor.shape[0], dtype=torch.float32)
+        try:
+            made = applier.add(name, tensor)
+            if tensor.ndim != 2 or len(made) != 1 or made[0][1].shape != tensor.shape:
+                continue
+            order = applier.add(name, rows)[0][1][:, 0].round().long()
+        except (RuntimeError, ValueError, IndexError, ConversionError):
+            continue  # a transform that cannot take it: not exported row by row
+        if torch.equal(made[0][1], tensor[order]):
+            unchanged = torch.equal(order, torch.arange(tensor.shape[0]))
+            found[_PREFIX + name] = (made[0][0], None if unchanged else order)
+    return found
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

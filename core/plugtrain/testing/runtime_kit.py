@@ -165,6 +165,7 @@ class _Recording:
 
 
 def _order_problem(calls: list[str]) -> str | None:
+    calls = [name for name in calls if name != "on_model_built"]  # when the Trainer is made
     if not calls:
         return None
     if (_FIRST in calls and calls[0] != _FIRST) or (_LAST in calls and calls[-1] != _LAST):

@@ -34,9 +34,14 @@ from plugtrain.plugins import get_registry
 from plugtrain.schema import validated_arguments
 from plugtrain.strategy import strategy_of
 from plugtrain.train.checkpointing import Checkpointer, TrainerState, checkpointer_for, run_locks
-from plugtrain.train.components import check_scheduler_overlap, evaluation_mode, training_mode
+from plugtrain.train.components import (
+    build_optimization,
+    check_scheduler_overlap,
+    evaluation_mode,
+    training_mode,
+)
 from plugtrain.train.data import DataStream, in_global_order, seed_everything
-from plugtrain.train.distributed import InterruptRequest
+from plugtrain.train.distributed import InterruptRequest, refuse_presharded_model
 from plugtrain.train.loop import (
     UNSET,
     Callbacks,
@@ -105,8 +110,11 @@ class Trainer:
         ``{backend_type: ..., ...}``. Exclusive with ``device``. Neither: ``CPU``.
     :param model_dir: where checkpoints and metrics go.
     :param model: an ``nn.Module`` or a callable returning one (called after seeding).
-    :param optimizer: an optimizer, or a callable taking the model and returning one.
-    :param schedulers: one or a list of schedulers, or callables taking the optimizer.
+    :param optimizer: an optimizer, a callable taking the model and returning one, or the
+        run file's mapping ``{Name: {arguments}}`` (built as ``plugtrain.build_optimization``
+        builds it).
+    :param schedulers: one or a list of schedulers, or callables taking the optimizer; with an
+        optimizer mapping, the run file's ``[{Name: {arguments}}]``.
     :param loop: :class:`LoopSettings` or its mapping.
     :param checkpoint: :class:`CheckpointSettings` or its mapping.
     :param logging: :class:`LoggingSettings` or its mapping.
@@ -187,6 +195,7 @@ class Trainer:
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
         say_inert_off_csx(self.backend, self.logging)
         self._attach_callbacks(callbacks, loggers, profile)
+        self.global_step = 0
         self.target_step: int | None = None
         """The step the current (or last) ``fit`` ends at; ``None`` before any fit."""
         self.seed = seed
@@ -199,23 +208,23 @@ class Trainer:
         self._move_batches = self.device.type != "cpu"
         groups = sparsity_groups(sparsity)
         if isinstance(model, nn.Module):
-            built = model
+            built = self.callbacks_dispatch.on_model_built(self, model)
         else:  # sparsity reads the weights as they are built: whole, on this device
-            built = model() if groups else self.strategy.build_model(model)
+            build = self.callbacks_dispatch.building(self, model)
+            built = build() if groups else self.strategy.build_model(build)
         self.sparsity: Sparsity | None = Sparsity(groups, built, seed=seed or 0) if groups else None
         """The model's weight sparsity (masks and algorithms); ``None`` without."""
         built = prepare_model(
             built, compile=compile, activation_checkpointing=activation_checkpointing
         )
-        self.model: nn.Module = self.strategy.wrap_model(built)
-        self.optimizer = self._make_optimizer(optimizer)
+        self.model: nn.Module = self._wrap_model(built)
+        self.optimizer, from_mappings = self._make_optimization(optimizer, _as_list(schedulers))
         if self.sparsity is not None and self.optimizer is not None:
             self.sparsity.attach_optimizer(self.optimizer)
-        self.schedulers = [
+        self.schedulers = from_mappings or [
             s if hasattr(s, "step") else s(self.optimizer) for s in _as_list(schedulers)
         ]
         check_scheduler_overlap(self.schedulers)
-        self.global_step = 0
         self.loaded_step: int | None = None
         """The global step stored in the checkpoint loaded last (``None``: none loaded)."""
         self.checkpointer: Checkpointer = checkpointer_for(self)
@@ -276,6 +285,37 @@ class Trainer:
         compiled = bool(getattr(self.backend, "compiles_precision", False))
         return Precision(settings, self.device, on_csx=compiled)
 
+    def _wrap_model(self, model: nn.Module) -> nn.Module:
+        """The model as the strategy places it, once it is known the strategy can."""
+        refuse_presharded_model(model, self.strategy)
+        wrapped: nn.Module = self.strategy.wrap_model(model)
+        return wrapped
+
+    def _make_optimization(
+        self, optimizer: Any, schedulers: list[Any]
+    ) -> tuple[Any, list[Any] | None]:
+        """The optimizer, and the schedulers when written as a run file writes them.
+
+        ``optimizer={"AdamW": {...}}`` and ``schedulers=[{"LinearLR": {...}}]`` are built as
+        ``plugtrain.build_optimization`` builds a run file's (``None``: build the schedulers
+        from the objects or callables given).
+        """
+        written = [s for s in schedulers if isinstance(s, Mapping)]
+        if not isinstance(optimizer, Mapping):
+            if written:
+                message = (
+                    "schedulers written as {Name: {arguments}} need the optimizer written so "
+                    "too ({Name: {arguments}}), or give scheduler objects or callables"
+                )
+                raise ConfigError([ConfigIssue("schedulers", message)])
+            return self._make_optimizer(optimizer), None
+        if len(written) != len(schedulers):
+            message = "give every scheduler as {Name: {arguments}} with an optimizer mapping"
+            raise ConfigError([ConfigIssue("schedulers", message)])
+        config = {"optimizer": dict(optimizer), "schedulers": written}
+        built = build_optimization(self.unwrapped_model, config)
+        return self._make_optimizer(built.optimizer), list(built.schedulers)
+
     def _make_optimizer(self, optimizer: Any) -> Any:
         if optimizer is None or isinstance(optimizer, torch.optim.Optimizer):
             made = optimizer
@@ -283,7 +323,10 @@ class Trainer:
             made = optimizer(self.unwrapped_model)
         else:
             kind = type(optimizer).__name__
-            message = f"optimizer must be an optimizer or a callable, got {kind}"
+            message = (
+                "optimizer must be an optimizer, a callable taking the model, or a mapping "
+                f"{{Name: {{arguments}}}} as in a run file, got {kind}"
+            )
             raise ConfigError([ConfigIssue("optimizer", message)])
         sharded = getattr(self.strategy, "sharded_parameters", False)
         if made is not None and sharded and self.strategy.world_size > 1:

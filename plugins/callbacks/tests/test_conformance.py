@@ -28,7 +28,15 @@ def _logger_arguments(name: str, folder: Path) -> dict[str, Any]:
     }.get(name, {})
 
 
-@pytest.mark.parametrize("name", plugtrain.names("callback"))
+OWN_CALLBACKS = [
+    name
+    for name in plugtrain.names("callback")
+    if plugtrain.describe("callback", name).distribution in ("plugtrain", "plugtrain-callbacks")
+]
+"""This distribution's callbacks and the core's (the others' are checked by their own tests)."""
+
+
+@pytest.mark.parametrize("name", OWN_CALLBACKS)
 def test_callback_conformance(name, fresh_backend):
     report = check_callback(
         plugtrain.resolve("callback", name), CALLBACK_ARGUMENTS.get(name, {}), name=name

@@ -112,6 +112,7 @@ def test_hook_order_of_a_fit(tmp_path):
     trainer = _trainer(tmp_path, callbacks=[recorder])
     trainer.fit(_data(), _data("val"))
     expected = [
+        ("on_model_built", 0),  # when the Trainer was created
         ("on_fit_start", 0),
         ("on_train_step_start", 0),
         ("on_before_optimizer_step", 0),
@@ -180,6 +181,7 @@ def test_hook_order_of_a_resume_and_a_validate(tmp_path):
     trainer = _trainer(tmp_path, callbacks=[recorder], loop={"max_steps": 4})
     trainer.validate(_data("val"))
     assert recorder.calls == [
+        ("on_model_built", 0),
         ("on_before_load_checkpoint", 0),
         ("on_load_checkpoint", 4),
         ("on_validate_start", 4),

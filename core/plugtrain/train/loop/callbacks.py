@@ -59,6 +59,25 @@ class Callbacks:
                 with failures.blamed(owner, hook):
                     method(*args)
 
+    def on_model_built(self, trainer: Trainer, model: Any) -> Any:
+        """Call every ``on_model_built(trainer, model)``; the model, as they left or replaced it.
+
+        A callback returning a module replaces the model for the callbacks after it and the
+        Trainer (``None``: changed in place, if at all).
+        """
+        failures = self.failures
+        for method in self.hooks["on_model_built"]:
+            owner = getattr(method, "__self__", method)
+            if failures.active(owner):
+                with failures.blamed(owner, "on_model_built"):
+                    replaced = method(trainer, model)
+                    model = model if replaced is None else replaced
+        return model
+
+    def building(self, trainer: Trainer, build: Callable[[], Any]) -> Callable[[], Any]:
+        """``build`` followed by :meth:`on_model_built` (each time a strategy calls it)."""
+        return lambda: self.on_model_built(trainer, build())
+
     def on_fit_start(self, trainer: Trainer) -> None:
         """Call every ``on_fit_start(trainer)``."""
         self.call("on_fit_start", trainer)

@@ -62,10 +62,13 @@ def describe_fit(trainer: Trainer, loader: Any) -> str:
     """
     model = trainer.unwrapped_model
     parameters = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     processes = int(getattr(trainer.backend, "world_size", 1) or 1)
     accum = trainer.loop.grad_accum_steps if trainer.loop else 1
     batch = _batch_size(loader)
     parts = [f"{type(model).__name__} {_count(parameters)} parameters"]
+    if trainable != parameters:  # some frozen (LoRA, a frozen backbone)
+        parts[0] += f" ({_count(trainable)} train)"
     if isinstance(batch, int):
         length = _sequence_length(loader)
         shape = f"{batch} x {length}" if length else str(batch)

@@ -24,11 +24,13 @@ def plugtrain_register_models(registry: ComponentRegistrar) -> None:
 
 @hookimpl
 def plugtrain_register_callbacks(registry: ComponentRegistrar) -> None:
-    """Register the downstream-evaluation callbacks (Model Zoo's names)."""
+    """Register the downstream-evaluation callbacks and ``Lora`` (Model Zoo's names)."""
     harness = "plugtrain_models.evaluation.harness:EleutherEvalHarness"
     registry.register("EleutherEvalHarness", harness, schema=EleutherEvalHarnessArgs)
     bigcode = "plugtrain_models.evaluation.bigcode:BigCodeEvalHarness"
     registry.register("BigCodeEvalHarness", bigcode, schema=BigCodeEvalHarnessArgs)
+    lora = "plugtrain_models.lora.callback:Lora"
+    registry.register("Lora", lora, schema="plugtrain_models.lora.schema:LoraArgs")
 
 
 @hookimpl
