@@ -64,10 +64,7 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = create_temporary(path)
         os.close(descriptor)
-        # by its name: torch writes a path from C++, twice as fast as through a Python handle
-        torch.save(state, str(temporary))
-        with open(temporary, "rb") as handle:
-            os.fsync(handle.fileno())
+        _write(state, temporary)
         os.replace(temporary, path)
     except BaseException as exc:
         if temporary is not None:
@@ -82,6 +79,23 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
         raise
     _fsync_directory(path.parent)
     return path
+
+
+def _write(state: dict[str, Any], temporary: Path) -> None:
+    """``torch.save`` into ``temporary`` and fsync it.
+
+    By its name first: torch then writes from C++, about twice as fast as through a Python file.
+    That writer reports a failed write (a full disk) without its cause, so a failure is retried
+    through a Python file, which either succeeds or raises the ``OSError`` that names it.
+    """
+    try:
+        torch.save(state, str(temporary))
+    except RuntimeError:
+        with open(temporary, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+    with open(temporary, "rb") as handle:
+        os.fsync(handle.fileno())
 
 
 def _fsync_directory(directory: Path) -> None:
