@@ -1,9 +1,11 @@
 """How fast plugtrain finds plugins and resolves names.
 
-1. Cold start: ``python -m plugtrain list`` vs ``python -c "import torch"`` vs ``python -c pass``,
-   interleaved, medians and ratios.
+1. Cold start: ``python -m plugtrain list`` (its rows cached by an earlier call, as a user's
+   second listing finds them, and with ``PLUGTRAIN_NO_CACHE=1``: every plugin loaded) vs
+   ``python -c "import torch"`` vs ``python -c pass``, interleaved, medians and ratios.
 2. Discovery cost with N extra installed plugin distributions (synthetic dist-info folders with
-   a ``plugtrain`` entry point each, in a temporary directory put on PYTHONPATH).
+   a ``plugtrain`` entry point each, in a temporary directory put on PYTHONPATH), uncached and
+   cached.
 3. Warm ``plugtrain.resolve()``.
 
 Run: ``python bench/discovery.py [--repeats 7] [--sizes 0 100 250 500]``
@@ -56,6 +58,14 @@ def make_plugins(root: Path, count: int) -> None:
         (info / "RECORD").write_text("")
 
 
+def listing_env(cache: str, *, cached: bool = True, **extra: str) -> dict[str, str]:
+    """The environment of a ``plugtrain list`` run: its own cache folder, or no cache."""
+    env = {**os.environ, "PLUGTRAIN_CACHE_DIR": cache, **extra}
+    if not cached:
+        env["PLUGTRAIN_NO_CACHE"] = "1"
+    return env
+
+
 def time_command(command: list[str], env: dict[str, str] | None = None) -> float:
     """Wall time of one run of ``command``."""
     start = time.perf_counter()
@@ -63,19 +73,21 @@ def time_command(command: list[str], env: dict[str, str] | None = None) -> float
     return time.perf_counter() - start
 
 
-def cold_start(repeats: int) -> None:
-    """Interleave the three commands ``repeats`` times and print medians and ratios."""
+def cold_start(repeats: int, cache: str) -> None:
+    """Interleave the commands ``repeats`` times and print medians and ratios."""
+    listing = [sys.executable, "-m", "plugtrain", "list"]
     commands = {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "python -c 'import torch'": [sys.executable, "-c", "import torch"],
-        "plugtrain list": [sys.executable, "-m", "plugtrain", "list"],
+        "python -c pass": ([sys.executable, "-c", "pass"], None),
+        "python -c 'import torch'": ([sys.executable, "-c", "import torch"], None),
+        "plugtrain list": (listing, listing_env(cache)),
+        "plugtrain list (PLUGTRAIN_NO_CACHE=1)": (listing, listing_env(cache, cached=False)),
     }
     samples: dict[str, list[float]] = {name: [] for name in commands}
-    for command in commands.values():  # warm the page cache once
-        time_command(command)
+    for command, env in commands.values():  # warm the page cache (and fill the listing's)
+        time_command(command, env)
     for _ in range(repeats):
-        for name, command in commands.items():
-            samples[name].append(time_command(command))
+        for name, (command, env) in commands.items():
+            samples[name].append(time_command(command, env))
     medians = {name: statistics.median(values) for name, values in samples.items()}
     torch_time = medians["python -c 'import torch'"]
     print(f"\n## Cold start (median of {repeats}, interleaved)\n")
@@ -88,20 +100,25 @@ def cold_start(repeats: int) -> None:
 def discovery(sizes: list[int], repeats: int) -> None:
     """Time ``plugtrain list`` with N extra installed plugins."""
     print(f"\n## `plugtrain list` with N extra plugin distributions (median of {repeats})\n")
-    print("| N | median s | s per 100 plugins over N=0 |")
-    print("|---|---|---|")
+    print("| N | uncached median s | s per 100 plugins over N=0 | cached median s |")
+    print("|---|---|---|---|")
     base = None
     for size in sizes:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as cache:
             make_plugins(Path(tmp), size)
-            env = {**os.environ, "PYTHONPATH": tmp}
             command = [sys.executable, "-m", "plugtrain", "list"]
-            time_command(command, env)
-            median = statistics.median(time_command(command, env) for _ in range(repeats))
+            medians = []
+            for cached in (False, True):
+                env = listing_env(cache, cached=cached, PYTHONPATH=tmp)
+                time_command(command, env)
+                medians.append(
+                    statistics.median(time_command(command, env) for _ in range(repeats))
+                )
+        median, hit = medians
         if base is None:
             base = median
         per_100 = (median - base) / size * 100 if size else 0.0
-        print(f"| {size} | {median:.3f} | {per_100:.3f} |")
+        print(f"| {size} | {median:.3f} | {per_100:.3f} | {hit:.3f} |")
 
 
 def warm_resolve() -> None:
@@ -127,7 +144,8 @@ def main() -> None:
         f"# Discovery benchmark\n\n{platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}"
     )
-    cold_start(args.repeats)
+    with tempfile.TemporaryDirectory() as cache:
+        cold_start(args.repeats, cache)
     discovery(args.sizes, args.repeats)
     warm_resolve()
 

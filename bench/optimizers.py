@@ -22,8 +22,9 @@ Adafactor add 3 for tensors whose working set is larger than the last-level cach
 norms and means must be known before any element is written).
 
 Torch runs with ``--threads`` intra-op threads (default 2, as issue 31 measured; the copy that
-sets the floor runs with the same setting; plugtrain's elementwise steps may run on one of them,
-see ``plugtrain_optimizers._threads``).
+sets the floor runs with the same setting; plugtrain's CPU steps choose between all of them and
+one, in cache blocks or not, by their measured step times: ``plugtrain_optimizers._threads``;
+``bench/optimizer_plans.py`` times each choice).
 With CUDA available the same table is also measured on the GPU (``--devices``).
 
     python bench/optimizers.py [--reps 7] [--repeat 3] [--only Adam,Lion] [--shapes many]

@@ -57,6 +57,7 @@ __all__ = [
     "build_registry",
     "get_plugin_manager",
     "get_registry",
+    "plugin_output_to_stderr",
     "reset",
     "run_file_plugin_settings",
 ]
@@ -334,9 +335,69 @@ def _module_of(plugin: object) -> str:
 
 @contextlib.contextmanager
 def _stdout_to_stderr() -> Iterator[None]:
-    """Plugin code runs with ``sys.stdout`` pointing at ``sys.stderr``."""
-    with contextlib.redirect_stdout(sys.stderr):
+    """Plugin code runs with its output sent to stderr (:func:`plugin_output_to_stderr`)."""
+    with plugin_output_to_stderr():
         yield
+
+
+@contextlib.contextmanager
+def plugin_output_to_stderr() -> Iterator[None]:
+    """Send what plugin code prints to stderr, whichever way it prints, while the block runs.
+
+    ``sys.stdout`` becomes ``sys.stderr``, and file descriptor 1 a copy of descriptor 2, so a
+    banner written with ``os.write(1, ...)``, by a child process or by C code cannot mix with a
+    command's output (``plugtrain list --json``). What was printed before goes out first; both
+    are restored afterwards. Nested uses redirect once.
+    """
+    global _redirect_depth  # noqa: PLW0603 - one redirection per process, however nested
+    if _redirect_depth:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    saved = _descriptor_1_to_2()
+    _redirect_depth += 1
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _redirect_depth -= 1
+        if saved is not None:
+            _flush_c_stdout()
+            with contextlib.suppress(OSError):
+                os.dup2(saved, 1)
+            os.close(saved)
+
+
+_redirect_depth = 0
+
+
+def _descriptor_1_to_2() -> int | None:
+    """Point descriptor 1 at what 2 is; return a copy of the old 1 (``None``: not possible)."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        sys.stdout.flush()
+    _flush_c_stdout()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no descriptor 1 (closed, or a GUI process): nothing to redirect
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
+
+
+def _flush_c_stdout() -> None:
+    """Flush the C library's ``stdout`` buffer (C code's output goes where it was written)."""
+    if os.name != "posix":
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (ImportError, OSError, AttributeError):
+        return
 
 
 def _collect(loader: _Loader) -> Registry:

@@ -8,13 +8,14 @@ import json
 from typing import Any, TextIO
 
 from plugtrain._suggest import did_you_mean
-from plugtrain.commands import EXIT_OK
+from plugtrain.commands import EXIT_OK, listing_cache
 from plugtrain.commands.output import print_table, write
 from plugtrain.errors import UnknownNameError
 from plugtrain.kinds import KINDS
+from plugtrain.plugins import plugin_output_to_stderr
 from plugtrain.registry import Component, ComponentInfo, Registry
 
-__all__ = ["list_components", "show_component"]
+__all__ = ["list_components", "list_from_cache", "show_component"]
 
 
 def list_components(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
@@ -22,16 +23,49 @@ def list_components(args: argparse.Namespace, registry: Registry, out: TextIO) -
     if args.markdown:
         from plugtrain.authoring.reference import components_markdown
 
-        return write(components_markdown(registry, args.kind), args.output, out)
+        with plugin_output_to_stderr():  # the schemas are plugin code, imported here
+            text = components_markdown(registry, args.kind)
+        return write(text, args.output, out)
+    with plugin_output_to_stderr():
+        rows = [_list_row(c) for c in registry.components()]
+    if _cacheable(args) and not any(p.status == "failed" for p in registry.plugins()):
+        listing_cache.store_rows(rows)
+    return _write_rows(args, rows, out)
+
+
+def list_from_cache(args: argparse.Namespace, out: TextIO) -> int | None:
+    """``plugtrain list`` from the rows of an earlier call, if still valid; else ``None``.
+
+    (:mod:`plugtrain.commands.listing_cache` says when they are.)
+    """
+    if not _cacheable(args):
+        return None
+    rows = listing_cache.load_rows()
+    if rows is None:
+        return None
+    return _write_rows(args, rows, out)
+
+
+def _cacheable(args: argparse.Namespace) -> bool:
+    """Whether the listing may use the cache: the command line's, without ``-p``.
+
+    Not with ``-p`` (it changes what is loaded), nor for a program calling
+    :func:`plugtrain.cli.main` (which may have patched anything).
+    """
+    plain = not args.markdown and not getattr(args, "plugin", None)
+    return plain and bool(getattr(args, "from_command_line", False))
+
+
+def _write_rows(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) -> int:
+    rows = [r for r in rows if args.kind is None or r["kind"] == args.kind]
     if args.output is not None:
         buffer = io.StringIO()
-        _list(args, registry, buffer)
+        _list(args, rows, buffer)
         return write(buffer.getvalue(), args.output, out)
-    return _list(args, registry, out)
+    return _list(args, rows, out)
 
 
-def _list(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
-    rows = [_list_row(c) for c in registry.components(args.kind)]
+def _list(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) -> int:
     if args.json:
         json.dump(rows, out, indent=2)
         out.write("\n")
@@ -73,7 +107,8 @@ def show_component(args: argparse.Namespace, registry: Registry, out: TextIO) ->
         found = registry.find(args.name)
         if not found:
             raise UnknownNameError(_not_found_message(registry, args.name))
-    infos = [c.describe() for c in found]
+    with plugin_output_to_stderr():  # describing imports the schemas: plugin code
+        infos = [c.describe() for c in found]
     if args.json:
         json.dump([i.to_dict() for i in infos], out, indent=2, default=repr)
         out.write("\n")

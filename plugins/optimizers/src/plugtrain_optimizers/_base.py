@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import attrs
@@ -22,7 +21,7 @@ from plugtrain_optimizers._auto_flat import flatten_by_default
 from plugtrain_optimizers._blocks import FlatLayout, split_blocks
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
 from plugtrain_optimizers._sharded import has_sharded_params, on_local_shards
-from plugtrain_optimizers._threads import stepping_threads
+from plugtrain_optimizers._threads import StepTuner
 
 __all__ = ["PlugtrainOptimizer", "as_float", "step_values"]
 
@@ -63,11 +62,10 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
     gradient and its state only; then sharded (DTensor) parameters step on their local shards
     (:mod:`~plugtrain_optimizers._sharded`). False for updates that need whole tensors (a
     norm per tensor, a matrix's rows and columns): such an optimizer refuses DTensors."""
-    blocked: ClassVar[bool] = True
-    """Whether the default path is a sequence of elementwise operations run over cache blocks,
-    stepped on one intra-op thread where that moves memory as fast
-    (:func:`~plugtrain_optimizers._threads.stepping_threads`). False where it is one of torch's
-    fused kernels (one pass, nothing to block; it keeps every thread) or matrix products."""
+    tune_threads: ClassVar[bool] = True
+    """Whether a CPU step's thread count is chosen by measured step times
+    (:class:`~plugtrain_optimizers._threads.StepTuner`); False for matrix products, which every
+    thread helps."""
 
     __signature__: ClassVar[inspect.Signature]
 
@@ -91,6 +89,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         # (slot, ids of a block's tensors) -> (those tensors, their scratch views)
         self._block_views: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         self._on_cpu = False  # intra-op threads only matter for parameters on the CPU
+        self._tuner = StepTuner()
         super().__init__(params, defaults)
 
     # -- groups and state -----------------------------------------------------------------
@@ -171,16 +170,22 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         return loss
 
     def _step_groups(self) -> None:
-        with stepping_threads() if self.blocked and self._on_cpu else nullcontext():
-            for group in self.param_groups:
-                params = [p for p in group["params"] if p.grad is not None]
-                if not params:
-                    continue
-                grads = [p.grad for p in params]
-                if any(g.is_sparse for g in grads):  # type: ignore[union-attr]
-                    message = f"{self.name} does not support sparse gradients"
-                    raise RuntimeError(message)
-                self.update_group(group, params, grads)  # type: ignore[arg-type]
+        if not (self.tune_threads and self._on_cpu):
+            self._step_each_group()
+            return
+        with self._tuner.step():
+            self._step_each_group()
+
+    def _step_each_group(self) -> None:
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            if any(g.is_sparse for g in grads):  # type: ignore[union-attr]
+                message = f"{self.name} does not support sparse gradients"
+                raise RuntimeError(message)
+            self.update_group(group, params, grads)  # type: ignore[arg-type]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients (a flat group's in one kernel: :meth:`FlatLayout.zero_grad`)."""

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from plugtrain_optimizers._threads import whole_tensors
+
 __all__ = ["BLOCK_ELEMENTS", "FlatLayout", "block_elements", "consecutive", "split_blocks"]
 
 BLOCK_ELEMENTS = 1 << 19
@@ -26,18 +28,17 @@ _DEFAULT_BLOCK = BLOCK_ELEMENTS
 
 
 UNBLOCKED = 1 << 62
-"""Block size with several intra-op threads: tensors are not cut (:func:`block_elements`)."""
+"""Block size of a step on whole tensors (:func:`block_elements`)."""
 
 
 def block_elements() -> int:
     """The block size in force (read at each call, so tests can make blocks tiny).
 
-    :data:`BLOCK_ELEMENTS` with one intra-op thread. With several, every operation on a block
-    is a parallel region whose threads must all be scheduled before it ends; on a busy machine
-    thousands of them per step cost far more than the cache saves (measured: 10-30x slower on
-    the 2-core benchmark machine under load), so tensors are then not cut.
+    :data:`BLOCK_ELEMENTS`, or :data:`UNBLOCKED` during a step that
+    :class:`~plugtrain_optimizers._threads.StepTuner` runs on whole tensors (unless a test set
+    another block size).
     """
-    if torch.get_num_threads() > 1 and BLOCK_ELEMENTS == _DEFAULT_BLOCK:
+    if whole_tensors() and BLOCK_ELEMENTS == _DEFAULT_BLOCK:
         return UNBLOCKED
     return BLOCK_ELEMENTS
 

@@ -134,6 +134,10 @@ class ListOps:
         """``out = x + weight * (y - x)``."""
         self._into(outs, xs, "lerp", list(ys), weight)
 
+    def div_scalar_into(self, outs: Tensors, xs: Tensors, scalar: float) -> None:
+        """``out = x / s`` (a division, not a product with ``1 / s``: the same bits as ``div``)."""
+        self._into(outs, xs, "div", scalar)
+
     def mul_scalar_into(self, outs: Tensors, xs: Tensors, scalar: float) -> None:
         """``out = x * s``."""
         self._into(outs, xs, "mul", scalar)

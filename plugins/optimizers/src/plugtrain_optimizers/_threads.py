@@ -1,79 +1,186 @@
-"""How many intra-op threads an elementwise optimizer step runs on.
+"""How an optimizer step runs on the CPU: on how many intra-op threads, in cache blocks or not.
 
-A step cut into cache blocks (:mod:`plugtrain_optimizers._blocks`) runs hundreds of small
-operations; with several intra-op threads each is a parallel region that ends only when every
-thread has run, which on a busy machine costs far more than the cache saves, and unblocked the
-step streams each tensor through memory once per operation. Where one thread already moves
-memory about as fast as all of them (measured once per thread count by :func:`one_thread_suffices`),
-a step runs on one thread, blocked. Elsewhere (many-core machines whose bandwidth grows with
-threads) nothing changes.
+The plans give the same numbers at very different speeds (bit for bit where every operation is
+elementwise; updates that need per-tensor norms or means, Lamb's and Adafactor's, may differ in
+the last bits, their sums running in another order), and which is fastest depends on the
+moment:
+
+- all threads, cache blocks (:mod:`plugtrain_optimizers._blocks`): each operation of the
+  update is a parallel region over a block that stays in cache; fastest on a quiet machine
+  (measured on 2 cores: about twice one thread's speed, the arithmetic being halved);
+- one thread, cache blocks: no parallel regions; when another process keeps a core busy, a
+  parallel region ends only once the descheduled thread has run, and hundreds of them per
+  step then cost 3-10x more than one thread (measured under load).
+
+(All threads on whole tensors, where every operation streams each tensor through memory, was
+the path of a quiet machine before; it is slower than one of these two in every row measured,
+so it is not tried: ``bench/optimizer_plans.py`` still times it, as :class:`Plan` ``whole``.)
+
+A one-time guess (a bandwidth probe, say) picks one plan for the whole process and falls off a
+cliff when the load changes. :class:`StepTuner` times the steps instead: after the first step
+(which allocates) it runs all threads, one thread and all threads again, then the faster by the
+median of its recent times, and tries the other again now and then (after
+:data:`EXPLORE_FIRST` steps, the interval doubling up to :data:`EXPLORE_LAST` while the choice
+holds; a try replaces the plan's stale times). Two steps in a row slower than :data:`SLOWDOWN`
+times the chosen plan's recent best mean the machine changed: its older times are forgotten,
+and the other plan takes over if it is faster. Torch's thread count is restored after every
+step.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 
-__all__ = ["PROBE_ELEMENTS", "SAME_BANDWIDTH", "one_thread_suffices", "stepping_threads"]
+__all__ = [
+    "EXPLORE_FIRST",
+    "EXPLORE_LAST",
+    "SAMPLES",
+    "SLOWDOWN",
+    "Plan",
+    "StepTuner",
+    "whole_tensors",
+]
 
-PROBE_ELEMENTS = 1 << 24
-"""float32 elements of each probe buffer (64 MiB: larger than a last-level cache)."""
+EXPLORE_FIRST = 32
+"""Steps between two tries of the plans not chosen, at first."""
 
-SAME_BANDWIDTH = 1.25
-"""One thread "suffices" if its copy takes at most this many times the all-threads copy."""
+EXPLORE_LAST = 1024
+"""The longest interval between two tries (the interval doubles while the choice holds)."""
 
-_verdicts: dict[int, bool] = {}
+SAMPLES = 3
+"""Recent step times kept per plan; a plan's time is their median."""
 
-
-def _copy_seconds(dst: torch.Tensor, src: torch.Tensor, threads: int, repeats: int = 3) -> float:
-    torch.set_num_threads(threads)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - start)
-    return best
+SLOWDOWN = 2.0
+"""Two steps in a row this many times slower than the chosen plan's recent time: a new load."""
 
 
-def one_thread_suffices(threads: int | None = None) -> bool:
-    """Whether one thread copies memory nearly as fast as ``threads`` (default: torch's count).
+class Plan(NamedTuple):
+    """How one step runs: ``threads`` intra-op threads, cache blocks unless ``whole``.
 
-    Measured once per thread count with a 64 MiB ``copy_`` (best of three each way, after a
-    warm-up) and cached; torch's thread count is left as it was.
+    The tuner chooses among the block plans; ``whole`` is for comparisons (the bench).
     """
-    threads = torch.get_num_threads() if threads is None else threads
-    if threads <= 1:
-        return True
-    verdict = _verdicts.get(threads)
-    if verdict is None:
-        src = torch.ones(PROBE_ELEMENTS)
-        dst = torch.empty_like(src)
-        previous = torch.get_num_threads()
+
+    threads: int
+    whole: bool = False
+
+
+_whole = False
+
+
+def whole_tensors() -> bool:
+    """Whether the step in progress runs on whole tensors (no cache blocks)."""
+    return _whole
+
+
+class StepTuner:
+    """Chooses the :class:`Plan` of each step of one optimizer by the measured step times.
+
+    A fused kernel (one pass) runs the same plans: for it only the thread count matters.
+
+    :param clock: the timer (seconds); tests pass their own.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.steps = 0
+        self.times: dict[Plan, deque[float]] = {}
+        self.measured_at: dict[Plan, int] = {}
+        self.chosen: Plan | None = None
+        self.slow_steps = 0
+        self.trying: list[Plan] = []
+        self.interval = EXPLORE_FIRST
+        self.next_try = 0
+
+    def plans(self, threads: int) -> list[Plan]:
+        """The plans for ``threads`` intra-op threads, the usual best first."""
+        return [Plan(threads), Plan(1)] if threads > 1 else [Plan(1)]
+
+    def estimate(self, plan: Plan) -> float:
+        """A plan's step time: the median of its recent ones.
+
+        Not the least: under load a parallel region is now quick, now stalled on a descheduled
+        thread, and the luckiest of a few steps would hide that.
+        """
+        return statistics.median(self.times[plan])
+
+    def choose(self, threads: int) -> tuple[Plan, bool]:
+        """The plan of the next step, and whether its time is to be recorded."""
+        plans = self.plans(threads)
+        if self.steps == 0:  # the first step allocates state and scratch: not representative
+            return plans[0], False
+        if not self._measured(plans):  # each once, the usual best twice
+            untried = [p for p in plans if p not in self.times]
+            return (untried or plans)[0], True
+        pending = [p for p in self.trying if p in plans]
+        if pending:
+            return pending[0], True
+        return min(plans, key=self.estimate), True
+
+    def record(self, plan: Plan, seconds: float, threads: int) -> None:
+        """Note the time of a step run with ``plan``; choose the plan of the next steps."""
+        self.steps += 1
+        if plan in self.trying:  # its earlier times are stale: measured before the last tries
+            self.times[plan] = deque(maxlen=SAMPLES)
+        times = self.times.setdefault(plan, deque(maxlen=SAMPLES))
+        slow = bool(times) and seconds > SLOWDOWN * min(times)
+        times.append(seconds)
+        self.measured_at[plan] = self.steps
+        plans = self.plans(threads)
+        if not self._measured(plans):
+            return
+        if plan in self.trying:
+            self.trying.remove(plan)
+            if not self.trying:  # the round of tries is over
+                self._schedule(changed=min(plans, key=self.estimate) != self.chosen)
+        elif plan == self.chosen:
+            self.slow_steps = self.slow_steps + 1 if slow else 0
+            if self.slow_steps >= 2:  # twice in a row: not noise, the machine changed
+                self.times[plan] = deque(list(times)[-2:], maxlen=SAMPLES)
+                self.slow_steps = 0
+                if min(plans, key=self.estimate) != plan:
+                    self._schedule(changed=True)
+        else:  # every plan has been measured once: the first choice
+            self._schedule(changed=True)
+        self.chosen = min(plans, key=self.estimate)
+        if self.steps >= self.next_try and not self.trying:
+            others = [p for p in plans if p != self.chosen]
+            self.trying = sorted(others, key=lambda p: self.measured_at[p])  # stalest first
+
+    def _measured(self, plans: list[Plan]) -> bool:
+        """Whether the first choice can be made: every plan timed, the first one twice."""
+        return all(p in self.times for p in plans) and len(self.times[plans[0]]) >= 2
+
+    def _schedule(self, *, changed: bool) -> None:
+        """Set the next round of tries: soon after a change, later while the choice holds."""
+        self.interval = EXPLORE_FIRST if changed else min(2 * self.interval, EXPLORE_LAST)
+        self.next_try = self.steps - 1 + self.interval
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        """Run the body (one optimizer step) with the chosen plan, timed."""
+        global _whole  # noqa: PLW0603 - read by block_elements() during this step only
+        threads = torch.get_num_threads()
+        plan, timed = self.choose(threads)
+        previous_whole = _whole
+        if plan.threads != threads:
+            torch.set_num_threads(plan.threads)
+        _whole = plan.whole
+        start = self.clock()
         try:
-            dst.copy_(src)
-            one = _copy_seconds(dst, src, 1)
-            many = _copy_seconds(dst, src, threads)
+            yield
         finally:
-            torch.set_num_threads(previous)
-        verdict = _verdicts[threads] = one <= SAME_BANDWIDTH * many
-    return verdict
-
-
-@contextmanager
-def stepping_threads() -> Iterator[None]:
-    """Run the body on one intra-op thread where :func:`one_thread_suffices`, else unchanged.
-
-    Torch's thread count (with OpenMP, that of the calling thread) is restored on exit.
-    """
-    threads = torch.get_num_threads()
-    if threads <= 1 or not one_thread_suffices(threads):
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+            seconds = self.clock() - start
+            _whole = previous_whole
+            if plan.threads != threads:
+                torch.set_num_threads(threads)
+        if timed:
+            self.record(plan, seconds, threads)
+        else:
+            self.steps += 1

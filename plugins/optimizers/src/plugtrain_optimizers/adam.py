@@ -141,7 +141,6 @@ class Adam(_AdamBase):
 
     schema = AdamArgs
     name = "Adam"
-    blocked = False  # torch's fused kernel by default
 
     def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Move the L2 rate out of ``weight_decay`` (which then starts at 0)."""
@@ -171,4 +170,3 @@ class AdamW(_AdamBase):
 
     schema = AdamWArgs
     name = "AdamW"
-    blocked = False  # torch's fused kernel by default

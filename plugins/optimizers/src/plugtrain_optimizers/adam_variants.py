@@ -155,7 +155,6 @@ class RAdam(PlugtrainOptimizer):
 
     schema = RAdamArgs
     name = "RAdam"
-    blocked = False  # torch's fused kernel by default
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and zero moments."""

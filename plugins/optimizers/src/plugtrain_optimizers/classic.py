@@ -66,7 +66,6 @@ class Adagrad(PlugtrainOptimizer):
 
     schema = AdagradArgs
     name = "Adagrad"
-    blocked = False  # torch's fused kernel by default
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and the sum of squares at ``initial_accumulator_value``."""
@@ -165,7 +164,6 @@ class RMSprop(PlugtrainOptimizer):
 
     schema = RMSpropArgs
     name = "RMSprop"
-    blocked = False  # torch's fused kernel by default
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter, square average, and the momentum buffer / gradient average in use."""

@@ -101,7 +101,7 @@ class Muon(PlugtrainOptimizer):
 
     schema = MuonArgs
     name = "Muon"
-    blocked = False  # matrix products: every thread helps
+    tune_threads = False
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """A zero momentum buffer, or AdamW state for a fallback parameter."""

@@ -1,14 +1,19 @@
 """Schedule-Free AdamW and SGD (Defazio et al., "The Road Less Scheduled", 2024).
 
-The numerics are those of Meta's reference implementation (``facebookresearch/schedule_free``):
+The formulas are those of Meta's reference implementation (``facebookresearch/schedule_free``):
 the parameters hold ``y`` during training; ``z`` is kept in the state; ``eval()`` moves the
 parameters to the average ``x = (y - (1 - beta) z) / beta`` and ``train()`` back to ``y``. The
 mode is stored per group as ``train_mode`` so that it is part of ``state_dict()`` (plugtrain
 saves checkpoints in ``eval()`` mode and calls ``train()`` when a fit starts).
+
+``foreach=False`` steps one tensor at a time (:meth:`_ScheduleFree.update_param`, the reference
+loop); the default multi-tensor path runs the same operations, in the same order, on runs of
+tensors, cache blocks and (``flat``) one buffer per group, so it gives the same bits.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -22,7 +27,7 @@ __all__ = ["AdamWScheduleFree", "SGDScheduleFree"]
 class _ScheduleFree(PlugtrainOptimizer):
     """What both Schedule-Free optimizers share: the modes, the warmup and the averaging weight."""
 
-    blocked = False
+    flat_by_default = True  # many small tensors: one kernel per operation instead of hundreds
 
     def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Add the running values of the average to the group defaults."""
@@ -42,11 +47,12 @@ class _ScheduleFree(PlugtrainOptimizer):
                 continue
             beta = self.interpolation(group)
             weight = 1 - beta if to_train else 1 - 1 / beta
-            with torch.no_grad():
-                for p in group["params"]:
-                    z = self.state[p].get("z")
-                    if z is not None and group["k"] > 0:
-                        p.lerp_(z.to(p.device), weight)
+            params = [p for p in group["params"] if "z" in self.state[p]]
+            if params and group["k"] > 0:
+                zs = [self.state[p]["z"] for p in params]
+                with torch.no_grad():
+                    for ops, (ps, zs_), _ in self.blocks(group, [params, zs]):
+                        ops.lerp_(ps, zs_, weight)
             group["train_mode"] = to_train
 
     def train(self) -> None:
@@ -75,13 +81,29 @@ class _ScheduleFree(PlugtrainOptimizer):
         if not group["train_mode"]:
             message = f"{self.name}.step() in eval() mode: call optimizer.train() first"
             raise RuntimeError(message)
+        zs = [self.state[p]["z"] for p in params]
         if int(group["k"]) == 0:
-            for p in params:
-                self.state[p]["z"].copy_(p)
+            for ops, (zs_, ps), _ in self.blocks(group, [zs, params]):
+                ops.copy_(zs_, ps)
         lr, ckp1 = self.averaging(group)
-        for p, g in zip(params, grads, strict=True):
-            self.update_param(group, p, g, self.state[p], lr, ckp1)
+        if self.use_foreach(group):
+            self.update_blocks(group, params, grads, zs, lr, ckp1)
+        else:
+            for p, g in zip(params, grads, strict=True):
+                self.update_param(group, p, g, self.state[p], lr, ckp1)
         group["k"] = int(group["k"]) + 1
+
+    def update_blocks(
+        self,
+        group: dict[str, Any],
+        ys: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        zs: list[torch.Tensor],
+        lr: float,
+        ckp1: float,
+    ) -> None:
+        """The multi-tensor step: :meth:`update_param`'s operations over cache blocks."""
+        raise NotImplementedError
 
     def update_param(
         self,
@@ -120,19 +142,61 @@ class AdamWScheduleFree(_ScheduleFree):
         lr: float,
         ckp1: float,
     ) -> None:
-        """``v``, ``g / (sqrt(v / bc2) + eps) + wd y``, then ``y`` and ``z``."""
+        """``v``, ``d = g / (sqrt(v / bc2) + eps) + wd y``, then ``y`` and ``z``.
+
+        Written with ``r = sqrt(bc2)`` as ``d = r g / (sqrt(v) + r eps) + wd y`` (equal up to
+        rounding), so that without weight decay ``y`` and ``z`` take ``d`` in one ``addcdiv``
+        each: 7 passes instead of 9.
+        """
         beta1, beta2 = (as_float(b) for b in group["betas"])
-        k = int(group["k"])
-        exp_avg_sq = state["exp_avg_sq"]
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denom = exp_avg_sq.div(1 - beta2 ** (k + 1)).sqrt_().add_(as_float(group["eps"]))
-        normalized = grad.div(denom)
+        root = math.sqrt(1 - beta2 ** (int(group["k"]) + 1))
         decay = as_float(group["weight_decay"])
-        if decay != 0:
-            normalized.add_(y, alpha=decay)
-        y.lerp_(state["z"], ckp1)
-        y.add_(normalized, alpha=lr * (beta1 * (1 - ckp1) - 1))
-        state["z"].sub_(normalized, alpha=lr)
+        exp_avg_sq, z = state["exp_avg_sq"], state["z"]
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        denom = exp_avg_sq.sqrt().add_(as_float(group["eps"]) * root)
+        y_rate = lr * (beta1 * (1 - ckp1) - 1)
+        if decay == 0:
+            y.lerp_(z, ckp1)
+            y.addcdiv_(grad, denom, value=root * y_rate)
+            z.addcdiv_(grad, denom, value=-root * lr)
+            return
+        normalized = y.mul(decay).addcdiv_(grad, denom, value=root)
+        y.lerp_(z, ckp1)
+        y.add_(normalized, alpha=y_rate)
+        z.add_(normalized, alpha=-lr)
+
+    def update_blocks(
+        self,
+        group: dict[str, Any],
+        ys: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        zs: list[torch.Tensor],
+        lr: float,
+        ckp1: float,
+    ) -> None:
+        """:meth:`update_param`'s operations over cache blocks."""
+        beta1, beta2 = (as_float(b) for b in group["betas"])
+        root = math.sqrt(1 - beta2 ** (int(group["k"]) + 1))
+        eps, decay = as_float(group["eps"]), as_float(group["weight_decay"])
+        y_rate = lr * (beta1 * (1 - ckp1) - 1)
+        lists = [ys, grads, zs, [self.state[p]["exp_avg_sq"] for p in ys]]
+        for ops, (ys_, gs, zs_, vs), _ in self.blocks(group, lists):
+            ops.mul_(vs, beta2)
+            ops.addcmul_(vs, gs, gs, 1 - beta2)
+            denom = self.block_scratch(ys_, 0)
+            ops.sqrt_into(denom, vs)
+            ops.add_scalar_(denom, eps * root)
+            if decay == 0:
+                ops.lerp_(ys_, zs_, ckp1)
+                ops.addcdiv_(ys_, gs, denom, root * y_rate)
+                ops.addcdiv_(zs_, gs, denom, -root * lr)
+                continue
+            normalized = self.block_scratch(ys_, 1)
+            ops.mul_scalar_into(normalized, ys_, decay)
+            ops.addcdiv_(normalized, gs, denom, root)
+            ops.lerp_(ys_, zs_, ckp1)
+            ops.add_(ys_, normalized, alpha=y_rate)
+            ops.add_(zs_, normalized, alpha=-lr)
 
 
 class SGDScheduleFree(_ScheduleFree):
@@ -161,3 +225,25 @@ class SGDScheduleFree(_ScheduleFree):
         y.lerp_(state["z"], ckp1)
         y.add_(step, alpha=lr * (momentum * (1 - ckp1) - 1))
         state["z"].sub_(step, alpha=lr)
+
+    def update_blocks(
+        self,
+        group: dict[str, Any],
+        ys: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        zs: list[torch.Tensor],
+        lr: float,
+        ckp1: float,
+    ) -> None:
+        """:meth:`update_param` over cache blocks (``z.sub_(d, alpha=lr)`` is ``add_`` of -lr)."""
+        momentum = as_float(group["momentum"])
+        decay = as_float(group["weight_decay"])
+        for ops, (ys_, gs, zs_), _ in self.blocks(group, [ys, grads, zs]):
+            step = gs
+            if decay != 0:
+                step = self.block_scratch(ys_, 0)
+                ops.copy_(step, gs)
+                ops.add_(step, ys_, alpha=decay)
+            ops.lerp_(ys_, zs_, ckp1)
+            ops.add_(ys_, step, alpha=lr * (momentum * (1 - ckp1) - 1))
+            ops.add_(zs_, step, alpha=-lr)

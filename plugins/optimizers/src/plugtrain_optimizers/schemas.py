@@ -377,6 +377,7 @@ class AdamWScheduleFreeArgs:
     r: float = arg(0.0, help="polynomial weighting of the average: weight (k+1)^r", ge=0)
     weight_lr_power: float = arg(2.0, help="the average weights steps by lr_max ** this", ge=0)
     foreach: bool | None = _foreach()
+    flat: bool | None = _flat()
 
 
 @attrs.frozen
@@ -390,3 +391,4 @@ class SGDScheduleFreeArgs:
     r: float = arg(0.0, help="polynomial weighting of the average: weight (k+1)^r", ge=0)
     weight_lr_power: float = arg(2.0, help="the average weights steps by lr_max ** this", ge=0)
     foreach: bool | None = _foreach()
+    flat: bool | None = _flat()

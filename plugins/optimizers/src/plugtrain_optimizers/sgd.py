@@ -24,7 +24,6 @@ class SGD(PlugtrainOptimizer):
 
     schema = SGDArgs
     name = "SGD"
-    blocked = False  # torch's fused kernel by default
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Momentum buffers start at zero (cstorch), so they exist before the first step."""
