@@ -329,6 +329,9 @@ class Model(Protocol):
       their counts;
     - a model whose class sets ``report_perplexity = True`` (its loss is a mean negative
       log-likelihood) also gets ``perplexity = exp(loss)`` in evaluation metrics;
+    - a model with a ``metrics_wanted`` attribute may skip its metrics (keeping the loss):
+      the Trainer sets it to ``False`` around the forward of a training step whose metrics are
+      not logged, and restores the model's own value after; evaluation always wants them;
     - the optimizer gets the model's named parameters in param groups: the ``params:`` tagging
       filters make tagged groups, and unless ``exclude_from_weight_decay: false`` each group's
       biases (names ending in ``bias``) and normalisation parameters (of a module whose class

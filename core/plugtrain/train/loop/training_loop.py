@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -128,6 +128,24 @@ def _whole_save(interrupt: InterruptRequest | None) -> AbstractContextManager[No
     return nullcontext() if interrupt is None else interrupt.saving()
 
 
+@contextmanager
+def _metrics_wanted(model: Any, wanted: bool) -> Iterator[None]:
+    """``model.metrics_wanted = wanted`` for one step, when the model declares that attribute.
+
+    The Model protocol's optional member: a model that declares ``metrics_wanted`` may skip
+    computing its metrics (not its loss) on the training steps whose metrics are not logged.
+    """
+    if not hasattr(model, "metrics_wanted"):
+        yield
+        return
+    before = model.metrics_wanted
+    model.metrics_wanted = wanted
+    try:
+        yield
+    finally:
+        model.metrics_wanted = before
+
+
 class _Window:
     """What the steps since the last log line add up to."""
 
@@ -150,8 +168,14 @@ class TrainingLoop:
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
-    def train_step(self, stream: DataStream) -> tuple[float, Any, int, MetricSums]:
-        """One optimizer step; returns its loss, correct labels, label count and metrics."""
+    def train_step(
+        self, stream: DataStream, logged: bool = True
+    ) -> tuple[float, Any, int, MetricSums]:
+        """One optimizer step; returns its loss, correct labels, label count and metrics.
+
+        :param logged: whether this step's metrics are logged; when not, a model declaring
+            ``metrics_wanted`` is told so and may leave its metrics out.
+        """
         trainer = self.trainer
         trainer.callbacks_dispatch.on_train_step_start(trainer, trainer.global_step + 1)
         accum = trainer.loop.grad_accum_steps if trainer.loop else 1
@@ -167,7 +191,8 @@ class TrainingLoop:
         empty = 0
         for index in range(accum):
             with strategy.micro_batch_context(trainer.model, synchronize=index == accum - 1):
-                scored = trainer.forward(stream.next())
+                with _metrics_wanted(trainer.unwrapped_model, logged):
+                    scored = trainer.forward(stream.next())
                 trainer.precision.backward(step_loss.to_backward(scored.loss, scored.weight))
             empty += scored.weight == 0
             step_loss.add(scored.loss, scored.weight)
@@ -278,7 +303,9 @@ class TrainingLoop:
         last_val: dict[str, float] = {}
         trainer.model.train()
         while trainer.global_step < target:
-            loss, correct, count, extra = self.train_step(stream)
+            upcoming = trainer.global_step + 1
+            logged = upcoming % log_steps == 0 or upcoming == target
+            loss, correct, count, extra = self.train_step(stream, logged)
             finite = math.isfinite(loss)
             window.skipped += not finite  # skipped under nan_policy: skip_step
             window.loss += loss if finite else 0.0

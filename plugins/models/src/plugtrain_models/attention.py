@@ -2,9 +2,12 @@
 
 Model Zoo's scores: ``s = alpha * (q c)(k c')^T [/ (layer+1)]``, softcap, ALiBi bias, mask,
 softmax over keys (float32), dropout, ``@ v``, ``W_o``. Without softcapping the scores go
-through :func:`torch.nn.functional.scaled_dot_product_attention` with the same scale and an
-additive mask; with it, they are computed explicitly. For generation, a :class:`LayerCache`
-keeps each layer's keys and values so that a step computes only the new tokens.
+through :func:`torch.nn.functional.scaled_dot_product_attention` (its fused kernels; grouped
+k/v read in place) with the same scale: plain causal attention as ``is_causal``, and ALiBi,
+sliding windows, sinks, VSL spans and a cache's padding as one additive mask. Soft-capping
+transforms the scores before the mask, which SDPA cannot express, so those are computed
+explicitly. For generation, a :class:`LayerCache` keeps each layer's keys and values so that a
+step computes only the new tokens.
 """
 
 from __future__ import annotations
@@ -110,13 +113,14 @@ class Attention(nn.Module):
         self,
         hidden: torch.Tensor,
         bias: torch.Tensor | None,
-        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        rotary: torch.Tensor | None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
         """Attend with the additive mask ``bias`` (``None``: plain causal).
 
         ``bias`` is ``[1 or B, 1 or nh, S, S]``, ALiBi included; with a ``cache``, the new
         queries attend to every cached key and ``bias`` is ``[B, 1 or nh, S, cached + S]``.
+        ``rotary``: the positions' RoPE phases (:func:`~plugtrain_models.layers.rotary_phases`).
 
         The output is not yet dropped out: the block applies ``output_dropout`` (D).
         """
@@ -125,7 +129,7 @@ class Attention(nn.Module):
         k = self.proj_k_dense_layer(hidden).view(batch, length, self.groups, self.head_dim)
         v = self.proj_v_dense_layer(hidden).view(batch, length, self.groups, self.head_dim)
         if rotary is not None:
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+            q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if cache is not None:
             k, v = cache.extend(k, v)
@@ -137,16 +141,28 @@ class Attention(nn.Module):
                 enable_gqa=self.groups != self.heads,
             )  # fmt: skip
         else:
-            if bias is None:
-                bias = causal_bias(length, hidden.device)
-            if self.groups != self.heads:
-                repeat = self.heads // self.groups
-                k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-            scores = (q @ k.transpose(-1, -2)).float() * self.scale
-            scores = self.cap * torch.tanh(scores / self.cap) + bias
-            probabilities = torch.softmax(scores, dim=-1).to(v.dtype)
-            probabilities = functional.dropout(probabilities, dropout, self.training)
-            attended = probabilities @ v
+            mask = causal_bias(length, q.device) if bias is None else bias
+            attended = self._capped(q, k, v, mask)
         merged = attended.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
         out: torch.Tensor = self.proj_output_dense_layer(merged)
         return out
+
+    def _capped(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        """Soft-capped attention: ``softmax(cap * tanh(scale * q k^T / cap) + bias) @ v``.
+
+        Grouped k/v are not repeated: the ``heads / groups`` query heads of a group are stacked
+        along the query axis, so that one matmul per group reads its k and v once. The chain
+        runs in place where autograd allows (no step's backward needs what the next overwrites).
+        """
+        batch, heads, length, dim = q.shape
+        stacked = q.reshape(batch, self.groups, -1, dim)  # heads of a group are adjacent
+        # in place: a matmul's (or float copy's) output, tanh_ keeps the result it saves
+        scores = (stacked @ k.transpose(-1, -2)).float().mul_(self.scale / self.cap).tanh_()
+        scores = (scores * self.cap).view(batch, heads, length, -1).add_(bias)
+        probabilities = torch.softmax(scores, dim=-1).to(v.dtype)
+        dropout = self.dropout if self.training else 0.0
+        probabilities = functional.dropout(probabilities, dropout, self.training)
+        out = probabilities.view(batch, self.groups, -1, probabilities.shape[-1]) @ v
+        return out.view(batch, heads, length, dim)

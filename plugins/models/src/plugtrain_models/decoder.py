@@ -20,7 +20,7 @@ from plugtrain_models.layers import (
     allowed_keys,
     cached_allowed_keys,
     make_norm,
-    rotary_angles,
+    rotary_phases,
     sinusoidal_table,
 )
 from plugtrain_models.settings import DecoderSettings
@@ -104,7 +104,7 @@ class DecoderLayer(nn.Module):
         self,
         hidden: torch.Tensor,
         bias: torch.Tensor | None,
-        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        rotary: torch.Tensor | None,
         cache: LayerCache | None = None,
     ) -> tuple[torch.Tensor, RouterStats | None]:
         """The layer's output and its router statistics (MoE only)."""
@@ -220,10 +220,10 @@ class LanguageModel(nn.Module):
         hidden = self.embedding_layer(input_ids, positions)
         if s.embedding_norm:
             hidden = self.embedding_ln_f(hidden)
-        hidden = self.embedding_dropout(hidden * s.embeddings_scale)
+        hidden = self.embedding_dropout(_scaled(hidden, s.embeddings_scale))
         rotary = None
         if s.positions == "rotary":
-            rotary = rotary_angles(
+            rotary = rotary_phases(
                 positions, s.rotary_dim, s.rope_theta, s.pos_scaling_type,
                 s.pos_scaling_factor, s.pos_scaling_extra,
             )  # fmt: skip
@@ -275,10 +275,10 @@ class LanguageModel(nn.Module):
         hidden = self.embedding_layer(input_ids, positions)
         if s.embedding_norm:
             hidden = self.embedding_ln_f(hidden)
-        hidden = hidden * s.embeddings_scale
+        hidden = _scaled(hidden, s.embeddings_scale)
         rotary = None
         if s.positions == "rotary":
-            rotary = rotary_angles(
+            rotary = rotary_phases(
                 positions, s.rotary_dim, s.rope_theta, s.pos_scaling_type,
                 s.pos_scaling_factor, s.pos_scaling_extra,
             )  # fmt: skip
@@ -293,6 +293,11 @@ class LanguageModel(nn.Module):
         if last_only:
             hidden = hidden[:, -1:]
         return self._head(hidden)
+
+
+def _scaled(hidden: torch.Tensor, scale: float) -> torch.Tensor:
+    """``hidden * scale``; ``hidden`` itself when the scale is 1 (no pass over it)."""
+    return hidden if scale == 1.0 else hidden * scale
 
 
 def _either_final_norm(

@@ -2,7 +2,8 @@
 
 Dense, as Model Zoo's: ``ffn.ffn.0.linear_layer`` (+ ``linear_layer_for_glu``, which
 carries the activation), then ``ffn.ffn.1.linear_layer``, then dropout. MoE: a router
-``ffn.gate`` chooses ``top_k`` of ``ffn.experts.experts.E`` per token; shared experts
+``ffn.gate`` chooses ``top_k`` of ``ffn.experts.experts.E`` per token (each expert runs once, on
+its tokens gathered into one block: :func:`route`); shared experts
 ``ffn.experts.shared_experts.S`` always run.
 """
 
@@ -22,6 +23,7 @@ __all__ = [
     "RouterStats",
     "load_balancing_loss",
     "make_ffn",
+    "route",
 ]
 
 RouterStats = tuple[torch.Tensor, torch.Tensor]
@@ -99,17 +101,37 @@ class MixtureOfExperts(nn.Module):
         chosen, indices = probabilities.topk(self.moe.top_k, dim=-1)
         if self.moe.normalize:
             chosen = chosen / (chosen.sum(-1, keepdim=True) + self.moe.null_expert_bias)
-        weights = torch.zeros_like(probabilities).scatter(-1, indices, chosen)
         indicator = torch.zeros_like(probabilities).scatter(-1, indices, 1.0)
-        out = torch.zeros_like(hidden)
-        for index, expert in enumerate(self.experts.experts):
-            routed = indicator[..., index] > 0
-            if routed.any():
-                weight = weights[routed][:, index : index + 1].to(hidden.dtype)
-                out[routed] += weight * expert(hidden[routed])
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        routed = route(flat, chosen.reshape(-1), indices.reshape(-1), self.experts.experts)
+        out = routed.view_as(hidden)
         for shared in getattr(self.experts, "shared_experts", ()):
             out = out + shared.ffn(hidden)
         return self.dropout(out), (probabilities, indicator)
+
+
+def route(
+    tokens: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, modules: nn.ModuleList
+) -> torch.Tensor:
+    """``sum_j weights[t, j] * modules[experts[t, j]](tokens[t])`` for every token ``t``.
+
+    The (token, expert) pairs are grouped by expert (a stable sort), so each expert runs once
+    on one contiguous block of its tokens and the weighted results go back with one
+    ``index_add_``; each token adds its experts' results in expert order.
+
+    :param tokens: ``[N, H]``.
+    :param weights: ``[N * k]``, float32, the pairs' routing weights, token-major.
+    :param experts: ``[N * k]``, the pairs' experts, in the same order.
+    """
+    if not len(tokens):
+        return torch.zeros_like(tokens)
+    order = experts.argsort(stable=True)
+    owner = order // (experts.numel() // tokens.shape[0])  # each sorted pair's token
+    counts = torch.bincount(experts, minlength=len(modules)).tolist()
+    blocks = tokens[owner].split(counts)
+    outputs = [module(block) for module, block in zip(modules, blocks, strict=True) if len(block)]
+    weighted = torch.cat(outputs) * weights[order].unsqueeze(-1).to(tokens.dtype)
+    return torch.zeros_like(tokens).index_add_(0, owner, weighted)
 
 
 def make_ffn(settings: DecoderSettings) -> nn.Module:

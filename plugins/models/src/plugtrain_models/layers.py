@@ -24,6 +24,7 @@ __all__ = [
     "causal_bias",
     "make_norm",
     "rotary_angles",
+    "rotary_phases",
     "sinusoidal_table",
 ]
 
@@ -106,6 +107,19 @@ def rotary_angles(
     return angles.cos(), angles.sin()
 
 
+def rotary_phases(
+    positions: torch.Tensor, rotary_dim: int, theta: float, scaling: str, factor: float,
+    extra: Mapping[str, Any],
+) -> torch.Tensor:  # fmt: skip
+    """``cos + i sin`` of :func:`rotary_angles` (same arguments), complex64 ``[..., r/2]``.
+
+    What :func:`apply_rotary` multiplies each pair by: one complex product per pair is the
+    rotation's four products and two sums, in one pass over the pairs.
+    """
+    cos, sin = rotary_angles(positions, rotary_dim, theta, scaling, factor, extra)
+    return torch.complex(cos, sin)
+
+
 def _llama3_frequencies(
     inv_freq: torch.Tensor, factor: float, extra: Mapping[str, Any]
 ) -> torch.Tensor:
@@ -119,19 +133,21 @@ def _llama3_frequencies(
     return torch.where(wavelength < original / high, inv_freq, result)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rotary(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
     """Rotate interleaved pairs ``(2i, 2i+1)`` of the first ``rotary_dim`` dims of each head.
 
+    Pair ``(a, b)`` becomes ``(a cos - b sin, b cos + a sin)``, computed in float32 as the
+    complex product ``(a + ib)(cos + i sin)``.
+
     :param x: ``[B, S, heads, d]``.
-    :param cos: ``[S, r/2]`` or ``[B, S, r/2]`` (from :func:`rotary_angles`).
+    :param phases: ``[S, r/2]`` or ``[B, S, r/2]`` (from :func:`rotary_phases`).
     """
-    half = cos.shape[-1]
-    rotated, rest = x[..., : 2 * half], x[..., 2 * half :]
-    pairs = rotated.float().unflatten(-1, (half, 2))
-    even, odd = pairs[..., 0], pairs[..., 1]
-    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
-    out = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1)
-    return torch.cat((out.flatten(-2).to(x.dtype), rest), dim=-1)
+    half = phases.shape[-1]
+    whole = 2 * half == x.shape[-1]
+    rotated = x.float() if whole else x[..., : 2 * half].float().contiguous()
+    pairs = torch.view_as_complex(rotated.unflatten(-1, (half, 2)))
+    out = torch.view_as_real(pairs * phases.unsqueeze(-2)).flatten(-2).to(x.dtype)
+    return out if whole else torch.cat((out, x[..., 2 * half :]), dim=-1)
 
 
 def alibi_slopes(heads: int) -> list[float]:

@@ -1,9 +1,10 @@
 """The trained module: Model Zoo's decoder under ``model`` and its loss (plugtrain's protocol).
 
 ``forward(batch)`` takes ``{input_ids, attention_mask, labels}`` (plus ``position_ids`` and
-``attention_span`` under VSL) and returns ``{"loss", "accuracy", "num_examples"}``;
-``logits(input_ids)`` returns ``[B, S, V]``. ``attention_mask`` is a loss mask only: pad tokens
-are attended causally like any others, as in Model Zoo.
+``attention_span`` under VSL) and returns ``{"loss", "accuracy", "num_examples"}`` (in training,
+``accuracy`` only while :attr:`DecoderLM.metrics_wanted`); ``logits(input_ids)`` returns
+``[B, S, V]``. ``attention_mask`` is a loss mask only: pad tokens are attended causally like any
+others, as in Model Zoo.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ class DecoderLM(nn.Module):
 
     fsdp_modules = ("model.transformer_decoder.layers.*",)
     """FSDP2's units when the backend names none: each decoder block gets its own fully_shard."""
+
+    metrics_wanted: bool = True
+    """Whether a training forward computes its metrics (``accuracy``, and ``token_loss`` under
+    ``batch_size`` loss scaling) besides the loss. The Trainer turns it off for the steps whose
+    metrics it does not log (plugtrain's Model protocol), which then skip the argmax over every
+    logit; evaluation always computes them."""
 
     def __init__(
         self, settings: DecoderSettings, family: str, keys: Mapping[str, Any] | None = None
@@ -156,15 +163,13 @@ class DecoderLM(nn.Module):
         loss = lm_loss(logits, labels, mask, scaling=s.loss_scaling, weight=s.loss_weight)
         if self.training and stats and s.moe is not None and s.moe.load_balancing_loss_coef:
             loss = loss + s.moe.load_balancing_loss_coef * load_balancing_loss(stats, mask)
-        result = {
-            "loss": loss,
-            "accuracy": masked_accuracy(logits, labels, mask),
-            "num_examples": int(mask.sum()),
-        }
-        if s.loss_scaling == "batch_size":  # its count-weighted mean is Model Zoo's U / sum(m)
-            with torch.no_grad():
-                token_loss = lm_loss(logits, labels, mask, scaling="num_tokens", weight=1.0)
-            result["token_loss"] = token_loss
+        result = {"loss": loss, "num_examples": int(mask.sum())}
+        if self.metrics_wanted or not self.training:
+            result["accuracy"] = masked_accuracy(logits, labels, mask)
+            if s.loss_scaling == "batch_size":  # its count-weighted mean is Model Zoo's U / sum(m)
+                with torch.no_grad():
+                    token_loss = lm_loss(logits, labels, mask, scaling="num_tokens", weight=1.0)
+                result["token_loss"] = token_loss
         return result
 
 
