@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from support.hf_models import random_hf_model
 
 from plugtrain_models.families import build_decoder
 
@@ -52,16 +53,7 @@ def _ids() -> torch.Tensor:
 
 def _hf(config_class: Any, model_class: Any, **config: Any) -> Any:
     """A tiny HF model with every parameter N(0, 0.2), norm weights + 1, in eval mode."""
-    torch.manual_seed(0)
-    model = model_class(config_class(attn_implementation="eager", **config)).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parameter.normal_(0.0, 0.2)
-            leaf = name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
-            is_norm = "norm" in leaf or leaf.startswith("ln")
-            if is_norm and name.endswith("weight") and parameter.ndim == 1:
-                parameter.add_(1.0)
-    return model
+    return random_hf_model(config_class, model_class, **config)
 
 
 def _ours(family: str, weights: Weights, **keys: Any) -> Any:
