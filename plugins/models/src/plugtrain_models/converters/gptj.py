@@ -441,7 +441,8 @@ FALCON = CheckpointConverter(
         *_ROPE_SCALING,
     },
     note="Falcon (FalconForCausalLM; 7B and 40B RefinedWeb files read too): q/k/v fused per "
-    "key/value group, rotary rows reordered; exports the new decoder architecture.",
+    "key/value group, rotary rows reordered; exports the 7B layout (one norm per block) or "
+    "the new decoder architecture (two).",
 )
 FALCON_HEADLESS = headless_variant(FALCON, "FalconModel")
 
