@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -92,3 +92,15 @@ def train() -> Callable[..., tuple[dict[str, torch.Tensor], Any]]:
         return {k: v.detach() for k, v in params.items()}, optimizer
 
     return run
+
+
+@pytest.fixture
+def native_kernels_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Steps take the multi-tensor path: the one-pass C kernels are turned off."""
+    from plugtrain_optimizers import _native
+
+    monkeypatch.setenv(_native.SWITCH_VARIABLE, "0")
+    _native.reset()
+    yield
+    monkeypatch.delenv(_native.SWITCH_VARIABLE)
+    _native.reset()

@@ -158,7 +158,7 @@ def test_default_path_equals_the_unflattened_path_bitwise(name, case):
         )
 
 
-FLAT_BY_DEFAULT = {"Adadelta", "Adamax", "Lamb", "Lion", "NAdam", "Rprop"}
+FLAT_BY_DEFAULT = {"ASGD", "Adadelta", "Adafactor", "Adamax", "Lamb", "Lion", "NAdam", "Rprop"}
 
 
 @pytest.mark.parametrize("name", ALL)

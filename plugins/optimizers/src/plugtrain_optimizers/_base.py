@@ -17,6 +17,7 @@ from plugtrain.schema import (
     constructor_signature,
     validated_arguments,
 )
+from plugtrain_optimizers import _native
 from plugtrain_optimizers._auto_flat import flatten_by_default
 from plugtrain_optimizers._blocks import FlatLayout, split_blocks
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
@@ -90,6 +91,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         self._block_views: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         self._on_cpu = False  # intra-op threads only matter for parameters on the CPU
         self._tuner = StepTuner()
+        self._native_plans: dict[int, Any] = {}  # per group: a subclass's kernel plan, if any
         super().__init__(params, defaults)
 
     # -- groups and state -----------------------------------------------------------------
@@ -306,6 +308,44 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
                 continue
             for block, block_scalars in split_blocks(pieces, run_scalars):  # type: ignore[arg-type]
                 yield FOREACH, block, block_scalars
+
+    def run_native(
+        self,
+        group: dict[str, Any],
+        kernel: str,
+        lists: Sequence[Sequence[torch.Tensor]],
+        scalars: Sequence[float | Sequence[float]],
+    ) -> bool:
+        """Run one-pass kernel ``kernel`` (:mod:`~plugtrain_optimizers._native`) if it can.
+
+        ``lists`` are the kernel's arrays, parallel lists of tensors; each of ``scalars`` is a
+        float or a list of one float per tensor. On the multi-tensor path, where every tensor is
+        float32 on the CPU and contiguous and the kernels are built, the update runs over a flat
+        group's buffers (when the per-tensor scalars agree) or tensor by tensor; the parameters
+        (the first list) count as modified in place for autograd. Returns whether it ran; if
+        not, nothing was touched and the caller takes the multi-tensor path.
+        """
+        if not self.use_foreach(group):
+            return False
+        kernels = _native.load()
+        if kernels is None:
+            return False
+        per_tensor = [s for s in scalars if not isinstance(s, int | float)]
+        flat = self.flat_lists(group, lists)
+        rows: list[tuple[list[torch.Tensor], list[float]]] = []
+        if flat is not None and all(min(s) == max(s) for s in per_tensor):
+            values = [s if isinstance(s, int | float) else s[0] for s in scalars]
+            rows.append(([b[0] for b in flat], [float(v) for v in values]))
+        else:
+            for i in range(len(lists[0])):
+                values = [s if isinstance(s, int | float) else s[i] for s in scalars]
+                rows.append(([lst[i] for lst in lists], [float(v) for v in values]))
+        if not all(_native.usable(tensors) for tensors, _ in rows):
+            return False
+        for tensors, values in rows:
+            kernels.run(kernel, tensors, values)
+        torch.autograd.graph.increment_version([tensors[0] for tensors, _ in rows])
+        return True
 
     def block_scratch(self, like: list[torch.Tensor], slot: int = 0) -> list[torch.Tensor]:
         """Work buffers shaped like the tensors of one piece from :meth:`blocks` (slot ``slot``).

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any
 
 import attrs
 import torch
 
+from plugtrain_optimizers import _native
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
 from plugtrain_optimizers._blocks import block_elements, consecutive
 from plugtrain_optimizers.schemas import AdafactorArgs
@@ -30,6 +32,7 @@ class Adafactor(PlugtrainOptimizer):
 
     schema = AdafactorArgs
     name = "Adafactor"
+    flat_by_default = True  # many small matrices: one step-counter kernel, matrices back to back
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and zero second-moment statistics (factored for >= 2-D tensors)."""
@@ -61,6 +64,14 @@ class Adafactor(PlugtrainOptimizer):
         states = [self.state[p] for p in params]
         ts = self.step_all(group, [s["step"] for s in states])
         betas = [1 - t**decay for t in ts]
+        hyper = _Hyper(wd=wd, eps1=eps1, clip=clip)
+        native = self._native(group, params, grads, states, betas, hyper, lr, eps2)
+        if native:
+            stepped = set(native)
+            rest = [i for i in range(len(params)) if i not in stepped]
+            params, grads, states, betas = self.take([params, grads, states, betas], rest)
+            if not params:
+                return
         roots = [math.sqrt(p.numel()) for p in params]
         rhos = [lr] * len(params)
         if group["scale_parameter"]:
@@ -69,7 +80,6 @@ class Adafactor(PlugtrainOptimizer):
                 for i, n in zip(idx, ops.norms(ps), strict=True):
                     norms[i] = n
             rhos = [lr * max(n / r, eps2) for n, r in zip(norms, roots, strict=True)]
-        hyper = _Hyper(wd=wd, eps1=eps1, clip=clip)
         vectors = [i for i, p in enumerate(params) if p.dim() < 2]
         if vectors:
             lists = self.take([params, grads, [s.get("exp_avg_sq") for s in states]], vectors)
@@ -94,6 +104,118 @@ class Adafactor(PlugtrainOptimizer):
                     [roots[i] for i in chunk],
                     hyper,
                 )
+
+    def _native(
+        self,
+        group: dict[str, Any],
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        states: list[dict[str, Any]],
+        betas: list[float],
+        hyper: _Hyper,
+        lr: float,
+        eps2: float,
+    ) -> list[int]:
+        """The 2-D float32 CPU matrices, stepped by the native kernels; their indices.
+
+        A matrix of at least :data:`~plugtrain_optimizers._native.PARALLEL_ELEMENTS` elements
+        takes three passes, each split by rows between the threads (the statistics and the
+        norm of ``p``; the update's norm; the update), the factors being made in between; a
+        smaller one takes one call for its whole step.
+        """
+        kernels = _native.load() if self.use_foreach(group) else None
+        if kernels is None:
+            return []
+        scale_parameter = float(bool(group["scale_parameter"]))
+        plan = self._native_plan(group, params, grads, states, betas)
+        for i in plan.large:
+            state, beta = states[i], betas[i]
+            _rows_in_parallel(
+                kernels,
+                params[i],
+                grads[i],
+                state["exp_avg_sq_row"],
+                state["exp_avg_sq_col"],
+                [beta, 1 - beta, hyper.eps1, eps2, lr, hyper.wd, hyper.clip],
+                bool(scale_parameter),
+            )
+        for (rows_n, cols_n, _), chunks in plan.small.items():
+            need = 2 * (rows_n + cols_n)
+            work = self.work_buffer(need * len(chunks), params[0].device, torch.float64, 16)
+            beta = betas[chunks[0][0]]
+            scalars = [beta, 1 - beta, hyper.eps1, eps2, lr, hyper.wd, hyper.clip]
+            calls = [
+                (count, rows_n, cols_n, *arrays, work[k * need :].data_ptr(), *scalars,
+                 scale_parameter)
+                for k, (_, count, arrays) in enumerate(chunks)
+            ]  # fmt: skip
+            kernels.call("adafactor_matrices", calls)
+        if plan.done:
+            torch.autograd.graph.increment_version([params[i] for i in plan.done])
+        return plan.done
+
+    def _native_plan(
+        self,
+        group: dict[str, Any],
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        states: list[dict[str, Any]],
+        betas: list[float],
+    ) -> _NativePlan:
+        """Which matrices the kernels step, and how; the last step's plan if nothing changed.
+
+        Checking hundreds of small matrices costs more than stepping them, so the plan is kept
+        while the same parameter, gradient and statistics tensors come back with the same
+        data pointers (a tensor given new data, or a new gradient, makes a new plan).
+        """
+        threads = torch.get_num_threads()
+        identity = (threads, *map(id, params), *map(id, grads))
+        uniform = min(betas) == max(betas)  # one step count: one matrix group per shape
+        cached = self._native_plans.get(id(group))
+        if (
+            cached is not None
+            and uniform
+            and cached.identity == identity
+            and cached.pointers == _plan_pointers(params, grads, states, cached.done)
+        ):
+            return cached
+        done: list[int] = []
+        large: list[int] = []
+        small_indices: dict[tuple[int, int, float], list[int]] = {}
+        for i, p in enumerate(params):
+            if p.dim() != 2:
+                continue
+            state = states[i]
+            row, col = state["exp_avg_sq_row"], state["exp_avg_sq_col"]
+            if not _native.usable_matrix(p, grads[i], row, col):
+                continue
+            if threads > 1 and p.numel() >= _native.PARALLEL_ELEMENTS:
+                large.append(i)
+            else:
+                small_indices.setdefault((*p.shape, 0.0 if uniform else betas[i]), []).append(i)
+            done.append(i)
+        small = {}
+        for key, where in small_indices.items():
+            share = -(-len(where) // threads)
+            chunks = []
+            for k in range(0, len(where), share):
+                chunk = where[k : k + share]
+                arrays = tuple(
+                    _pointers([tensors[i] for i in chunk])
+                    for tensors in (
+                        params,
+                        grads,
+                        [s.get("exp_avg_sq_row") for s in states],
+                        [s.get("exp_avg_sq_col") for s in states],
+                    )
+                )
+                chunks.append((chunk[0], len(chunk), arrays))
+            small[key] = chunks
+        pointers = _plan_pointers(params, grads, states, done)
+        plan = _NativePlan(identity, pointers, done, large, small)
+        if uniform:
+            self._native_plans[id(group)] = plan
+        return plan
 
     def _vectors(
         self,
@@ -244,6 +366,102 @@ class Adafactor(PlugtrainOptimizer):
         """A cache-resident work buffer of ``shape`` (block scratch ``slot``)."""
         dtype = dtype or like.dtype
         return self.work_buffer(math.prod(shape), like.device, dtype, slot + 8).view(shape)
+
+
+@attrs.frozen
+class _NativePlan:
+    """How the native kernels step a group's matrices (:meth:`Adafactor._native_plan`)."""
+
+    identity: tuple[int, ...]
+    pointers: tuple[int, ...]
+    done: list[int]
+    large: list[int]
+    # (rows, cols, beta or 0.0 when all agree) -> chunks: (first index, count, pointer arrays)
+    small: dict[
+        tuple[int, int, float], list[tuple[int, int, tuple[ctypes.Array[ctypes.c_void_p], ...]]]
+    ]
+
+
+def _plan_pointers(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    states: list[dict[str, Any]],
+    done: list[int],
+) -> tuple[int, ...]:
+    """The data pointers a plan was made for: each stepped matrix's, gradient's, statistics'."""
+    return tuple(
+        pointer
+        for i in done
+        for pointer in (
+            params[i].data_ptr(),
+            grads[i].data_ptr(),
+            states[i]["exp_avg_sq_row"].data_ptr(),
+            states[i]["exp_avg_sq_col"].data_ptr(),
+        )
+    )
+
+
+def _pointers(tensors: list[torch.Tensor]) -> ctypes.Array[ctypes.c_void_p]:
+    """The data pointers of ``tensors`` as a C array."""
+    return (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
+
+
+def _rows_in_parallel(
+    kernels: _native.NativeKernels,
+    p: torch.Tensor,
+    g: torch.Tensor,
+    row: torch.Tensor,
+    col: torch.Tensor,
+    scalars: list[float],
+    scale_parameter: bool,
+) -> None:
+    """One large matrix's step: three passes, each split by rows between the threads."""
+    beta, keep, eps1, eps2, lr, wd, clip = scalars
+    rows_n, cols_n = p.shape
+    threads = torch.get_num_threads()
+    share = -(-rows_n // threads)
+    spans = [(r, min(r + share, rows_n)) for r in range(0, rows_n, share)]
+    row_sums = torch.empty(rows_n, dtype=torch.float64)
+    col_sums = torch.zeros(len(spans), cols_n, dtype=torch.float32)
+    sums = torch.zeros(len(spans), dtype=torch.float64)
+
+    def at(t: torch.Tensor, r: int) -> int:
+        return t.data_ptr() + r * cols_n * t.element_size()
+
+    kernels.call(
+        "adafactor_stats",
+        [
+            (r1 - r0, cols_n, at(p, r0), at(g, r0), row_sums[r0:].data_ptr(),
+             col_sums[k].data_ptr(), sums[k:].data_ptr())
+            for k, (r0, r1) in enumerate(spans)
+        ],
+    )  # fmt: skip
+    root = math.sqrt(p.numel())
+    rho = lr * max(math.sqrt(float(sums.sum())) / root, eps2) if scale_parameter else lr
+    row.mul_(beta).add_(row_sums.div_(cols_n).float().add_(eps1), alpha=keep)
+    col.mul_(beta).add_(col_sums.sum(0).div_(rows_n).add_(eps1), alpha=keep)
+    row_factor = (row / row.mean()).rsqrt_()
+    col_factor = col.rsqrt()
+    sums.zero_()
+    kernels.call(
+        "adafactor_rms",
+        [
+            (r1 - r0, cols_n, at(g, r0), row_factor[r0:].data_ptr(), col_factor.data_ptr(),
+             sums[k:].data_ptr())
+            for k, (r0, r1) in enumerate(spans)
+        ],
+    )  # fmt: skip
+    update_rms = math.sqrt(float(sums.sum())) / root
+    scale = -rho / max(update_rms / clip, 1.0)
+    decay = 1 - wd * rho if wd != 0 else 1.0
+    kernels.call(
+        "adafactor_apply",
+        [
+            (r1 - r0, cols_n, at(p, r0), at(g, r0), row_factor[r0:].data_ptr(),
+             col_factor.data_ptr(), scale, decay)
+            for k, (r0, r1) in enumerate(spans)
+        ],
+    )  # fmt: skip
 
 
 @attrs.frozen

@@ -43,6 +43,10 @@ class Adadelta(PlugtrainOptimizer):
         states = [self.state[p] for p in params]
         self.step_all(group, [s["step"] for s in states])
         lists = [params, grads, [s["square_avg"] for s in states], [s["acc_delta"] for s in states]]
+        flip = -1.0 if group["maximize"] else 1.0
+        scalars = [lr, rho, 1 - rho, eps, wd, flip]
+        if self.run_native(group, "adadelta", lists, scalars):
+            return
         for ops, (ps, gs, sqs, accs), _ in self.blocks(group, lists):
             gs = self.effective_grads(  # noqa: PLW2901
                 ops, ps, gs, weight_decay=wd, maximize=group["maximize"], slot=2
@@ -119,6 +123,7 @@ class ASGD(PlugtrainOptimizer):
 
     schema = ASGDArgs
     name = "ASGD"
+    flat_by_default = True  # one native call (or one kernel per operation) for many tensors
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter, ``eta = lr``, ``mu = 1`` and a zero average."""
@@ -131,13 +136,18 @@ class ASGD(PlugtrainOptimizer):
         self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor]
     ) -> None:
         """One ASGD step over ``params``."""
-        lr, lambd, alpha, t0 = (as_float(group[k]) for k in ("lr", "lambd", "alpha", "t0"))
+        lambd = as_float(group["lambd"])
         wd = as_float(group["weight_decay"])
         states = [self.state[p] for p in params]
         ts = self.step_all(group, [s["step"] for s in states])
         lists = [params, grads, [s["ax"] for s in states]]
         etas = [s["eta"] for s in states]
         mus = [s["mu"] for s in states]
+        flip = -1.0 if group["maximize"] else 1.0
+        decays = [1 - lambd * eta for eta in etas]
+        if self.run_native(group, "asgd", lists, [etas, decays, mus, wd, flip]):
+            self._advance(group, states, ts)
+            return
         for ops, (ps, gs, axs), (eta_, mu_) in self.blocks(group, lists, [etas, mus]):
             gs = self.effective_grads(  # noqa: PLW2901
                 ops, ps, gs, weight_decay=wd, maximize=group["maximize"], slot=0
@@ -150,6 +160,12 @@ class ASGD(PlugtrainOptimizer):
                     ops.lerp_(ax_, p_, mu)
                 else:
                     ops.copy_(ax_, p_)
+        self._advance(group, states, ts)
+
+    @staticmethod
+    def _advance(group: dict[str, Any], states: list[dict[str, Any]], ts: list[float]) -> None:
+        """The next step's ``eta`` and ``mu`` of each parameter."""
+        lr, lambd, alpha, t0 = (as_float(group[k]) for k in ("lr", "lambd", "alpha", "t0"))
         for state, t in zip(states, ts, strict=True):
             state["eta"] = lr / ((1 + lambd * lr * t) ** alpha)
             state["mu"] = 1 / max(1.0, t - t0)

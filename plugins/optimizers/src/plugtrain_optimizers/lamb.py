@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from plugtrain_optimizers import _native
 from plugtrain_optimizers._base import PlugtrainOptimizer, as_float
 from plugtrain_optimizers._blocks import block_elements, split_blocks
 from plugtrain_optimizers._ops import FOREACH, ListOps
@@ -57,15 +58,17 @@ class Lamb(PlugtrainOptimizer):
             if flat is not None:
                 self._flat(params, flat, lr, beta1, beta2, eps, wd, adam)
                 return
+        native = self._native(params, lists, lr, beta1, beta2, eps, wd, adam)
         block = block_elements()
         if self.use_foreach(group):
             big = [
                 i for i, p in enumerate(params)
-                if p.numel() > block and all(lst[i].is_contiguous() for lst in lists)
+                if i not in native and p.numel() > block
+                and all(lst[i].is_contiguous() for lst in lists)
             ]  # fmt: skip
         else:
             big = []
-        small = sorted(set(range(len(params))) - set(big))
+        small = sorted(set(range(len(params))) - set(big) - native)
         if small:
             for ops, (ps, gs, m_, v_), _ in self.blocks(group, self.take(lists, small), flat=False):
                 ratio = self.block_scratch(ps, 0)
@@ -75,6 +78,41 @@ class Lamb(PlugtrainOptimizer):
                 self._apply(ops, ps, ratio, scales)
         for i in big:
             self._large(group, params[i], grads[i], ms[i], vs[i], lr, beta1, beta2, eps, wd, adam)
+
+    def _native(
+        self,
+        params: list[torch.Tensor],
+        lists: list[list[torch.Tensor]],
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        wd: float,
+        adam: bool,
+    ) -> set[int]:
+        """The large float32 CPU tensors, stepped by the native kernels; their indices.
+
+        The first pass updates the moments and sums both squared norms (in float64); the second
+        computes ``r`` again from ``p``, ``m`` and ``v`` (which it reads anyway) and applies it:
+        no ``r`` buffer goes through memory. Smaller tensors are left to the cache blocks.
+        """
+        kernels = _native.load()
+        if kernels is None:
+            return set()
+        done = set()
+        for i, p in enumerate(params):
+            row = [lst[i] for lst in lists]
+            if p.numel() < _native.PARALLEL_ELEMENTS or not _native.usable(row):
+                continue
+            weights, ratios = kernels.run(
+                "lamb_moments", row, [1 - beta1, beta2, 1 - beta2, eps, wd], sums=2
+            )
+            scale = -lr if adam else -lr * _trust(weights**0.5, ratios**0.5)
+            kernels.run("lamb_apply", [p, row[2], row[3]], [scale, eps, wd])
+            done.add(i)
+        if done:
+            torch.autograd.graph.increment_version([params[i] for i in done])
+        return done
 
     def _flat(
         self,

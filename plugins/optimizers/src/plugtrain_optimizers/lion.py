@@ -30,6 +30,9 @@ class Lion(PlugtrainOptimizer):
         lr, wd = as_float(group["lr"]), as_float(group["weight_decay"])
         beta1, beta2 = (as_float(b) for b in group["betas"])
         lists = [params, grads, [self.state[p]["exp_avg"] for p in params]]
+        scalars = [lr, 1 - lr * wd, 1 - beta1, 1 - beta2]
+        if self.run_native(group, "lion", lists, scalars):
+            return
         for ops, (ps, gs, ms), _ in self.blocks(group, lists):
             if wd != 0:
                 ops.mul_(ps, 1 - lr * wd)

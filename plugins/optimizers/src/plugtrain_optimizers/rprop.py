@@ -46,6 +46,8 @@ class Rprop(PlugtrainOptimizer):
         states = [self.state[p] for p in params]
         self.step_all(group, [s["step"] for s in states])
         lists = [params, grads, [s["prev"] for s in states], [s["step_size"] for s in states]]
+        if self.run_native(group, "rprop", lists, [etaminus, etaplus, low, high]):
+            return
         for ops, (ps, gs, prevs, sizes), _ in self.blocks(group, lists):
             signs, factors = self.block_scratch(ps, 0), self.block_scratch(ps, 1)
             ops.mul_into(signs, gs, prevs)

@@ -180,6 +180,14 @@ class AdamWScheduleFree(_ScheduleFree):
         eps, decay = as_float(group["eps"]), as_float(group["weight_decay"])
         y_rate = lr * (beta1 * (1 - ckp1) - 1)
         lists = [ys, grads, zs, [self.state[p]["exp_avg_sq"] for p in ys]]
+        if decay == 0:
+            scalars = [beta2, 1 - beta2, eps * root, ckp1, root * y_rate, -root * lr]
+            if self.run_native(group, "adamw_schedule_free", lists, scalars):
+                return
+        else:
+            scalars = [beta2, 1 - beta2, eps * root, ckp1, root, decay, y_rate, lr]
+            if self.run_native(group, "adamw_schedule_free_decay", lists, scalars):
+                return
         for ops, (ys_, gs, zs_, vs), _ in self.blocks(group, lists):
             ops.mul_(vs, beta2)
             ops.addcmul_(vs, gs, gs, 1 - beta2)
@@ -238,6 +246,9 @@ class SGDScheduleFree(_ScheduleFree):
         """:meth:`update_param` over cache blocks (``z.sub_(d, alpha=lr)`` is ``add_`` of -lr)."""
         momentum = as_float(group["momentum"])
         decay = as_float(group["weight_decay"])
+        y_rate = lr * (momentum * (1 - ckp1) - 1)
+        if self.run_native(group, "sgd_schedule_free", [ys, grads, zs], [ckp1, decay, y_rate, lr]):
+            return
         for ops, (ys_, gs, zs_), _ in self.blocks(group, [ys, grads, zs]):
             step = gs
             if decay != 0:
@@ -245,5 +256,5 @@ class SGDScheduleFree(_ScheduleFree):
                 ops.copy_(step, gs)
                 ops.add_(step, ys_, alpha=decay)
             ops.lerp_(ys_, zs_, ckp1)
-            ops.add_(ys_, step, alpha=lr * (momentum * (1 - ckp1) - 1))
+            ops.add_(ys_, step, alpha=y_rate)
             ops.add_(zs_, step, alpha=-lr)

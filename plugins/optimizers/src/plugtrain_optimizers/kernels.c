@@ -1,0 +1,376 @@
+/* One-pass float32 updates of the elementwise plugtrain optimizers on the CPU.
+ *
+ * Each function updates elements [0, n) of its arrays in one loop: every input is read once and
+ * every output written once, where the multi-tensor path makes one pass over memory per
+ * operation. The caller (plugtrain_optimizers/_native.py) splits a buffer between threads and
+ * checks that the arrays are float32, contiguous and distinct.
+ *
+ * Each line mirrors one in-place operation of the Python path, rounding as torch's CPU kernels
+ * do: `add(x, y, alpha)`, `lerp` and `addcmul(x, a, b, value)` (as `fma(value * a, b, x)`) are
+ * fused multiply-adds there; `addcdiv(x, a, b, value)` is `x + value * a / b`, unfused. Compiled with -ffp-contract=off, so that only the explicit fmaf calls fuse.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#define RESTRICT __restrict__
+
+/* torch.lerp(start, end, weight) for a weight known outside the loop. */
+static inline float lerp(float start, float end, float weight) {
+    if (weight < 0.5f) {
+        return fmaf(weight, end - start, start);
+    }
+    return fmaf(weight - 1.0f, end - start, end);
+}
+
+static inline float sign(float x) {
+    return (float)((x > 0.0f) - (x < 0.0f));
+}
+
+/* torch.clamp: NaN stays NaN. */
+static inline float clamp(float x, float low, float high) {
+    x = x < low ? low : x;
+    return x > high ? high : x;
+}
+
+/* Lion: p *= decay; p -= lr sign(lerp(m, g, 1 - beta1)); m = lerp(m, g, 1 - beta2). */
+void plugtrain_lion(int64_t n, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT m,
+                    float lr, float decay, float w1, float w2) {
+    const float neg_lr = -lr;
+    for (int64_t i = 0; i < n; i++) {
+        const float mi = m[i], gi = g[i];
+        const float direction = sign(lerp(mi, gi, w1));
+        p[i] = fmaf(neg_lr, direction, p[i] * decay);
+        m[i] = lerp(mi, gi, w2);
+    }
+}
+
+/* The gradient a step uses: -g under maximize, plus weight_decay * p. */
+static inline float effective(float g, float p, float flip, float weight_decay) {
+    return weight_decay != 0.0f ? fmaf(weight_decay, p, g * flip) : g * flip;
+}
+
+/* Adadelta: s = rho s + (1 - rho) g^2; d = sqrt((a + eps) / (s + eps)) g;
+ * a = rho a + (1 - rho) d^2; p -= lr d. */
+void plugtrain_adadelta(int64_t n, float *RESTRICT p, const float *RESTRICT g,
+                        float *RESTRICT square_avg, float *RESTRICT acc_delta, float lr,
+                        float rho, float keep, float eps, float weight_decay, float flip) {
+    const float neg_lr = -lr;
+    for (int64_t i = 0; i < n; i++) {
+        const float pi = p[i];
+        const float gi = effective(g[i], pi, flip, weight_decay);
+        const float s = fmaf(keep * gi, gi, square_avg[i] * rho);
+        const float delta = sqrtf((acc_delta[i] + eps) / (s + eps)) * gi;
+        square_avg[i] = s;
+        acc_delta[i] = fmaf(keep * delta, delta, acc_delta[i] * rho);
+        p[i] = fmaf(neg_lr, delta, pi);
+    }
+}
+
+/* ASGD: p *= 1 - lambd eta; p -= eta g; ax = lerp(ax, p, mu) (a copy while mu = 1). */
+void plugtrain_asgd(int64_t n, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT ax,
+                    float eta, float decay, float mu, float weight_decay, float flip) {
+    const float neg_eta = -eta;
+    if (mu == 1.0f) {
+        for (int64_t i = 0; i < n; i++) {
+            const float pi = p[i];
+            const float gi = effective(g[i], pi, flip, weight_decay);
+            const float next = fmaf(neg_eta, gi, pi * decay);
+            p[i] = next;
+            ax[i] = next;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const float pi = p[i];
+        const float gi = effective(g[i], pi, flip, weight_decay);
+        const float next = fmaf(neg_eta, gi, pi * decay);
+        p[i] = next;
+        ax[i] = lerp(ax[i], next, mu);
+    }
+}
+
+/* Rprop: s = sign(g prev); step_size = clamp(step_size * (etaplus | etaminus | 1), low, high);
+ * prev = s < 0 ? 0 : g; p -= sign(prev) step_size. */
+void plugtrain_rprop(int64_t n, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT prev,
+                     float *RESTRICT step_size, float etaminus, float etaplus, float low,
+                     float high) {
+    for (int64_t i = 0; i < n; i++) {
+        const float gi = g[i];
+        const float s = sign(gi * prev[i]);
+        const float factor = s > 0.0f ? etaplus : (s < 0.0f ? etaminus : 1.0f);
+        const float size = clamp(step_size[i] * factor, low, high);
+        const float kept = gi * (s < 0.0f ? 0.0f : 1.0f);
+        step_size[i] = size;
+        prev[i] = kept;
+        p[i] = fmaf(-1.0f * sign(kept), size, p[i]);
+    }
+}
+
+/* Schedule-Free AdamW without weight decay: v = beta2 v + (1 - beta2) g^2;
+ * u = g / (sqrt(v) + eps root); y = lerp(y, z, ckp1) + y_rate root u; z -= lr root u. */
+void plugtrain_adamw_schedule_free(int64_t n, float *RESTRICT y, const float *RESTRICT g,
+                                   float *RESTRICT z, float *RESTRICT v, float beta2,
+                                   float keep, float eps_root, float ckp1, float y_scale,
+                                   float z_scale) {
+    for (int64_t i = 0; i < n; i++) {
+        const float gi = g[i], zi = z[i];
+        const float vi = fmaf(keep * gi, gi, v[i] * beta2);
+        const float denom = sqrtf(vi) + eps_root;
+        v[i] = vi;
+        y[i] = lerp(y[i], zi, ckp1) + (y_scale * gi) / denom;
+        z[i] = zi + (z_scale * gi) / denom;
+    }
+}
+
+/* Schedule-Free AdamW with weight decay: d = decay y + root g / (sqrt(v) + eps root);
+ * y = lerp(y, z, ckp1) + y_rate d; z -= lr d. */
+void plugtrain_adamw_schedule_free_decay(int64_t n, float *RESTRICT y, const float *RESTRICT g,
+                                         float *RESTRICT z, float *RESTRICT v, float beta2,
+                                         float keep, float eps_root, float ckp1, float root,
+                                         float decay, float y_rate, float lr) {
+    const float neg_lr = -lr;
+    for (int64_t i = 0; i < n; i++) {
+        const float gi = g[i], zi = z[i], yi = y[i];
+        const float vi = fmaf(keep * gi, gi, v[i] * beta2);
+        const float denom = sqrtf(vi) + eps_root;
+        const float normalized = yi * decay + (root * gi) / denom;
+        v[i] = vi;
+        y[i] = fmaf(y_rate, normalized, lerp(yi, zi, ckp1));
+        z[i] = fmaf(neg_lr, normalized, zi);
+    }
+}
+
+/* Schedule-Free SGD: d = g + decay y; y = lerp(y, z, ckp1) + y_rate d; z -= lr d. */
+void plugtrain_sgd_schedule_free(int64_t n, float *RESTRICT y, const float *RESTRICT g,
+                                 float *RESTRICT z, float ckp1, float decay, float y_rate,
+                                 float lr) {
+    const float neg_lr = -lr;
+    for (int64_t i = 0; i < n; i++) {
+        const float yi = y[i], zi = z[i];
+        const float step = decay != 0.0f ? fmaf(decay, yi, g[i]) : g[i];
+        y[i] = fmaf(y_rate, step, lerp(yi, zi, ckp1));
+        z[i] = fmaf(neg_lr, step, zi);
+    }
+}
+
+/* Lamb's ratio r = m / (sqrt(v) + eps) + wd p. */
+static inline float lamb_ratio(float p, float m, float v, float eps, float weight_decay) {
+    const float quotient = m / (sqrtf(v) + eps);
+    return weight_decay != 0.0f ? fmaf(weight_decay, p, quotient) : quotient;
+}
+
+/* Lamb's first pass: m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
+ * sums = (|p|^2, |r|^2), accumulated in double. r is not stored: the second pass
+ * (plugtrain_lamb_apply) computes it again from p, m and v, which it reads anyway. */
+void plugtrain_lamb_moments(int64_t n, const float *RESTRICT p, const float *RESTRICT g,
+                            float *RESTRICT m, float *RESTRICT v, double *RESTRICT sums, float w1,
+                            float beta2, float keep, float eps, float weight_decay) {
+    double weights = 0.0, ratios = 0.0;
+#pragma omp simd reduction(+ : weights, ratios)
+    for (int64_t i = 0; i < n; i++) {
+        const float pi = p[i], gi = g[i];
+        const float mi = lerp(m[i], gi, w1);
+        const float vi = fmaf(keep * gi, gi, v[i] * beta2);
+        const float ri = lamb_ratio(pi, mi, vi, eps, weight_decay);
+        m[i] = mi;
+        v[i] = vi;
+        weights += (double)pi * (double)pi;
+        ratios += (double)ri * (double)ri;
+    }
+    sums[0] = weights;
+    sums[1] = ratios;
+}
+
+/* Lamb's second pass: p += scale r (scale = -lr trust). */
+void plugtrain_lamb_apply(int64_t n, float *RESTRICT p, const float *RESTRICT m,
+                          const float *RESTRICT v, float scale, float eps, float weight_decay) {
+    for (int64_t i = 0; i < n; i++) {
+        const float pi = p[i];
+        p[i] = fmaf(scale, lamb_ratio(pi, m[i], v[i], eps, weight_decay), pi);
+    }
+}
+
+/* Adafactor, factored second moment, on a row range of one (rows x cols) matrix.
+ *
+ * Pass 1, plugtrain_adafactor_stats: row_sums[r] = sum_c g^2, col_sums[c] += sum_r g^2 and
+ * sums[0] += |p|^2 over the range. Then the caller updates the statistics and makes the
+ * factors rf (rows) and cf (cols). Pass 2, plugtrain_adafactor_rms: sums[0] += sum over the
+ * range of rf_r^2 cf_c^2 g_rc^2 (the update's squared norm). Pass 3, plugtrain_adafactor_apply:
+ * p = p * decay + (g * rf_r scale) * cf_c.
+ *
+ * Within a row, sums run in float32 over 32 interleaved partial sums (as torch's float32
+ * reductions do); a row's total joins the matrix's total in double. */
+/* Eight floats; sums over a row use four of them (32 columns a step), so that the additions
+ * of one accumulator do not wait on each other. */
+typedef float floats8 __attribute__((vector_size(32)));
+
+static inline floats8 load8(const float *x) {
+    floats8 v;
+    __builtin_memcpy(&v, x, sizeof v);
+    return v;
+}
+
+static inline void store8(float *x, floats8 v) {
+    __builtin_memcpy(x, &v, sizeof v);
+}
+
+static inline float total8(floats8 a, floats8 b, floats8 c, floats8 d) {
+    const floats8 v = (a + b) + (c + d);
+    float total = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        total += v[j];
+    }
+    return total;
+}
+
+void plugtrain_adafactor_stats(int64_t rows, int64_t cols, const float *RESTRICT p,
+                               const float *RESTRICT g, double *RESTRICT row_sums,
+                               float *RESTRICT col_sums, double *RESTRICT sums) {
+    const int64_t whole = cols - cols % 32;
+    double weights = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *RESTRICT pr = p + r * cols, *RESTRICT gr = g + r * cols;
+        floats8 along[4] = {{0}}, squares[4] = {{0}};
+        for (int64_t c = 0; c < whole; c += 32) {
+            for (int q = 0; q < 4; q++) {
+                const floats8 gv = load8(gr + c + 8 * q), pv = load8(pr + c + 8 * q);
+                const floats8 u = gv * gv;
+                along[q] += u;
+                store8(col_sums + c + 8 * q, load8(col_sums + c + 8 * q) + u);
+                squares[q] += pv * pv;
+            }
+        }
+        float along_tail = 0.0f, squares_tail = 0.0f;
+        for (int64_t c = whole; c < cols; c++) {
+            const float u = gr[c] * gr[c];
+            along_tail += u;
+            col_sums[c] += u;
+            squares_tail += pr[c] * pr[c];
+        }
+        row_sums[r] = (double)(total8(along[0], along[1], along[2], along[3]) + along_tail);
+        weights += (double)(total8(squares[0], squares[1], squares[2], squares[3]) + squares_tail);
+    }
+    sums[0] += weights;
+}
+
+/* The next matrix's bytes [start, stop) into the cache (the many-small-matrices path hides
+ * the memory's latency behind the current matrix's arithmetic). */
+static inline void prefetch(const float *base, int64_t start, int64_t stop) {
+    if (base == 0) {
+        return;
+    }
+    for (int64_t i = start; i < stop; i += 16) {
+        __builtin_prefetch(base + i, 0, 3);
+    }
+}
+
+static void adafactor_rms(int64_t rows, int64_t cols, const float *RESTRICT g,
+                          const float *RESTRICT rf, const float *RESTRICT cf,
+                          double *RESTRICT sums, const float *next_p, const float *next_g) {
+    const int64_t whole = cols - cols % 32;
+    double total = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *RESTRICT gr = g + r * cols;
+        prefetch(next_p, r * cols, (r + 1) * cols);
+        prefetch(next_g, r * cols, (r + 1) * cols);
+        floats8 along[4] = {{0}};
+        for (int64_t c = 0; c < whole; c += 32) {
+            for (int q = 0; q < 4; q++) {
+                const floats8 u = load8(gr + c + 8 * q) * load8(cf + c + 8 * q);
+                along[q] += u * u;
+            }
+        }
+        float tail = 0.0f;
+        for (int64_t c = whole; c < cols; c++) {
+            const float u = gr[c] * cf[c];
+            tail += u * u;
+        }
+        const float row_total = total8(along[0], along[1], along[2], along[3]) + tail;
+        total += (double)row_total * (double)rf[r] * (double)rf[r];
+    }
+    sums[0] += total;
+}
+
+void plugtrain_adafactor_rms(int64_t rows, int64_t cols, const float *RESTRICT g,
+                             const float *RESTRICT rf, const float *RESTRICT cf,
+                             double *RESTRICT sums) {
+    adafactor_rms(rows, cols, g, rf, cf, sums, 0, 0);
+}
+
+void plugtrain_adafactor_apply(int64_t rows, int64_t cols, float *RESTRICT p,
+                               const float *RESTRICT g, const float *RESTRICT rf,
+                               const float *RESTRICT cf, float scale, float decay) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *RESTRICT pr = p + r * cols;
+        const float *RESTRICT gr = g + r * cols;
+        const float row_scale = rf[r] * scale;
+        if (decay != 1.0f) {
+            for (int64_t c = 0; c < cols; c++) {
+                pr[c] = fmaf(gr[c] * row_scale, cf[c], pr[c] * decay);
+            }
+        } else {
+            for (int64_t c = 0; c < cols; c++) {
+                pr[c] = fmaf(gr[c] * row_scale, cf[c], pr[c]);
+            }
+        }
+    }
+}
+
+/* The factors from updated statistics: rf_r = rsqrt(row_r / mean(row)), cf_c = rsqrt(col_c). */
+static void adafactor_factors(int64_t rows, int64_t cols, const float *RESTRICT row,
+                              const float *RESTRICT col, float *RESTRICT rf, float *RESTRICT cf) {
+    double total = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        total += row[r];
+    }
+    const float mean = (float)(total / (double)rows);
+    for (int64_t r = 0; r < rows; r++) {
+        rf[r] = 1.0f / sqrtf(row[r] / mean);
+    }
+    for (int64_t c = 0; c < cols; c++) {
+        cf[c] = 1.0f / sqrtf(col[c]);
+    }
+}
+
+/* The whole factored step of `count` (rows x cols) matrices, one after the other (small
+ * matrices: the caller splits them between threads). p, g, row_state and col_state are arrays
+ * of `count` pointers (to rows x cols, rows, cols floats); work holds 2 (rows + cols) doubles.
+ * scale_parameter: rho is lr max(RMS(p), eps2), else lr. */
+void plugtrain_adafactor_matrices(int64_t count, int64_t rows, int64_t cols,
+                                  float *const *RESTRICT p, const float *const *RESTRICT g,
+                                  float *const *RESTRICT row_state,
+                                  float *const *RESTRICT col_state, double *RESTRICT work,
+                                  float beta, float keep, float eps1, float eps2, float lr,
+                                  float weight_decay, float clip, float scale_parameter) {
+    const double root = sqrt((double)(rows * cols));
+    double *row_sums = work;
+    float *col_sums = (float *)(work + rows), *rf = col_sums + cols, *cf = rf + rows;
+    for (int64_t k = 0; k < count; k++) {
+        float *RESTRICT pk = p[k], *RESTRICT row = row_state[k], *RESTRICT col = col_state[k];
+        const float *RESTRICT gk = g[k];
+        double sums[1] = {0.0};
+        for (int64_t c = 0; c < cols; c++) {
+            col_sums[c] = 0.0f;
+        }
+        plugtrain_adafactor_stats(rows, cols, pk, gk, row_sums, col_sums, sums);
+        double rho = lr;
+        if (scale_parameter != 0.0f) {
+            const double rms = sqrt(sums[0]) / root;
+            rho = (double)lr * (rms > eps2 ? rms : (double)eps2);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            row[r] = fmaf(keep, (float)(row_sums[r] / (double)cols) + eps1, row[r] * beta);
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            col[c] = fmaf(keep, col_sums[c] / (float)rows + eps1, col[c] * beta);
+        }
+        adafactor_factors(rows, cols, row, col, rf, cf);
+        sums[0] = 0.0;
+        const int more = k + 1 < count;
+        adafactor_rms(rows, cols, gk, rf, cf, sums, more ? p[k + 1] : 0, more ? g[k + 1] : 0);
+        const double update_rms = sqrt(sums[0]) / root / (double)clip;
+        const double scale = -rho / (update_rms > 1.0 ? update_rms : 1.0);
+        const float decay = weight_decay != 0.0f ? (float)(1.0 - (double)weight_decay * rho) : 1.0f;
+        plugtrain_adafactor_apply(rows, cols, pk, gk, rf, cf, (float)scale, decay);
+    }
+}

@@ -1,0 +1,214 @@
+"""The one-pass C kernels give the multi-tensor path's numbers, and step aside where they cannot.
+
+Each case steps the same parameters with the kernels on and off (the default constructor path
+either way). Updates made of elementwise operations only (Lion, ASGD, Rprop, Schedule-Free SGD)
+must match to the bit: each kernel line mirrors one torch operation, rounding as torch does.
+Updates with a square root (Adadelta, Schedule-Free AdamW) or with norms and means (Lamb,
+Adafactor) are held to the bound the float32 layout tests use: the kernels' square root is
+correctly rounded where torch's float32 one is not always, and their sums run in another order.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+
+import plugtrain
+from plugtrain_optimizers import _native
+
+# (optimizer, arguments, shapes, exact): shapes include a large tensor (split between threads),
+# odd sizes (elements outside whole SIMD vectors) and a vector.
+SMALL = [(7, 13), (5,), (31,), (9, 9), (6, 11)]
+LARGE = [(300, 129), (17,)]  # 38700 elements: above PARALLEL_ELEMENTS
+CASES: dict[str, tuple[str, dict[str, Any], list[tuple[int, ...]], bool]] = {
+    "Lion": ("Lion", {"lr": 1e-3}, SMALL + LARGE, True),
+    "Lion-decay": ("Lion", {"lr": 1e-3, "weight_decay": 0.1}, SMALL, True),
+    "ASGD": ("ASGD", {"lr": 0.05}, SMALL + LARGE, True),
+    "ASGD-averaging": (
+        "ASGD",
+        {"lr": 0.05, "t0": 1, "weight_decay": 0.1, "maximize": True},
+        SMALL,
+        True,
+    ),
+    "Rprop": ("Rprop", {"lr": 0.01}, SMALL + LARGE, True),
+    "SGDScheduleFree": ("SGDScheduleFree", {"lr": 0.05, "warmup_steps": 2}, SMALL + LARGE, True),
+    "SGDScheduleFree-decay": (
+        "SGDScheduleFree",
+        {"lr": 0.05, "weight_decay": 0.01, "momentum": 0.8},
+        SMALL,
+        True,
+    ),
+    "Adadelta": ("Adadelta", {}, SMALL + LARGE, False),
+    "Adadelta-decay": ("Adadelta", {"weight_decay": 0.1, "maximize": True}, SMALL, False),
+    "AdamWScheduleFree": (
+        "AdamWScheduleFree",
+        {"lr": 0.05, "warmup_steps": 2},
+        SMALL + LARGE,
+        False,
+    ),
+    "AdamWScheduleFree-decay": (
+        "AdamWScheduleFree",
+        {"lr": 0.05, "weight_decay": 0.01, "r": 0.5},
+        SMALL,
+        False,
+    ),
+    "Lamb": ("Lamb", {"lr": 0.01}, [(300, 129), (129,), (200, 200)], False),
+    "Lamb-decay": ("Lamb", {"lr": 0.01, "weight_decay": 0.1}, [(300, 129), (129,)], False),
+    "Lamb-adam": ("Lamb", {"lr": 0.01, "adam": True}, [(300, 129)], False),
+    "Adafactor": ("Adafactor", {"lr": 0.01}, [(7, 13), (5,), (9, 9), (2, 3, 4), *LARGE], False),
+    "Adafactor-decay": (
+        "Adafactor",
+        {"lr": 0.01, "weight_decay": 0.1, "scale_parameter": False},
+        [(7, 13), (300, 129), (31,)],
+        False,
+    ),
+    "Adafactor-many": ("Adafactor", {"lr": 0.01}, [(10, 12)] * 40 + [(12, 10)] * 3, False),
+}
+
+
+def _params(shapes: list[tuple[int, ...]]) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+
+
+def _step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], step: int) -> None:
+    gen = torch.Generator().manual_seed(100 + step)
+    for p in params:  # a gradient depending on the point, as backward's would
+        p.grad = 0.5 * p.detach() + torch.randn(p.shape, generator=gen)
+    optimizer.step()
+
+
+def _run(case: str, *, native: bool, steps: int = 5, threads: int | None = None) -> dict:
+    name, args, shapes, _ = CASES[case]
+    os.environ[_native.SWITCH_VARIABLE] = "1" if native else "0"
+    _native.reset()
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        params = _params(shapes)
+        optimizer = plugtrain.resolve("optimizer", name)(params, **args)
+        for step in range(steps):
+            _step(optimizer, params, step)
+        assert (_native.load() is not None) == native, _native.status()
+    finally:
+        torch.set_num_threads(before)
+    found = {f"p{i}": p.detach().clone() for i, p in enumerate(params)}
+    for i, p in enumerate(params):
+        for key, value in optimizer.state[p].items():
+            if isinstance(value, torch.Tensor) and value.dim():
+                found[f"{key}{i}"] = value.clone()
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _restore_switch(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv(_native.SWITCH_VARIABLE, raising=False)
+    yield
+    os.environ.pop(_native.SWITCH_VARIABLE, None)
+    _native.reset()
+
+
+@pytest.fixture(scope="module")
+def built() -> _native.NativeKernels:
+    """The kernels, built (or found in the cache) once for this module."""
+    _native.reset()
+    kernels = _native.load()
+    if kernels is None:
+        pytest.fail(f"the native kernels did not build here: {_native.status()}")
+    return kernels
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_kernels_give_the_multi_tensor_numbers(built, case):
+    exact = CASES[case][3]
+    with_kernels, without = _run(case, native=True), _run(case, native=False)
+    assert with_kernels.keys() == without.keys()
+    for key, value in with_kernels.items():
+        if exact:
+            assert torch.equal(value, without[key]), f"{key}: {(value - without[key]).abs().max()}"
+        else:
+            torch.testing.assert_close(value, without[key], rtol=1e-6, atol=1e-7, msg=key)
+
+
+@pytest.mark.parametrize("case", ["Lion", "ASGD", "Rprop", "Adadelta", "AdamWScheduleFree"])
+def test_threads_split_an_elementwise_update_without_changing_a_bit(built, case):
+    one, two = _run(case, native=True, threads=1), _run(case, native=True, threads=2)
+    for key, value in one.items():
+        assert torch.equal(value, two[key]), key
+
+
+@pytest.mark.parametrize("case", ["Lamb", "Adafactor"])
+def test_threads_split_the_sums_within_the_float32_bound(built, case):
+    one, two = _run(case, native=True, threads=1), _run(case, native=True, threads=2)
+    for key, value in one.items():
+        torch.testing.assert_close(value, two[key], rtol=1e-6, atol=1e-7, msg=key)
+
+
+def test_a_step_counts_as_an_in_place_change_for_autograd(built):
+    """As torch's in-place operations do (a flat group's buffers are what those change)."""
+    params = _params([(64, 600), (7, 13)])
+    optimizer = plugtrain.resolve("optimizer", "Lion")(params, lr=1e-3, flat=False)
+    versions = [p._version for p in params]
+    _step(optimizer, params, 0)
+    assert all(p._version > v for p, v in zip(params, versions, strict=True))
+
+
+def test_what_a_kernel_cannot_take_goes_the_multi_tensor_way(built):
+    """float64, a transposed (non-contiguous) parameter and foreach=False: the same numbers."""
+    gen = torch.Generator().manual_seed(0)
+    cases = [
+        ([torch.randn(40, 50, generator=gen, dtype=torch.float64)], {}),
+        ([torch.randn(50, 40, generator=gen).t()], {}),
+        ([torch.randn(40, 50, generator=gen)], {"foreach": False}),
+    ]
+    for tensors, extra in cases:
+        results = []
+        for native in (True, False):
+            os.environ[_native.SWITCH_VARIABLE] = "1" if native else "0"
+            _native.reset()
+            params = [torch.nn.Parameter(t.clone()) for t in tensors]
+            optimizer = plugtrain.resolve("optimizer", "Lion")(params, lr=1e-3, **extra)
+            for step in range(3):
+                _step(optimizer, params, step)
+            results.append(params[0].detach())
+        assert torch.equal(*results)
+
+
+def test_the_library_is_built_once_and_kept_in_the_cache(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGTRAIN_CACHE_DIR", str(tmp_path))
+    _native.reset()
+    first = _native.load()
+    assert first is not None
+    assert first.path.parent == tmp_path / "kernels"
+    stamp = first.path.stat().st_mtime_ns
+    _native.reset()
+    again = _native.load()
+    assert again is not None
+    assert again.path == first.path
+    assert again.path.stat().st_mtime_ns == stamp  # found, not compiled again
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.path.name]
+
+
+def test_without_a_compiler_steps_take_the_multi_tensor_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGTRAIN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    _native.reset()
+    assert _native.load() is None
+    assert "no C compiler found" in _native.status()
+    params = _params([(7, 13)])
+    optimizer = plugtrain.resolve("optimizer", "Lion")(params, lr=1e-3)
+    before = params[0].detach().clone()
+    _step(optimizer, params, 0)
+    assert not torch.equal(params[0].detach(), before)
+
+
+def test_the_switch_turns_the_kernels_off(monkeypatch):
+    monkeypatch.setenv(_native.SWITCH_VARIABLE, "0")
+    _native.reset()
+    assert _native.load() is None
+    assert _native.status() == f"turned off by {_native.SWITCH_VARIABLE}"
