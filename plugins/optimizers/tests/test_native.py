@@ -11,6 +11,7 @@ correctly rounded where torch's float32 one is not always, and their sums run in
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import pytest
@@ -212,3 +213,25 @@ def test_the_switch_turns_the_kernels_off(monkeypatch):
     _native.reset()
     assert _native.load() is None
     assert _native.status() == f"turned off by {_native.SWITCH_VARIABLE}"
+
+
+def test_a_forked_child_steps_with_threads_of_its_own(built):
+    """The parent's pool threads do not exist in a child; the child must not wait on them.
+
+    The child runs no torch operation but the step (torch's own OpenMP threads are not safe
+    to use after a fork), and gives up after 30 s rather than hang the suite.
+    """
+    params = _params([(300, 129)])
+    optimizer = plugtrain.resolve("optimizer", "Lion")(params, lr=1e-3)
+    _step(optimizer, params, 0)  # the parent's pool is running now
+    before = params[0].detach()[0, 0].item()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)
+        try:
+            optimizer.step()  # split between two threads: above PARALLEL_ELEMENTS
+            os._exit(0 if params[0].detach()[0, 0].item() != before else 3)
+        except BaseException:  # noqa: BLE001 - any failure is the child's exit code
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

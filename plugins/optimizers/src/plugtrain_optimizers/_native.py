@@ -143,6 +143,10 @@ class NativeKernels:
         for future in pending:
             future.result()
 
+    def forget_pool(self) -> None:
+        """Drop the thread pool without waiting for it (in a forked child, where it is gone)."""
+        self._pool, self._pool_size = None, 0
+
     def _executor(self, workers: int) -> ThreadPoolExecutor:
         if self._pool is None or self._pool_size < workers:
             if self._pool is not None:
@@ -196,6 +200,15 @@ _lock = threading.Lock()
 _loaded: NativeKernels | None = None
 _tried = False
 _reason = "not built yet"
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's pool threads: start a new pool when needed."""
+    if _loaded is not None:
+        _loaded.forget_pool()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def load() -> NativeKernels | None:
