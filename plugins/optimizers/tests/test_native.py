@@ -235,3 +235,13 @@ def test_a_forked_child_steps_with_threads_of_its_own(built):
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_set_enabled_switches_the_kernels_within_a_process(built):
+    _native.reset()
+    assert _native.load() is not None
+    _native.set_enabled(False)
+    assert _native.load() is None
+    assert _native.status() == "turned off by set_enabled(False)"
+    _native.set_enabled(True)
+    assert _native.load() is not None

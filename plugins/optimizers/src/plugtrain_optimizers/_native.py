@@ -46,6 +46,7 @@ __all__ = [
     "NativeKernels",
     "load",
     "reset",
+    "set_enabled",
     "status",
     "usable",
     "usable_matrix",
@@ -143,6 +144,12 @@ class NativeKernels:
         for future in pending:
             future.result()
 
+    def close(self) -> None:
+        """Stop the thread pool (its threads end once idle); a later call starts a new one."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+        self.forget_pool()
+
     def forget_pool(self) -> None:
         """Drop the thread pool without waiting for it (in a forked child, where it is gone)."""
         self._pool, self._pool_size = None, 0
@@ -200,6 +207,7 @@ _lock = threading.Lock()
 _loaded: NativeKernels | None = None
 _tried = False
 _reason = "not built yet"
+_enabled = True
 
 
 def _after_fork_in_child() -> None:
@@ -215,37 +223,54 @@ def load() -> NativeKernels | None:
     """The kernels, built and loaded on the first call; ``None`` where they cannot be.
 
     The reason is :func:`status`; a failure is logged once (debug level) and not retried.
+    ``PLUGTRAIN_NATIVE_KERNELS=0`` at the first call, or :func:`set_enabled`, turns them off.
     """
     global _loaded, _tried, _reason  # noqa: PLW0603 - one library per process
-    if _tried:
-        return _loaded
-    with _lock:
-        if _tried:
-            return _loaded
-        if os.environ.get(SWITCH_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off"):
-            _reason = f"turned off by {SWITCH_VARIABLE}"
-        else:
-            try:
-                path = _build()
-                _loaded = NativeKernels(ctypes.CDLL(str(path)), path)
-                _reason = f"loaded from {path}"
-            except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
-                _reason = f"not built: {exc}"
-                _log.debug("plugtrain optimizers: native kernels %s", _reason)
-        _tried = True
-        return _loaded
+    if not _tried:
+        with _lock:
+            if not _tried:
+                value = os.environ.get(SWITCH_VARIABLE, "1").strip().lower()
+                if value in ("0", "false", "no", "off"):
+                    _reason = f"turned off by {SWITCH_VARIABLE}"
+                else:
+                    _loaded, _reason = _load()
+                _tried = True
+    return _loaded if _enabled else None
+
+
+def _load() -> tuple[NativeKernels | None, str]:
+    try:
+        path = _build()
+        return NativeKernels(ctypes.CDLL(str(path)), path), f"loaded from {path}"
+    except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
+        reason = f"not built: {exc}"
+        _log.debug("plugtrain optimizers: native kernels %s", reason)
+        return None, reason
+
+
+def set_enabled(enabled: bool) -> None:
+    """Turn the kernels off or back on for the steps that follow.
+
+    For comparisons in one process (the bench); the library stays loaded.
+    """
+    global _enabled  # noqa: PLW0603
+    _enabled = enabled
 
 
 def status() -> str:
     """Whether the kernels are in use, and where they came from or why not."""
+    if not _enabled:
+        return "turned off by set_enabled(False)"
     return _reason
 
 
 def reset() -> None:
     """Forget the loaded kernels, so that the next :func:`load` looks again (for tests)."""
-    global _loaded, _tried, _reason
+    global _loaded, _tried, _reason, _enabled
     with _lock:
-        _loaded, _tried, _reason = None, False, "not built yet"
+        if _loaded is not None:
+            _loaded.close()
+        _loaded, _tried, _reason, _enabled = None, False, "not built yet", True
 
 
 def _compiler() -> str:
