@@ -174,6 +174,8 @@ def usable_pair(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if not (a.is_contiguous() and b.is_contiguous()) or a.shape != b.shape:
         return False
+    if a.is_neg() or b.is_neg():  # a lazily negated view: its memory holds -value
+        return False
     return abs(a.data_ptr() - b.data_ptr()) >= 4 * a.numel()
 
 
@@ -184,7 +186,7 @@ def usable_matrix(p: torch.Tensor, g: torch.Tensor, row: torch.Tensor, col: torc
     for t in (row, col):
         if type(t) not in _PLAIN or t.dtype != torch.float32 or not t.is_cpu:
             return False
-        if not t.is_contiguous():
+        if not t.is_contiguous() or t.is_neg():
             return False
     return row.numel() == p.shape[0] and col.numel() == p.shape[1]
 
@@ -195,7 +197,7 @@ def usable(tensors: Sequence[torch.Tensor]) -> bool:
     for t in tensors:
         if t.dtype != torch.float32 or not t.is_cpu or t.numel() != n:
             return False
-        if type(t) not in _PLAIN or not t.is_contiguous():
+        if type(t) not in _PLAIN or not t.is_contiguous() or t.is_neg():
             return False  # a subclass (a DTensor, say) is not what its data pointer holds
     if len(tensors) == 1:
         return True

@@ -1,13 +1,15 @@
-/* One-pass float32 updates of the elementwise plugtrain optimizers on the CPU.
+/* One-pass float32 updates of the plugtrain optimizers on the CPU.
  *
- * Each function updates elements [0, n) of its arrays in one loop: every input is read once and
- * every output written once, where the multi-tensor path makes one pass over memory per
- * operation. The caller (plugtrain_optimizers/_native.py) splits a buffer between threads and
- * checks that the arrays are float32, contiguous and distinct.
+ * Each elementwise function updates elements [0, n) of its arrays in one loop: every input is
+ * read once and every output written once, where the multi-tensor path makes one pass over
+ * memory per operation. Lamb and Adafactor, which need norms or row and column means before
+ * the update, take two and three passes. The caller (plugtrain_optimizers/_native.py) splits
+ * the work between threads and checks that the arrays are float32, contiguous and distinct.
  *
  * Each line mirrors one in-place operation of the Python path, rounding as torch's CPU kernels
  * do: `add(x, y, alpha)`, `lerp` and `addcmul(x, a, b, value)` (as `fma(value * a, b, x)`) are
- * fused multiply-adds there; `addcdiv(x, a, b, value)` is `x + value * a / b`, unfused. Compiled with -ffp-contract=off, so that only the explicit fmaf calls fuse.
+ * fused multiply-adds there; `addcdiv(x, a, b, value)` is `x + value * a / b`, unfused. The
+ * library is compiled with -ffp-contract=off, so that only the explicit fmaf calls fuse.
  */
 #include <math.h>
 #include <stdint.h>
@@ -190,18 +192,8 @@ void plugtrain_lamb_apply(int64_t n, float *RESTRICT p, const float *RESTRICT m,
     }
 }
 
-/* Adafactor, factored second moment, on a row range of one (rows x cols) matrix.
- *
- * Pass 1, plugtrain_adafactor_stats: row_sums[r] = sum_c g^2, col_sums[c] += sum_r g^2 and
- * sums[0] += |p|^2 over the range. Then the caller updates the statistics and makes the
- * factors rf (rows) and cf (cols). Pass 2, plugtrain_adafactor_rms: sums[0] += sum over the
- * range of rf_r^2 cf_c^2 g_rc^2 (the update's squared norm). Pass 3, plugtrain_adafactor_apply:
- * p = p * decay + (g * rf_r scale) * cf_c.
- *
- * Within a row, sums run in float32 over 32 interleaved partial sums (as torch's float32
- * reductions do); a row's total joins the matrix's total in double. */
-/* Eight floats; sums over a row use four of them (32 columns a step), so that the additions
- * of one accumulator do not wait on each other. */
+/* Eight floats. A row's sums use four of them (32 columns a step), so that the additions into
+ * one accumulator do not wait on each other. */
 typedef float floats8 __attribute__((vector_size(32)));
 
 static inline floats8 load8(const float *x) {
@@ -223,6 +215,16 @@ static inline float total8(floats8 a, floats8 b, floats8 c, floats8 d) {
     return total;
 }
 
+/* Adafactor, factored second moment, on a row range of one (rows x cols) matrix.
+ *
+ * Pass 1, plugtrain_adafactor_stats: row_sums[r] = sum_c g^2, col_sums[c] += sum_r g^2 and
+ * sums[0] += |p|^2 over the range. Then the caller updates the statistics and makes the
+ * factors rf (rows) and cf (cols). Pass 2, plugtrain_adafactor_rms: sums[0] += sum over the
+ * range of rf_r^2 cf_c^2 g_rc^2 (the update's squared norm). Pass 3, plugtrain_adafactor_apply:
+ * p = p * decay + (g * rf_r scale) * cf_c.
+ *
+ * Within a row, sums run in float32 over 32 interleaved partial sums (as torch's float32
+ * reductions do); a row's total joins the matrix's total in double. */
 void plugtrain_adafactor_stats(int64_t rows, int64_t cols, const float *RESTRICT p,
                                const float *RESTRICT g, double *RESTRICT row_sums,
                                float *RESTRICT col_sums, double *RESTRICT sums) {
@@ -253,26 +255,13 @@ void plugtrain_adafactor_stats(int64_t rows, int64_t cols, const float *RESTRICT
     sums[0] += weights;
 }
 
-/* The next matrix's bytes [start, stop) into the cache (the many-small-matrices path hides
- * the memory's latency behind the current matrix's arithmetic). */
-static inline void prefetch(const float *base, int64_t start, int64_t stop) {
-    if (base == 0) {
-        return;
-    }
-    for (int64_t i = start; i < stop; i += 16) {
-        __builtin_prefetch(base + i, 0, 3);
-    }
-}
-
-static void adafactor_rms(int64_t rows, int64_t cols, const float *RESTRICT g,
-                          const float *RESTRICT rf, const float *RESTRICT cf,
-                          double *RESTRICT sums, const float *next_p, const float *next_g) {
+void plugtrain_adafactor_rms(int64_t rows, int64_t cols, const float *RESTRICT g,
+                             const float *RESTRICT rf, const float *RESTRICT cf,
+                             double *RESTRICT sums) {
     const int64_t whole = cols - cols % 32;
     double total = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         const float *RESTRICT gr = g + r * cols;
-        prefetch(next_p, r * cols, (r + 1) * cols);
-        prefetch(next_g, r * cols, (r + 1) * cols);
         floats8 along[4] = {{0}};
         for (int64_t c = 0; c < whole; c += 32) {
             for (int q = 0; q < 4; q++) {
@@ -289,12 +278,6 @@ static void adafactor_rms(int64_t rows, int64_t cols, const float *RESTRICT g,
         total += (double)row_total * (double)rf[r] * (double)rf[r];
     }
     sums[0] += total;
-}
-
-void plugtrain_adafactor_rms(int64_t rows, int64_t cols, const float *RESTRICT g,
-                             const float *RESTRICT rf, const float *RESTRICT cf,
-                             double *RESTRICT sums) {
-    adafactor_rms(rows, cols, g, rf, cf, sums, 0, 0);
 }
 
 void plugtrain_adafactor_apply(int64_t rows, int64_t cols, float *RESTRICT p,
@@ -366,8 +349,7 @@ void plugtrain_adafactor_matrices(int64_t count, int64_t rows, int64_t cols,
         }
         adafactor_factors(rows, cols, row, col, rf, cf);
         sums[0] = 0.0;
-        const int more = k + 1 < count;
-        adafactor_rms(rows, cols, gk, rf, cf, sums, more ? p[k + 1] : 0, more ? g[k + 1] : 0);
+        plugtrain_adafactor_rms(rows, cols, gk, rf, cf, sums);
         const double update_rms = sqrt(sums[0]) / root / (double)clip;
         const double scale = -rho / (update_rms > 1.0 ? update_rms : 1.0);
         const float decay = weight_decay != 0.0f ? (float)(1.0 - (double)weight_decay * rho) : 1.0f;
