@@ -215,11 +215,11 @@ def test_the_switch_turns_the_kernels_off(monkeypatch):
     assert _native.status() == f"turned off by {_native.SWITCH_VARIABLE}"
 
 
-def test_a_forked_child_steps_with_threads_of_its_own(built):
-    """The parent's pool threads do not exist in a child; the child must not wait on them.
+def test_a_forked_child_steps_on_one_thread(built):
+    """OpenMP's threads do not survive a fork: a parallel loop in the child would wait forever.
 
-    The child runs no torch operation but the step (torch's own OpenMP threads are not safe
-    to use after a fork), and gives up after 30 s rather than hang the suite.
+    The child runs no torch operation but the step (torch's own parallel operations hang
+    there), and gives up after 30 s rather than hang the suite.
     """
     params = _params([(300, 129)])
     optimizer = plugtrain.resolve("optimizer", "Lion")(params, lr=1e-3)
@@ -229,7 +229,7 @@ def test_a_forked_child_steps_with_threads_of_its_own(built):
     if pid == 0:
         signal.alarm(30)
         try:
-            optimizer.step()  # split between two threads: above PARALLEL_ELEMENTS
+            optimizer.step()  # above PARALLEL_ELEMENTS: two threads in the parent
             os._exit(0 if params[0].detach()[0, 0].item() != before else 3)
         except BaseException:  # noqa: BLE001 - any failure is the child's exit code
             os._exit(1)

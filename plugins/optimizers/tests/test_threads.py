@@ -86,6 +86,19 @@ def test_a_load_that_slows_the_chosen_plan_moves_the_steps_to_one_thread(two_thr
     assert ran[-3:] == [ALL_BLOCKED] * 3
 
 
+def test_a_passing_stall_does_not_move_the_steps(two_threads):
+    load = FakeLoad({ALL_BLOCKED: 1.0, ONE: 2.0})
+    tuner = StepTuner(clock=load.clock)
+    load.steps(tuner, 20)
+    load.cost = {ALL_BLOCKED: 10.0, ONE: 2.5}  # two slow steps: another tenant's burst
+    load.steps(tuner, 2)
+    load.cost = {ALL_BLOCKED: 1.0, ONE: 2.0}  # and it is over
+    ran = load.steps(tuner, 6)
+    assert ran[:2] == [ONE, ALL_BLOCKED]  # both timed again at once, the chosen one last
+    assert ran[2:] == [ALL_BLOCKED] * 4
+    assert tuner.chosen == ALL_BLOCKED
+
+
 def test_one_thread_has_a_single_plan(two_threads):
     assert StepTuner().plans(1) == [ONE]
     assert StepTuner().plans(2) == [ALL_BLOCKED, ONE]

@@ -13,17 +13,21 @@ last bits, within the float32 bound the optimizer tests use: the kernels' square
 correctly rounded (torch's float32 one, MKL's, is not always), and sums run in another order.
 
 Building needs a C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) and takes about a
-tenth of a second; the library is kept in ``$PLUGTRAIN_CACHE_DIR/kernels`` (else
+fifth of a second; the library is kept in ``$PLUGTRAIN_CACHE_DIR/kernels`` (else
 ``$XDG_CACHE_HOME/plugtrain/kernels`` or ``~/.cache/plugtrain/kernels``), named by a hash of
 the source, the compiler, its flags and the CPU, so a change to any of them builds anew.
-``PLUGTRAIN_NATIVE_KERNELS=0`` turns the kernels off. A buffer of at least
-:data:`PARALLEL_ELEMENTS` elements is split between torch's intra-op threads (the kernels run
-on Python threads, with the GIL released by :mod:`ctypes`); a smaller one runs on the caller's.
+``PLUGTRAIN_NATIVE_KERNELS=0`` turns the kernels off. A loop over at least
+:data:`PARALLEL_ELEMENTS` elements is split between torch's intra-op threads, on the OpenMP
+runtime torch itself uses (built with ``-fopenmp``, the library links the ``libgomp`` torch
+has loaded): the threads torch's last operation left idle or spinning take it at once, where
+threads of another pool would wait for a core. A compiler without OpenMP gives a library whose
+loops run on one thread.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import itertools
 import logging
@@ -34,7 +38,6 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -59,36 +62,40 @@ SWITCH_VARIABLE = "PLUGTRAIN_NATIVE_KERNELS"
 """Set to ``0`` to take the multi-tensor path everywhere."""
 
 KERNELS: dict[str, str] = {
-    "lion": "ipppffff",
-    "adadelta": "ippppffffff",
-    "asgd": "ipppfffff",
-    "rprop": "ippppffff",
-    "adamw_schedule_free": "ippppffffff",
-    "adamw_schedule_free_decay": "ippppffffffff",
-    "sgd_schedule_free": "ipppffff",
-    "lamb_moments": "ippppdfffff",
-    "lamb_apply": "ipppfff",
-    "adafactor_stats": "iippppp",
-    "adafactor_rms": "iipppp",
-    "adafactor_apply": "iippppff",
-    "adafactor_matrices": "iiipppppffffffff",
+    "lion": "iipppffff",
+    "adadelta": "iippppffffff",
+    "asgd": "iipppfffff",
+    "rprop": "iippppffff",
+    "adamw_schedule_free": "iippppffffff",
+    "adamw_schedule_free_decay": "iippppffffffff",
+    "sgd_schedule_free": "iipppffff",
+    "lamb_moments": "iippppdfffff",
+    "lamb_apply": "iipppfff",
+    "adafactor_stats": "iiipppdd",
+    "adafactor_rms": "iiipppd",
+    "adafactor_apply": "iiippppff",
+    "adafactor_matrices": "iiiippppdffffffff",
 }
-"""Each kernel's C arguments: ``i`` an int64, ``p`` a pointer, ``d`` a pointer to double sums
-(a reduction's results), ``f`` a float.
+"""Each kernel's C arguments: ``i`` an int64, ``p`` a pointer to floats, ``d`` a pointer to
+doubles (sums), ``f`` a float.
 
-An elementwise kernel (:meth:`NativeKernels.run`) takes the element count, float32 arrays,
-the sums pointer if any, then its scalars.
+An elementwise kernel (:meth:`NativeKernels.run`) takes the element count, the number of
+threads, its float32 arrays, a pointer to its sums if it has any, then its scalars.
 """
 
 PARALLEL_ELEMENTS = 1 << 15
-"""Smallest buffer split between threads (below it, starting a thread costs more than it saves)."""
+"""Smallest buffer split between threads (below it, waking threads costs more than it saves)."""
 
-_ALIGN = 16  # elements: each thread's share starts on a 64-byte cache line
 _SOURCE = Path(__file__).with_name("kernels.c")
 _FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"]
-# Tried in turn: the first a compiler accepts is used (-fopenmp-simd vectorizes the sums only;
-# no OpenMP runtime is linked).
-_EXTRA_FLAGS = [["-march=native", "-fopenmp-simd"], ["-fopenmp-simd"], []]
+# Tried in turn until one builds and loads. -fopenmp links the libgomp torch has loaded (one
+# thread pool for torch and the kernels); -fopenmp-simd only vectorizes the sums (one thread).
+_EXTRA_FLAGS = [
+    ["-march=native", "-fopenmp"],
+    ["-fopenmp"],
+    ["-march=native", "-fopenmp-simd"],
+    [],
+]
 
 
 class NativeKernels:
@@ -96,6 +103,7 @@ class NativeKernels:
 
     def __init__(self, library: ctypes.CDLL, path: Path) -> None:
         self.path = path
+        self.openmp = bool(library.plugtrain_openmp())
         self._functions = {}
         types = {"i": ctypes.c_int64, "p": ctypes.c_void_p, "d": ctypes.c_void_p}
         for name, spec in KERNELS.items():
@@ -103,8 +111,17 @@ class NativeKernels:
             function.argtypes = [types.get(kind, ctypes.c_float) for kind in spec]
             function.restype = None
             self._functions[name] = function
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_size = 0
+
+    @staticmethod
+    def threads(numel: int) -> int:
+        """The threads for a loop over ``numel`` elements: torch's intra-op threads, or one.
+
+        One in a process forked from one that ran parallel loops: GNU OpenMP's threads do not
+        survive a fork, and a parallel loop there would wait for them forever.
+        """
+        if _forked or numel < PARALLEL_ELEMENTS:
+            return 1
+        return torch.get_num_threads()
 
     def run(
         self,
@@ -115,53 +132,31 @@ class NativeKernels:
     ) -> list[float]:
         """Update ``tensors`` (an elementwise kernel's arrays, :func:`usable`) with ``scalars``.
 
-        Returns the kernel's ``sums`` sums over all elements (a ``d`` argument, one buffer per
-        thread, added up here).
+        Returns the kernel's ``sums`` sums over all elements (its ``d`` argument).
         """
         n = tensors[0].numel()
         pointers = [t.data_ptr() for t in tensors]
-        threads = torch.get_num_threads()
-        share = n if threads <= 1 or n < PARALLEL_ELEMENTS else -(-n // threads)
-        share += -share % _ALIGN
-        starts = range(0, n, share) if n else range(1)
-        totals = [(ctypes.c_double * sums)() for _ in starts] if sums else []
-        calls = []
-        for k, start in enumerate(starts):
-            extra = [ctypes.addressof(totals[k])] if sums else []
-            offsets = [p + 4 * start for p in pointers]
-            calls.append((min(share, n - start), *offsets, *extra, *scalars))
-        self.call(name, calls)
-        return [sum(t[i] for t in totals) for i in range(sums)]
+        if not sums:
+            self._functions[name](n, self.threads(n), *pointers, *scalars)
+            return []
+        totals = (ctypes.c_double * sums)()
+        self._functions[name](n, self.threads(n), *pointers, ctypes.addressof(totals), *scalars)
+        return list(totals)
 
-    def call(self, name: str, calls: Sequence[Sequence[object]]) -> None:
-        """Call kernel ``name`` once with each argument list, all at once (one per thread)."""
-        function = self._functions[name]
-        pending: list[Future[None]] = []
-        if len(calls) > 1:
-            pool = self._executor(len(calls) - 1)
-            pending = [pool.submit(function, *call) for call in calls[1:]]
-        function(*calls[0])
-        for future in pending:
-            future.result()
+    def call(self, name: str, *arguments: object) -> None:
+        """Call kernel ``name`` with ``arguments`` as they are (:data:`KERNELS` says which)."""
+        self._functions[name](*arguments)
 
-    def close(self) -> None:
-        """Stop the thread pool (its threads end once idle); a later call starts a new one."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-        self.forget_pool()
 
-    def forget_pool(self) -> None:
-        """Drop the thread pool without waiting for it (in a forked child, where it is gone)."""
-        self._pool, self._pool_size = None, 0
+_forked = False
 
-    def _executor(self, workers: int) -> ThreadPoolExecutor:
-        if self._pool is None or self._pool_size < workers:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-            self._pool = ThreadPoolExecutor(workers, thread_name_prefix="plugtrain-kernel")
-            self._pool_size = workers
-        return self._pool
 
+def _after_fork_in_child() -> None:
+    global _forked  # noqa: PLW0603 - set once, in the child
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
@@ -212,15 +207,6 @@ _reason = "not built yet"
 _enabled = True
 
 
-def _after_fork_in_child() -> None:
-    """A forked child has none of its parent's pool threads: start a new pool when needed."""
-    if _loaded is not None:
-        _loaded.forget_pool()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 def load() -> NativeKernels | None:
     """The kernels, built and loaded on the first call; ``None`` where they cannot be.
 
@@ -241,13 +227,24 @@ def load() -> NativeKernels | None:
 
 
 def _load() -> tuple[NativeKernels | None, str]:
+    """The first build that compiles and loads, by :data:`_EXTRA_FLAGS` in turn."""
+    problems = []
     try:
-        path = _build()
-        return NativeKernels(ctypes.CDLL(str(path)), path), f"loaded from {path}"
-    except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
-        reason = f"not built: {exc}"
-        _log.debug("plugtrain optimizers: native kernels %s", reason)
-        return None, reason
+        compiler = _compiler()
+        for extra in _EXTRA_FLAGS:
+            try:
+                path = _build(compiler, extra)
+                kernels = NativeKernels(ctypes.CDLL(str(path)), path)
+            except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
+                problems.append(f"{' '.join(extra) or 'plain'}: {exc}")
+                continue
+            threads = "OpenMP threads" if kernels.openmp else "one thread"
+            return kernels, f"loaded from {path} ({threads})"
+    except RuntimeError as exc:
+        problems.append(str(exc))
+    reason = "not built: " + "; ".join(problems)
+    _log.debug("plugtrain optimizers: native kernels %s", reason)
+    return None, reason
 
 
 def set_enabled(enabled: bool) -> None:
@@ -270,8 +267,6 @@ def reset() -> None:
     """Forget the loaded kernels, so that the next :func:`load` looks again (for tests)."""
     global _loaded, _tried, _reason, _enabled
     with _lock:
-        if _loaded is not None:
-            _loaded.close()
         _loaded, _tried, _reason, _enabled = None, False, "not built yet", True
 
 
@@ -300,17 +295,19 @@ def _cpu() -> str:
     return f"{platform.machine()} {platform.processor()} {flags}"
 
 
-def _build() -> Path:
-    """The library's path, compiled into the cache unless a build with the same key is there."""
-    compiler = _compiler()
-    source = _SOURCE.read_bytes()
-    version = subprocess.run(
+@functools.cache
+def _compiler_version(compiler: str) -> str:
+    return subprocess.run(
         [compiler, "--version"], capture_output=True, text=True, timeout=60, check=False
     ).stdout
+
+
+def _build(compiler: str, extra: list[str]) -> Path:
+    """The library built with flags ``extra``: from the cache, or compiled into it."""
     key = hashlib.sha256()
-    flags = " ".join(_FLAGS + [" ".join(extra) for extra in _EXTRA_FLAGS])
-    for part in (source, version.encode(), flags.encode(), _cpu().encode()):
-        key.update(part)
+    flags = " ".join([*_FLAGS, *extra])
+    for part in (_SOURCE.read_bytes(), _compiler_version(compiler), flags, _cpu()):
+        key.update(part if isinstance(part, bytes) else part.encode())
         key.update(b"\0")
     name = f"plugtrain_optimizers_{key.hexdigest()[:20]}.so"
     try:
@@ -326,18 +323,13 @@ def _build() -> Path:
     handle, scratch = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     os.close(handle)
     try:
-        errors = ""
-        for extra in _EXTRA_FLAGS:
-            command = [compiler, *_FLAGS, *extra, str(_SOURCE), "-o", scratch, "-lm"]
-            result = subprocess.run(
-                command, capture_output=True, text=True, timeout=300, check=False
-            )
-            if result.returncode == 0:
-                os.replace(scratch, target)  # atomic: another process may be building it too
-                return target
-            errors = result.stderr.strip()
-        message = f"{compiler} failed: {errors[-400:] or 'no message'}"
-        raise RuntimeError(message)
+        command = [compiler, *_FLAGS, *extra, str(_SOURCE), "-o", scratch, "-lm"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        if result.returncode != 0:
+            message = f"{compiler} failed: {result.stderr.strip()[-400:] or 'no message'}"
+            raise RuntimeError(message)
+        os.replace(scratch, target)  # atomic: another process may be building it too
+        return target
     finally:
         if os.path.exists(scratch):
             os.unlink(scratch)

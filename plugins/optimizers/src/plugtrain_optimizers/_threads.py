@@ -22,9 +22,11 @@ cliff when the load changes. :class:`StepTuner` times the steps instead: after t
 median of its recent times, and tries the other again now and then (after
 :data:`EXPLORE_FIRST` steps, the interval doubling up to :data:`EXPLORE_LAST` while the choice
 holds; a try replaces the plan's stale times). Two steps in a row slower than :data:`SLOWDOWN`
-times the chosen plan's recent best mean the machine changed: its older times are forgotten,
-and the other plan takes over if it is faster. Torch's thread count is restored after every
-step.
+times the chosen plan's recent best mean the machine may have changed: every plan is timed
+again at once (the others, then the chosen one) and the faster by those fresh times runs, so
+that a passing stall (another tenant's burst) does not move the steps for a whole interval,
+while a lasting load moves them after three slow steps. Torch's thread count is restored after
+every step.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class StepTuner:
         self.times: dict[Plan, deque[float]] = {}
         self.measured_at: dict[Plan, int] = {}
         self.chosen: Plan | None = None
+        self.round_from: Plan | None = None  # the plan chosen when the running tries began
         self.slow_steps = 0
         self.trying: list[Plan] = []
         self.interval = EXPLORE_FIRST
@@ -138,24 +141,26 @@ class StepTuner:
         if plan in self.trying:
             self.trying.remove(plan)
             if not self.trying:  # the round of tries is over
-                self._schedule(changed=min(plans, key=self.estimate) != self.chosen)
+                self._schedule(changed=min(plans, key=self.estimate) != self.round_from)
         elif plan == self.chosen:
             self.slow_steps = self.slow_steps + 1 if slow else 0
-            if self.slow_steps >= 2:  # twice in a row: not noise, the machine changed
-                self.times[plan] = deque(list(times)[-2:], maxlen=SAMPLES)
+            if self.slow_steps >= 2:  # twice in a row: time every plan again, this one last
                 self.slow_steps = 0
-                if min(plans, key=self.estimate) != plan:
-                    self._schedule(changed=True)
+                self.trying = [p for p in plans if p != plan] + [plan]
+                self.round_from = plan
         else:  # every plan has been measured once: the first choice
             self._schedule(changed=True)
         self.chosen = min(plans, key=self.estimate)
         if self.steps >= self.next_try and not self.trying:
             others = [p for p in plans if p != self.chosen]
             self.trying = sorted(others, key=lambda p: self.measured_at[p])  # stalest first
+            self.round_from = self.chosen
 
     def _measured(self, plans: list[Plan]) -> bool:
-        """Whether the first choice can be made: every plan timed, the first one twice."""
-        return all(p in self.times for p in plans) and len(self.times[plans[0]]) >= 2
+        """Whether a choice can be made: every plan timed (the first one twice, at first)."""
+        if not all(p in self.times for p in plans):
+            return False
+        return self.chosen is not None or len(self.times[plans[0]]) >= 2
 
     def _schedule(self, *, changed: bool) -> None:
         """Set the next round of tries: soon after a change, later while the choice holds."""

@@ -120,8 +120,8 @@ class Adafactor(PlugtrainOptimizer):
 
         A matrix of at least :data:`~plugtrain_optimizers._native.PARALLEL_ELEMENTS` elements
         takes three passes, each split by rows between the threads (the statistics and the
-        norm of ``p``; the update's norm; the update), the factors being made in between; a
-        smaller one takes one call for its whole step.
+        norm of ``p``; the update's norm; the update), the factors being made in between; the
+        smaller ones of one shape take one call, which gives each thread whole matrices.
         """
         kernels = _native.load() if self.use_foreach(group) else None
         if kernels is None:
@@ -139,17 +139,18 @@ class Adafactor(PlugtrainOptimizer):
                 [beta, 1 - beta, hyper.eps1, eps2, lr, hyper.wd, hyper.clip],
                 bool(scale_parameter),
             )
-        for (rows_n, cols_n, _), chunks in plan.small.items():
-            need = 2 * (rows_n + cols_n)
-            work = self.work_buffer(need * len(chunks), params[0].device, torch.float64, 16)
-            beta = betas[chunks[0][0]]
+        threads = kernels.threads(_native.PARALLEL_ELEMENTS)
+        for (rows_n, cols_n, _), (first, count, arrays) in plan.small.items():
+            work = self.work_buffer(
+                2 * (rows_n + cols_n) * threads, params[0].device, torch.float64, 16
+            )
+            beta = betas[first]
             scalars = [beta, 1 - beta, hyper.eps1, eps2, lr, hyper.wd, hyper.clip]
-            calls = [
-                (count, rows_n, cols_n, *arrays, work[k * need :].data_ptr(), *scalars,
-                 scale_parameter)
-                for k, (_, count, arrays) in enumerate(chunks)
-            ]  # fmt: skip
-            kernels.call("adafactor_matrices", calls)
+            share = kernels.threads(count * rows_n * cols_n)
+            kernels.call(
+                "adafactor_matrices",
+                count, rows_n, cols_n, share, *arrays, work.data_ptr(), *scalars, scale_parameter,
+            )  # fmt: skip
         if plan.done:
             torch.autograd.graph.increment_version([params[i] for i in plan.done])
         return plan.done
@@ -196,21 +197,16 @@ class Adafactor(PlugtrainOptimizer):
             done.append(i)
         small = {}
         for key, where in small_indices.items():
-            share = -(-len(where) // threads)
-            chunks = []
-            for k in range(0, len(where), share):
-                chunk = where[k : k + share]
-                arrays = tuple(
-                    _pointers([tensors[i] for i in chunk])
-                    for tensors in (
-                        params,
-                        grads,
-                        [s.get("exp_avg_sq_row") for s in states],
-                        [s.get("exp_avg_sq_col") for s in states],
-                    )
+            arrays = tuple(
+                _pointers([tensors[i] for i in where])
+                for tensors in (
+                    params,
+                    grads,
+                    [s.get("exp_avg_sq_row") for s in states],
+                    [s.get("exp_avg_sq_col") for s in states],
                 )
-                chunks.append((chunk[0], len(chunk), arrays))
-            small[key] = chunks
+            )
+            small[key] = (where[0], len(where), arrays)
         pointers = _plan_pointers(params, grads, states, done)
         plan = _NativePlan(identity, pointers, done, large, small)
         if uniform:
@@ -376,10 +372,8 @@ class _NativePlan:
     pointers: tuple[int, ...]
     done: list[int]
     large: list[int]
-    # (rows, cols, beta or 0.0 when all agree) -> chunks: (first index, count, pointer arrays)
-    small: dict[
-        tuple[int, int, float], list[tuple[int, int, tuple[ctypes.Array[ctypes.c_void_p], ...]]]
-    ]
+    # (rows, cols, beta or 0.0 when all agree) -> (first index, count, pointer arrays)
+    small: dict[tuple[int, int, float], tuple[int, int, tuple[ctypes.Array[ctypes.c_void_p], ...]]]
 
 
 def _plan_pointers(
@@ -418,23 +412,13 @@ def _rows_in_parallel(
     """One large matrix's step: three passes, each split by rows between the threads."""
     beta, keep, eps1, eps2, lr, wd, clip = scalars
     rows_n, cols_n = p.shape
-    threads = torch.get_num_threads()
-    share = -(-rows_n // threads)
-    spans = [(r, min(r + share, rows_n)) for r in range(0, rows_n, share)]
+    threads = kernels.threads(p.numel())
     row_sums = torch.empty(rows_n, dtype=torch.float64)
-    col_sums = torch.zeros(len(spans), cols_n, dtype=torch.float32)
-    sums = torch.zeros(len(spans), dtype=torch.float64)
-
-    def at(t: torch.Tensor, r: int) -> int:
-        return t.data_ptr() + r * cols_n * t.element_size()
-
+    col_sums = torch.zeros(threads, cols_n, dtype=torch.float32)  # one row per thread
+    sums = torch.zeros(threads, dtype=torch.float64)
     kernels.call(
-        "adafactor_stats",
-        [
-            (r1 - r0, cols_n, at(p, r0), at(g, r0), row_sums[r0:].data_ptr(),
-             col_sums[k].data_ptr(), sums[k:].data_ptr())
-            for k, (r0, r1) in enumerate(spans)
-        ],
+        "adafactor_stats", rows_n, cols_n, threads, p.data_ptr(), g.data_ptr(),
+        row_sums.data_ptr(), col_sums.data_ptr(), sums.data_ptr(),
     )  # fmt: skip
     root = math.sqrt(p.numel())
     rho = lr * max(math.sqrt(float(sums.sum())) / root, eps2) if scale_parameter else lr
@@ -444,23 +428,15 @@ def _rows_in_parallel(
     col_factor = col.rsqrt()
     sums.zero_()
     kernels.call(
-        "adafactor_rms",
-        [
-            (r1 - r0, cols_n, at(g, r0), row_factor[r0:].data_ptr(), col_factor.data_ptr(),
-             sums[k:].data_ptr())
-            for k, (r0, r1) in enumerate(spans)
-        ],
+        "adafactor_rms", rows_n, cols_n, threads, g.data_ptr(), row_factor.data_ptr(),
+        col_factor.data_ptr(), sums.data_ptr(),
     )  # fmt: skip
     update_rms = math.sqrt(float(sums.sum())) / root
     scale = -rho / max(update_rms / clip, 1.0)
     decay = 1 - wd * rho if wd != 0 else 1.0
     kernels.call(
-        "adafactor_apply",
-        [
-            (r1 - r0, cols_n, at(p, r0), at(g, r0), row_factor[r0:].data_ptr(),
-             col_factor.data_ptr(), scale, decay)
-            for k, (r0, r1) in enumerate(spans)
-        ],
+        "adafactor_apply", rows_n, cols_n, threads, p.data_ptr(), g.data_ptr(),
+        row_factor.data_ptr(), col_factor.data_ptr(), scale, decay,
     )  # fmt: skip
 
 

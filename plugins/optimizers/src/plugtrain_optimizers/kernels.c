@@ -13,8 +13,41 @@
  */
 #include <math.h>
 #include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define RESTRICT __restrict__
+
+/* Elementwise loops are split between `threads` threads of the OpenMP runtime torch uses (the
+ * library links the libgomp torch has loaded, so its threads, idle or spinning after torch's
+ * last operation, take the work at once). Built without OpenMP, a loop runs on one thread. */
+#define PARALLEL_FOR _Pragma("omp parallel for num_threads(threads) if (threads > 1) schedule(static)")
+
+/* Whether the library was built with OpenMP (1) or runs every loop on one thread (0). */
+int plugtrain_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+static inline int thread_index(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static inline int team_size(void) {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
 
 /* torch.lerp(start, end, weight) for a weight known outside the loop. */
 static inline float lerp(float start, float end, float weight) {
@@ -35,9 +68,10 @@ static inline float clamp(float x, float low, float high) {
 }
 
 /* Lion: p *= decay; p -= lr sign(lerp(m, g, 1 - beta1)); m = lerp(m, g, 1 - beta2). */
-void plugtrain_lion(int64_t n, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT m,
+void plugtrain_lion(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT m,
                     float lr, float decay, float w1, float w2) {
     const float neg_lr = -lr;
+    PARALLEL_FOR
     for (int64_t i = 0; i < n; i++) {
         const float mi = m[i], gi = g[i];
         const float direction = sign(lerp(mi, gi, w1));
@@ -53,10 +87,11 @@ static inline float effective(float g, float p, float flip, float weight_decay) 
 
 /* Adadelta: s = rho s + (1 - rho) g^2; d = sqrt((a + eps) / (s + eps)) g;
  * a = rho a + (1 - rho) d^2; p -= lr d. */
-void plugtrain_adadelta(int64_t n, float *RESTRICT p, const float *RESTRICT g,
+void plugtrain_adadelta(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
                         float *RESTRICT square_avg, float *RESTRICT acc_delta, float lr,
                         float rho, float keep, float eps, float weight_decay, float flip) {
     const float neg_lr = -lr;
+    PARALLEL_FOR
     for (int64_t i = 0; i < n; i++) {
         const float pi = p[i];
         const float gi = effective(g[i], pi, flip, weight_decay);
@@ -69,10 +104,11 @@ void plugtrain_adadelta(int64_t n, float *RESTRICT p, const float *RESTRICT g,
 }
 
 /* ASGD: p *= 1 - lambd eta; p -= eta g; ax = lerp(ax, p, mu) (a copy while mu = 1). */
-void plugtrain_asgd(int64_t n, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT ax,
+void plugtrain_asgd(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT ax,
                     float eta, float decay, float mu, float weight_decay, float flip) {
     const float neg_eta = -eta;
     if (mu == 1.0f) {
+        PARALLEL_FOR
         for (int64_t i = 0; i < n; i++) {
             const float pi = p[i];
             const float gi = effective(g[i], pi, flip, weight_decay);
@@ -82,6 +118,7 @@ void plugtrain_asgd(int64_t n, float *RESTRICT p, const float *RESTRICT g, float
         }
         return;
     }
+    PARALLEL_FOR
     for (int64_t i = 0; i < n; i++) {
         const float pi = p[i];
         const float gi = effective(g[i], pi, flip, weight_decay);
@@ -93,9 +130,10 @@ void plugtrain_asgd(int64_t n, float *RESTRICT p, const float *RESTRICT g, float
 
 /* Rprop: s = sign(g prev); step_size = clamp(step_size * (etaplus | etaminus | 1), low, high);
  * prev = s < 0 ? 0 : g; p -= sign(prev) step_size. */
-void plugtrain_rprop(int64_t n, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT prev,
+void plugtrain_rprop(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT prev,
                      float *RESTRICT step_size, float etaminus, float etaplus, float low,
                      float high) {
+    PARALLEL_FOR
     for (int64_t i = 0; i < n; i++) {
         const float gi = g[i];
         const float s = sign(gi * prev[i]);
@@ -110,10 +148,11 @@ void plugtrain_rprop(int64_t n, float *RESTRICT p, const float *RESTRICT g, floa
 
 /* Schedule-Free AdamW without weight decay: v = beta2 v + (1 - beta2) g^2;
  * u = g / (sqrt(v) + eps root); y = lerp(y, z, ckp1) + y_rate root u; z -= lr root u. */
-void plugtrain_adamw_schedule_free(int64_t n, float *RESTRICT y, const float *RESTRICT g,
+void plugtrain_adamw_schedule_free(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
                                    float *RESTRICT z, float *RESTRICT v, float beta2,
                                    float keep, float eps_root, float ckp1, float y_scale,
                                    float z_scale) {
+    PARALLEL_FOR
     for (int64_t i = 0; i < n; i++) {
         const float gi = g[i], zi = z[i];
         const float vi = fmaf(keep * gi, gi, v[i] * beta2);
@@ -126,11 +165,12 @@ void plugtrain_adamw_schedule_free(int64_t n, float *RESTRICT y, const float *RE
 
 /* Schedule-Free AdamW with weight decay: d = decay y + root g / (sqrt(v) + eps root);
  * y = lerp(y, z, ckp1) + y_rate d; z -= lr d. */
-void plugtrain_adamw_schedule_free_decay(int64_t n, float *RESTRICT y, const float *RESTRICT g,
+void plugtrain_adamw_schedule_free_decay(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
                                          float *RESTRICT z, float *RESTRICT v, float beta2,
                                          float keep, float eps_root, float ckp1, float root,
                                          float decay, float y_rate, float lr) {
     const float neg_lr = -lr;
+    PARALLEL_FOR
     for (int64_t i = 0; i < n; i++) {
         const float gi = g[i], zi = z[i], yi = y[i];
         const float vi = fmaf(keep * gi, gi, v[i] * beta2);
@@ -143,10 +183,11 @@ void plugtrain_adamw_schedule_free_decay(int64_t n, float *RESTRICT y, const flo
 }
 
 /* Schedule-Free SGD: d = g + decay y; y = lerp(y, z, ckp1) + y_rate d; z -= lr d. */
-void plugtrain_sgd_schedule_free(int64_t n, float *RESTRICT y, const float *RESTRICT g,
+void plugtrain_sgd_schedule_free(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
                                  float *RESTRICT z, float ckp1, float decay, float y_rate,
                                  float lr) {
     const float neg_lr = -lr;
+    PARALLEL_FOR
     for (int64_t i = 0; i < n; i++) {
         const float yi = y[i], zi = z[i];
         const float step = decay != 0.0f ? fmaf(decay, yi, g[i]) : g[i];
@@ -164,11 +205,12 @@ static inline float lamb_ratio(float p, float m, float v, float eps, float weigh
 /* Lamb's first pass: m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
  * sums = (|p|^2, |r|^2), accumulated in double. r is not stored: the second pass
  * (plugtrain_lamb_apply) computes it again from p, m and v, which it reads anyway. */
-void plugtrain_lamb_moments(int64_t n, const float *RESTRICT p, const float *RESTRICT g,
+void plugtrain_lamb_moments(int64_t n, int64_t threads, const float *RESTRICT p, const float *RESTRICT g,
                             float *RESTRICT m, float *RESTRICT v, double *RESTRICT sums, float w1,
                             float beta2, float keep, float eps, float weight_decay) {
     double weights = 0.0, ratios = 0.0;
-#pragma omp simd reduction(+ : weights, ratios)
+#pragma omp parallel for simd num_threads(threads) if (threads > 1) schedule(static) \
+    reduction(+ : weights, ratios)
     for (int64_t i = 0; i < n; i++) {
         const float pi = p[i], gi = g[i];
         const float mi = lerp(m[i], gi, w1);
@@ -184,8 +226,9 @@ void plugtrain_lamb_moments(int64_t n, const float *RESTRICT p, const float *RES
 }
 
 /* Lamb's second pass: p += scale r (scale = -lr trust). */
-void plugtrain_lamb_apply(int64_t n, float *RESTRICT p, const float *RESTRICT m,
+void plugtrain_lamb_apply(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT m,
                           const float *RESTRICT v, float scale, float eps, float weight_decay) {
+    PARALLEL_FOR
     for (int64_t i = 0; i < n; i++) {
         const float pi = p[i];
         p[i] = fmaf(scale, lamb_ratio(pi, m[i], v[i], eps, weight_decay), pi);
@@ -217,17 +260,17 @@ static inline float total8(floats8 a, floats8 b, floats8 c, floats8 d) {
 
 /* Adafactor, factored second moment, on a row range of one (rows x cols) matrix.
  *
- * Pass 1, plugtrain_adafactor_stats: row_sums[r] = sum_c g^2, col_sums[c] += sum_r g^2 and
+ * Pass 1, stats_range: row_sums[r] = sum_c g^2, col_sums[c] += sum_r g^2 and
  * sums[0] += |p|^2 over the range. Then the caller updates the statistics and makes the
- * factors rf (rows) and cf (cols). Pass 2, plugtrain_adafactor_rms: sums[0] += sum over the
- * range of rf_r^2 cf_c^2 g_rc^2 (the update's squared norm). Pass 3, plugtrain_adafactor_apply:
+ * factors rf (rows) and cf (cols). Pass 2, rms_range: sums[0] += sum over the range of
+ * rf_r^2 cf_c^2 g_rc^2 (the update's squared norm). Pass 3, apply_range:
  * p = p * decay + (g * rf_r scale) * cf_c.
  *
  * Within a row, sums run in float32 over 32 interleaved partial sums (as torch's float32
  * reductions do); a row's total joins the matrix's total in double. */
-void plugtrain_adafactor_stats(int64_t rows, int64_t cols, const float *RESTRICT p,
-                               const float *RESTRICT g, double *RESTRICT row_sums,
-                               float *RESTRICT col_sums, double *RESTRICT sums) {
+static void stats_range(int64_t rows, int64_t cols, const float *RESTRICT p,
+                        const float *RESTRICT g, double *RESTRICT row_sums,
+                        float *RESTRICT col_sums, double *RESTRICT sums) {
     const int64_t whole = cols - cols % 32;
     double weights = 0.0;
     for (int64_t r = 0; r < rows; r++) {
@@ -255,9 +298,8 @@ void plugtrain_adafactor_stats(int64_t rows, int64_t cols, const float *RESTRICT
     sums[0] += weights;
 }
 
-void plugtrain_adafactor_rms(int64_t rows, int64_t cols, const float *RESTRICT g,
-                             const float *RESTRICT rf, const float *RESTRICT cf,
-                             double *RESTRICT sums) {
+static void rms_range(int64_t rows, int64_t cols, const float *RESTRICT g,
+                      const float *RESTRICT rf, const float *RESTRICT cf, double *RESTRICT sums) {
     const int64_t whole = cols - cols % 32;
     double total = 0.0;
     for (int64_t r = 0; r < rows; r++) {
@@ -280,9 +322,9 @@ void plugtrain_adafactor_rms(int64_t rows, int64_t cols, const float *RESTRICT g
     sums[0] += total;
 }
 
-void plugtrain_adafactor_apply(int64_t rows, int64_t cols, float *RESTRICT p,
-                               const float *RESTRICT g, const float *RESTRICT rf,
-                               const float *RESTRICT cf, float scale, float decay) {
+static void apply_range(int64_t rows, int64_t cols, float *RESTRICT p, const float *RESTRICT g,
+                        const float *RESTRICT rf, const float *RESTRICT cf, float scale,
+                        float decay) {
     for (int64_t r = 0; r < rows; r++) {
         float *RESTRICT pr = p + r * cols;
         const float *RESTRICT gr = g + r * cols;
@@ -296,6 +338,54 @@ void plugtrain_adafactor_apply(int64_t rows, int64_t cols, float *RESTRICT p,
                 pr[c] = fmaf(gr[c] * row_scale, cf[c], pr[c]);
             }
         }
+    }
+}
+
+/* The rows [first, last) of thread `index` of `count`. */
+static inline void row_share(int64_t rows, int index, int count, int64_t *first, int64_t *last) {
+    const int64_t share = (rows + count - 1) / count;
+    *first = index * share < rows ? index * share : rows;
+    *last = *first + share < rows ? *first + share : rows;
+}
+
+/* The three passes over a large matrix, each split by rows between `threads` threads: thread t
+ * adds its column sums into col_sums[t * cols ...] and its sums into sums[t] (the caller zeroes
+ * `threads` of each and adds them up). */
+void plugtrain_adafactor_stats(int64_t rows, int64_t cols, int64_t threads,
+                               const float *RESTRICT p, const float *RESTRICT g,
+                               double *RESTRICT row_sums, float *RESTRICT col_sums,
+                               double *RESTRICT sums) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t first, last;
+        const int t = thread_index();
+        row_share(rows, t, team_size(), &first, &last);
+        stats_range(last - first, cols, p + first * cols, g + first * cols, row_sums + first,
+                    col_sums + t * cols, sums + t);
+    }
+}
+
+void plugtrain_adafactor_rms(int64_t rows, int64_t cols, int64_t threads,
+                             const float *RESTRICT g, const float *RESTRICT rf,
+                             const float *RESTRICT cf, double *RESTRICT sums) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t first, last;
+        const int t = thread_index();
+        row_share(rows, t, team_size(), &first, &last);
+        rms_range(last - first, cols, g + first * cols, rf + first, cf, sums + t);
+    }
+}
+
+void plugtrain_adafactor_apply(int64_t rows, int64_t cols, int64_t threads, float *RESTRICT p,
+                               const float *RESTRICT g, const float *RESTRICT rf,
+                               const float *RESTRICT cf, float scale, float decay) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t first, last;
+        row_share(rows, thread_index(), team_size(), &first, &last);
+        apply_range(last - first, cols, p + first * cols, g + first * cols, rf + first, cf,
+                    scale, decay);
     }
 }
 
@@ -315,44 +405,49 @@ static void adafactor_factors(int64_t rows, int64_t cols, const float *RESTRICT 
     }
 }
 
-/* The whole factored step of `count` (rows x cols) matrices, one after the other (small
- * matrices: the caller splits them between threads). p, g, row_state and col_state are arrays
- * of `count` pointers (to rows x cols, rows, cols floats); work holds 2 (rows + cols) doubles.
+/* The whole factored step of `count` (rows x cols) matrices, split between `threads` threads
+ * (each takes whole matrices). p, g, row_state and col_state are arrays of `count` pointers (to
+ * rows x cols, rows, cols floats); work holds `threads` blocks of 2 (rows + cols) doubles.
  * scale_parameter: rho is lr max(RMS(p), eps2), else lr. */
-void plugtrain_adafactor_matrices(int64_t count, int64_t rows, int64_t cols,
+void plugtrain_adafactor_matrices(int64_t count, int64_t rows, int64_t cols, int64_t threads,
                                   float *const *RESTRICT p, const float *const *RESTRICT g,
                                   float *const *RESTRICT row_state,
                                   float *const *RESTRICT col_state, double *RESTRICT work,
                                   float beta, float keep, float eps1, float eps2, float lr,
                                   float weight_decay, float clip, float scale_parameter) {
     const double root = sqrt((double)(rows * cols));
-    double *row_sums = work;
-    float *col_sums = (float *)(work + rows), *rf = col_sums + cols, *cf = rf + rows;
-    for (int64_t k = 0; k < count; k++) {
-        float *RESTRICT pk = p[k], *RESTRICT row = row_state[k], *RESTRICT col = col_state[k];
-        const float *RESTRICT gk = g[k];
-        double sums[1] = {0.0};
-        for (int64_t c = 0; c < cols; c++) {
-            col_sums[c] = 0.0f;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        double *row_sums = work + thread_index() * 2 * (rows + cols);
+        float *col_sums = (float *)(row_sums + rows), *rf = col_sums + cols, *cf = rf + rows;
+#pragma omp for schedule(static)
+        for (int64_t k = 0; k < count; k++) {
+            float *RESTRICT pk = p[k], *RESTRICT row = row_state[k], *RESTRICT col = col_state[k];
+            const float *RESTRICT gk = g[k];
+            double sums[1] = {0.0};
+            for (int64_t c = 0; c < cols; c++) {
+                col_sums[c] = 0.0f;
+            }
+            stats_range(rows, cols, pk, gk, row_sums, col_sums, sums);
+            double rho = lr;
+            if (scale_parameter != 0.0f) {
+                const double rms = sqrt(sums[0]) / root;
+                rho = (double)lr * (rms > eps2 ? rms : (double)eps2);
+            }
+            for (int64_t r = 0; r < rows; r++) {
+                row[r] = fmaf(keep, (float)(row_sums[r] / (double)cols) + eps1, row[r] * beta);
+            }
+            for (int64_t c = 0; c < cols; c++) {
+                col[c] = fmaf(keep, col_sums[c] / (float)rows + eps1, col[c] * beta);
+            }
+            adafactor_factors(rows, cols, row, col, rf, cf);
+            sums[0] = 0.0;
+            rms_range(rows, cols, gk, rf, cf, sums);
+            const double update_rms = sqrt(sums[0]) / root / (double)clip;
+            const double scale = -rho / (update_rms > 1.0 ? update_rms : 1.0);
+            const double decayed = 1.0 - (double)weight_decay * rho;
+            const float decay = weight_decay != 0.0f ? (float)decayed : 1.0f;
+            apply_range(rows, cols, pk, gk, rf, cf, (float)scale, decay);
         }
-        plugtrain_adafactor_stats(rows, cols, pk, gk, row_sums, col_sums, sums);
-        double rho = lr;
-        if (scale_parameter != 0.0f) {
-            const double rms = sqrt(sums[0]) / root;
-            rho = (double)lr * (rms > eps2 ? rms : (double)eps2);
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            row[r] = fmaf(keep, (float)(row_sums[r] / (double)cols) + eps1, row[r] * beta);
-        }
-        for (int64_t c = 0; c < cols; c++) {
-            col[c] = fmaf(keep, col_sums[c] / (float)rows + eps1, col[c] * beta);
-        }
-        adafactor_factors(rows, cols, row, col, rf, cf);
-        sums[0] = 0.0;
-        plugtrain_adafactor_rms(rows, cols, gk, rf, cf, sums);
-        const double update_rms = sqrt(sums[0]) / root / (double)clip;
-        const double scale = -rho / (update_rms > 1.0 ? update_rms : 1.0);
-        const float decay = weight_decay != 0.0f ? (float)(1.0 - (double)weight_decay * rho) : 1.0f;
-        plugtrain_adafactor_apply(rows, cols, pk, gk, rf, cf, (float)scale, decay);
     }
 }
