@@ -12,8 +12,8 @@ made of elementwise operations give the multi-tensor path's bits. Two things dif
 last bits, within the float32 bound the optimizer tests use: the kernels' square root is
 correctly rounded (torch's float32 one, MKL's, is not always), and sums run in another order.
 
-Building needs a C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) and takes about a
-fifth of a second; the library is kept in ``$PLUGTRAIN_CACHE_DIR/kernels`` (else
+Building needs a C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) and takes under a
+second; the library is kept in ``$PLUGTRAIN_CACHE_DIR/kernels`` (else
 ``$XDG_CACHE_HOME/plugtrain/kernels`` or ``~/.cache/plugtrain/kernels``), named by a hash of
 the source, the compiler, its flags and the CPU, so a change to any of them builds anew.
 ``PLUGTRAIN_NATIVE_KERNELS=0`` turns the kernels off. A loop over at least
