@@ -1,11 +1,12 @@
 """The one-pass C kernels give the multi-tensor path's numbers, and step aside where they cannot.
 
 Each case steps the same parameters with the kernels on and off (the default constructor path
-either way). Updates made of elementwise operations only (Lion, ASGD, Rprop, Schedule-Free SGD)
-must match to the bit: each kernel line mirrors one torch operation, rounding as torch does.
-Updates with a square root (Adadelta, Schedule-Free AdamW) or with norms and means (Lamb,
-Adafactor) are held to the bound the float32 layout tests use: the kernels' square root is
-correctly rounded where torch's float32 one is not always, and their sums run in another order.
+either way). Updates made of elementwise operations only (Lion, ASGD, Rprop, Adamax,
+Schedule-Free SGD) must match to the bit: each kernel line mirrors one torch operation,
+rounding as torch does. Updates with a square root (Adadelta, Schedule-Free AdamW) or with
+norms and means (Lamb, Adafactor) are held to the bound the float32 layout tests use: the
+kernels' square root is correctly rounded where torch's float32 one is not always, and their
+sums run in another order.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ CASES: dict[str, tuple[str, dict[str, Any], list[tuple[int, ...]], bool]] = {
         True,
     ),
     "Rprop": ("Rprop", {"lr": 0.01}, SMALL + LARGE, True),
+    "Adamax": ("Adamax", {"lr": 0.01}, SMALL + LARGE, True),
+    "Adamax-decay": ("Adamax", {"lr": 0.01, "weight_decay": 0.1, "maximize": True}, SMALL, True),
     "SGDScheduleFree": ("SGDScheduleFree", {"lr": 0.05, "warmup_steps": 2}, SMALL + LARGE, True),
     "SGDScheduleFree-decay": (
         "SGDScheduleFree",
@@ -143,7 +146,9 @@ def test_the_kernels_give_the_multi_tensor_numbers(built, case):
             torch.testing.assert_close(value, without[key], rtol=1e-6, atol=1e-7, msg=key)
 
 
-@pytest.mark.parametrize("case", ["Lion", "ASGD", "Rprop", "Adadelta", "AdamWScheduleFree"])
+@pytest.mark.parametrize(
+    "case", ["Lion", "ASGD", "Rprop", "Adamax", "Adadelta", "AdamWScheduleFree"]
+)
 def test_threads_split_an_elementwise_update_without_changing_a_bit(built, case):
     one, two = _run(case, native=True, threads=1), _run(case, native=True, threads=2)
     for key, value in one.items():

@@ -3,9 +3,9 @@
 The multi-tensor path runs an update as a sequence of in-place operations, each a pass over
 memory (or over a cache block). The kernels in ``kernels.c`` make one pass: each element's
 parameter, gradient and state are read once and written once (Lion, ASGD, Rprop, Adadelta,
-the Schedule-Free pair); Lamb and Adafactor, which need norms or row and column means first,
-make the fewest passes those allow. They cover contiguous float32 tensors on the CPU; every
-other case, and every machine where they cannot be built, takes the multi-tensor path.
+Adamax, the Schedule-Free pair); Lamb and Adafactor, which need norms or row and column means
+first, make the fewest passes those allow. They cover contiguous float32 tensors on the CPU;
+every other case, and every machine where they cannot be built, takes the multi-tensor path.
 
 Each kernel line mirrors one torch operation, rounding as torch's CPU kernels do, so updates
 made of elementwise operations give the multi-tensor path's bits. Two things differ in the
@@ -66,6 +66,7 @@ KERNELS: dict[str, str] = {
     "adadelta": "iippppffffff",
     "asgd": "iipppfffff",
     "rprop": "iippppffff",
+    "adamax": "iippppffffff",
     "adamw_schedule_free": "iippppffffff",
     "adamw_schedule_free_decay": "iippppffffffff",
     "sgd_schedule_free": "iipppffff",

@@ -42,6 +42,10 @@ class Adamax(PlugtrainOptimizer):
         ts = self.step_all(group, [s["step"] for s in states])
         lists = [params, grads, [s["exp_avg"] for s in states], [s["exp_inf"] for s in states]]
         sizes = [-lr / (1 - beta1**t) for t in ts]
+        flip = -1.0 if group["maximize"] else 1.0
+        scalars = [sizes, 1 - beta1, beta2, eps, wd, flip]
+        if self.run_native(group, "adamax", lists, scalars):
+            return
         for ops, (ps, gs, ms, us), (size,) in self.blocks(group, lists, [sizes]):
             gs = self.effective_grads(  # noqa: PLW2901 - the decayed gradient replaces it
                 ops, ps, gs, weight_decay=wd, maximize=group["maximize"], slot=1

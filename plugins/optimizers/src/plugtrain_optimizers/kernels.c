@@ -128,6 +128,31 @@ void plugtrain_asgd(int64_t n, int64_t threads, float *RESTRICT p, const float *
     }
 }
 
+/* torch.maximum: NaN if either is NaN. */
+static inline float maximum(float a, float b) {
+    if (a != a || b != b) {
+        return a + b;
+    }
+    return a > b ? a : b;
+}
+
+/* Adamax: m = lerp(m, g, 1 - beta1); u = max(beta2 u, |g| + eps); p += size m / u
+ * (size = -lr / (1 - beta1^t)). */
+void plugtrain_adamax(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
+                      float *RESTRICT m, float *RESTRICT u, float size, float w1, float beta2,
+                      float eps, float weight_decay, float flip) {
+    PARALLEL_FOR
+    for (int64_t i = 0; i < n; i++) {
+        const float pi = p[i];
+        const float gi = effective(g[i], pi, flip, weight_decay);
+        const float mi = lerp(m[i], gi, w1);
+        const float ui = maximum(u[i] * beta2, fabsf(gi) + eps);
+        m[i] = mi;
+        u[i] = ui;
+        p[i] = pi + (size * mi) / ui;
+    }
+}
+
 /* Rprop: s = sign(g prev); step_size = clamp(step_size * (etaplus | etaminus | 1), low, high);
  * prev = s < 0 ? 0 : g; p -= sign(prev) step_size. */
 void plugtrain_rprop(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT prev,
