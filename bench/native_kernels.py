@@ -24,8 +24,8 @@ import plugtrain
 from plugtrain_optimizers import _native
 
 ROWS = [
-    "ASGD", "Adadelta", "Adafactor", "AdamWScheduleFree", "Adamax", "Lamb", "Lion", "Rprop",
-    "SGDScheduleFree",
+    "ASGD", "Adadelta", "Adafactor", "AdamWScheduleFree", "Adamax", "Lamb", "Lion", "NAdam",
+    "Rprop", "SGDScheduleFree",
 ]  # fmt: skip
 SHAPES = {
     "wide": [(1024, 4096), (4096,), (1024, 4096), (1024,)],
@@ -36,8 +36,8 @@ SHAPES = {
 # over 256 KiB), as the acceptance script counts them.
 FLOOR = {
     "ASGD": (4, 0), "Adadelta": (7, 0), "Adafactor": (3, 3), "Adafactor 1-D": (5, 3),
-    "AdamWScheduleFree": (7, 0), "Adamax": (7, 0), "Lamb": (7, 3), "Lion": (5, 0), "Rprop": (7, 0),
-    "SGDScheduleFree": (5, 0),
+    "AdamWScheduleFree": (7, 0), "Adamax": (7, 0), "Lamb": (7, 3), "Lion": (5, 0),
+    "NAdam": (7, 0), "Rprop": (7, 0), "SGDScheduleFree": (5, 0),
 }  # fmt: skip
 LR = {"Lion": 1e-4, "Lamb": 1e-3, "Adafactor": 1e-2}
 

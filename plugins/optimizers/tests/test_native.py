@@ -3,10 +3,10 @@
 Each case steps the same parameters with the kernels on and off (the default constructor path
 either way). Updates made of elementwise operations only (Lion, ASGD, Rprop, Adamax,
 Schedule-Free SGD) must match to the bit: each kernel line mirrors one torch operation,
-rounding as torch does. Updates with a square root (Adadelta, Schedule-Free AdamW) or with
-norms and means (Lamb, Adafactor) are held to the bound the float32 layout tests use: the
-kernels' square root is correctly rounded where torch's float32 one is not always, and their
-sums run in another order.
+rounding as torch does. Updates with a square root (Adadelta, NAdam, Schedule-Free AdamW) or
+with norms and means (Lamb, Adafactor) are held to the bound the float32 layout tests use: the
+kernels' square root is correctly rounded where torch's float32 one is not always, NAdam's
+torch path goes through torch's fused Adam, and sums run in another order.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ CASES: dict[str, tuple[str, dict[str, Any], list[tuple[int, ...]], bool]] = {
         SMALL,
         False,
     ),
+    "NAdam": ("NAdam", {"lr": 0.01}, SMALL + LARGE, False),
+    "NAdam-decay": ("NAdam", {"lr": 0.01, "weight_decay": 0.1}, SMALL, False),
     "Lamb": ("Lamb", {"lr": 0.01}, [(300, 129), (129,), (200, 200)], False),
     "Lamb-decay": ("Lamb", {"lr": 0.01, "weight_decay": 0.1}, [(300, 129), (129,)], False),
     "Lamb-adam": ("Lamb", {"lr": 0.01, "adam": True}, [(300, 129)], False),

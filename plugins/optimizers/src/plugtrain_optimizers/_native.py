@@ -3,14 +3,15 @@
 The multi-tensor path runs an update as a sequence of in-place operations, each a pass over
 memory (or over a cache block). The kernels in ``kernels.c`` make one pass: each element's
 parameter, gradient and state are read once and written once (Lion, ASGD, Rprop, Adadelta,
-Adamax, the Schedule-Free pair); Lamb and Adafactor, which need norms or row and column means
+Adamax, NAdam, the Schedule-Free pair); Lamb and Adafactor, which need norms or row and column means
 first, make the fewest passes those allow. They cover contiguous float32 tensors on the CPU;
 every other case, and every machine where they cannot be built, takes the multi-tensor path.
 
 Each kernel line mirrors one torch operation, rounding as torch's CPU kernels do, so updates
-made of elementwise operations give the multi-tensor path's bits. Two things differ in the
-last bits, within the float32 bound the optimizer tests use: the kernels' square root is
-correctly rounded (torch's float32 one, MKL's, is not always), and sums run in another order.
+made of elementwise operations give the multi-tensor path's bits. What differs in the last
+bits, within the float32 bound the optimizer tests use: the kernels' square root is correctly
+rounded (torch's float32 one, MKL's, is not always), sums run in another order, and NAdam's
+multi-tensor path takes its momentum term through torch's fused Adam.
 
 Building needs a C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) and takes under a
 second; the library is kept in ``$PLUGTRAIN_CACHE_DIR/kernels`` (else
@@ -67,6 +68,7 @@ KERNELS: dict[str, str] = {
     "asgd": "iipppfffff",
     "rprop": "iippppffff",
     "adamax": "iippppffffff",
+    "nadam": "iippppfffffff",
     "adamw_schedule_free": "iippppffffff",
     "adamw_schedule_free_decay": "iippppffffffff",
     "sgd_schedule_free": "iipppffff",

@@ -101,6 +101,17 @@ class NAdam(PlugtrainOptimizer):
         # correction folds into eps and the coefficients (no pass over v for it).
         cs = [math.sqrt(1 - beta2**t) for t in ts]
         lists = [params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]]
+        native = [
+            1 - beta1,
+            beta2,
+            1 - beta2,
+            [c * eps for c in cs],
+            [k * c for k, c in zip(grad_coef, cs, strict=True)],
+            [k * c for k, c in zip(mom_coef, cs, strict=True)],
+            wd,
+        ]
+        if self.run_native(group, "nadam", lists, native):
+            return
         fused = self.can_fuse(group, params)
         if wd != 0:
             # The L2-decayed gradient, taken before the update moves p (parameter-sized scratch).

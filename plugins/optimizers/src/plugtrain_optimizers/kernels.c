@@ -153,6 +153,26 @@ void plugtrain_adamax(int64_t n, int64_t threads, float *RESTRICT p, const float
     }
 }
 
+/* NAdam (cstorch's): g += wd p (L2); m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
+ * d = sqrt(v) + c eps; p += k_g g / d; p += k_m m / d (the coefficients folding in the bias
+ * corrections and the momentum schedule). */
+void plugtrain_nadam(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
+                     float *RESTRICT m, float *RESTRICT v, float w1, float beta2, float keep,
+                     float c_eps, float grad_coef, float momentum_coef, float weight_decay) {
+    PARALLEL_FOR
+    for (int64_t i = 0; i < n; i++) {
+        const float pi = p[i];
+        const float gi = weight_decay != 0.0f ? fmaf(weight_decay, pi, g[i]) : g[i];
+        const float mi = lerp(m[i], gi, w1);
+        const float vi = fmaf(keep * gi, gi, v[i] * beta2);
+        const float denom = sqrtf(vi) + c_eps;
+        const float stepped = pi + (grad_coef * gi) / denom;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = stepped + (momentum_coef * mi) / denom;
+    }
+}
+
 /* Rprop: s = sign(g prev); step_size = clamp(step_size * (etaplus | etaminus | 1), low, high);
  * prev = s < 0 ? 0 : g; p -= sign(prev) step_size. */
 void plugtrain_rprop(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT prev,
