@@ -260,3 +260,21 @@ def test_set_enabled_switches_the_kernels_within_a_process(built):
     assert _native.status() == "turned off by set_enabled(False)"
     _native.set_enabled(True)
     assert _native.load() is not None
+
+
+def test_a_build_without_openmp_runs_on_one_thread_with_the_same_numbers(
+    built, tmp_path, monkeypatch
+):
+    """What a compiler without OpenMP gives (Apple's clang, say): the same bits, one thread."""
+    with_openmp = _run("Lion", native=True)
+    monkeypatch.setenv("PLUGTRAIN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_native, "_EXTRA_FLAGS", [["-fopenmp-simd"]])
+    _native.reset()
+    kernels = _native.load()
+    assert kernels is not None
+    assert not kernels.openmp
+    assert _native.status().endswith("(one thread)")
+    monkeypatch.setattr(_native, "load", lambda: kernels)  # _run's reset would build anew
+    without = _run("Lion", native=True)
+    for key, value in with_openmp.items():
+        assert torch.equal(value, without[key]), key
