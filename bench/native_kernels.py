@@ -111,7 +111,8 @@ def main() -> None:
     copy = (src, torch.empty_like(src))
     if _native.load() is None:
         raise SystemExit(f"the kernels are not in use here: {_native.status()}")
-    print(f"kernels: {_native.status()}; {args.threads} threads; load average {load:.2f}")
+    status = _native.status().replace(os.path.expanduser("~"), "~")
+    print(f"kernels: {status}; {args.threads} threads; load average {load:.2f}")
     for shape in args.shapes.split(","):
         for name in args.rows.split(","):
             measure(name, shape, args.reps, copy)
