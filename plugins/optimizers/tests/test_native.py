@@ -87,8 +87,16 @@ def _step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], st
     optimizer.step()
 
 
-def _run(case: str, *, native: bool, steps: int = 5, threads: int | None = None) -> dict:
+def _run(
+    case: str,
+    *,
+    native: bool,
+    steps: int = 5,
+    threads: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict:
     name, args, shapes, _ = CASES[case]
+    args = {**args, **(extra or {})}
     os.environ[_native.SWITCH_VARIABLE] = "1" if native else "0"
     _native.reset()
     before = torch.get_num_threads()
@@ -277,4 +285,14 @@ def test_a_build_without_openmp_runs_on_one_thread_with_the_same_numbers(
     monkeypatch.setattr(_native, "load", lambda: kernels)  # _run's reset would build anew
     without = _run("Lion", native=True)
     for key, value in with_openmp.items():
+        assert torch.equal(value, without[key]), key
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_foreach_false_is_the_reference_loop_whatever_the_switch(built, case):
+    """``foreach=False`` steps with torch operations one tensor at a time: no kernel runs."""
+    reference = {"foreach": False}
+    with_kernels = _run(case, native=True, steps=3, extra=reference)
+    without = _run(case, native=False, steps=3, extra=reference)
+    for key, value in with_kernels.items():
         assert torch.equal(value, without[key]), key

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import torch
 
 from plugtrain_optimizers import _native
@@ -46,19 +47,27 @@ class Lamb(PlugtrainOptimizer):
         updates the moments, writes ``r`` into a parameter-sized work buffer (kept between
         steps, never saved) and sums ``|r|^2`` per block; then ``r`` is applied.
         """
-        lr, eps = as_float(group["lr"]), as_float(group["eps"])
         beta1, beta2 = (as_float(b) for b in group["betas"])
-        wd, adam = as_float(group["weight_decay"]), bool(group["adam"])
+        hyper = _Hyper(
+            lr=as_float(group["lr"]),
+            beta1=beta1,
+            beta2=beta2,
+            eps=as_float(group["eps"]),
+            wd=as_float(group["weight_decay"]),
+            adam=bool(group["adam"]),
+        )
+        lr, eps, wd, adam = hyper.lr, hyper.eps, hyper.wd, hyper.adam
         states = [self.state[p] for p in params]
         self.step_all(group, [s["step"] for s in states])
         ms, vs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
         lists = [params, grads, ms, vs]
-        if self.use_foreach(group):
+        native: set[int] = set()
+        if self.use_foreach(group):  # foreach=False is the reference loop: torch operations
             flat = self.flat_lists(group, lists)
             if flat is not None:
-                self._flat(params, flat, lr, beta1, beta2, eps, wd, adam)
+                self._flat(params, flat, hyper)
                 return
-        native = self._native(params, lists, lr, beta1, beta2, eps, wd, adam)
+            native = self._native(params, lists, hyper)
         block = block_elements()
         if self.use_foreach(group):
             big = [
@@ -77,18 +86,10 @@ class Lamb(PlugtrainOptimizer):
                 scales = [-lr] * len(ps) if adam else self._scales(ops, ps, ratio, lr)
                 self._apply(ops, ps, ratio, scales)
         for i in big:
-            self._large(group, params[i], grads[i], ms[i], vs[i], lr, beta1, beta2, eps, wd, adam)
+            self._large(params[i], grads[i], ms[i], vs[i], hyper)
 
     def _native(
-        self,
-        params: list[torch.Tensor],
-        lists: list[list[torch.Tensor]],
-        lr: float,
-        beta1: float,
-        beta2: float,
-        eps: float,
-        wd: float,
-        adam: bool,
+        self, params: list[torch.Tensor], lists: list[list[torch.Tensor]], hyper: _Hyper
     ) -> set[int]:
         """The large float32 CPU tensors, stepped by the native kernels; their indices.
 
@@ -99,6 +100,7 @@ class Lamb(PlugtrainOptimizer):
         kernels = _native.load()
         if kernels is None:
             return set()
+        lr, beta1, beta2, eps, wd = hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.wd
         done = set()
         for i, p in enumerate(params):
             row = [lst[i] for lst in lists]
@@ -107,7 +109,7 @@ class Lamb(PlugtrainOptimizer):
             weights, ratios = kernels.run(
                 "lamb_moments", row, [1 - beta1, beta2, 1 - beta2, eps, wd], sums=2
             )
-            scale = -lr if adam else -lr * _trust(weights**0.5, ratios**0.5)
+            scale = -lr if hyper.adam else -lr * _trust(weights**0.5, ratios**0.5)
             kernels.run("lamb_apply", [p, row[2], row[3]], [scale, eps, wd])
             done.add(i)
         if done:
@@ -115,17 +117,10 @@ class Lamb(PlugtrainOptimizer):
         return done
 
     def _flat(
-        self,
-        params: list[torch.Tensor],
-        flat: list[list[torch.Tensor]],
-        lr: float,
-        beta1: float,
-        beta2: float,
-        eps: float,
-        wd: float,
-        adam: bool,
+        self, params: list[torch.Tensor], flat: list[list[torch.Tensor]], hyper: _Hyper
     ) -> None:
         """A flat group: the elementwise work over its buffers, the norms per parameter."""
+        lr, beta1, beta2, eps, wd = hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.wd
         ops, base = FOREACH, flat[0][0]
         views = self.block_scratch(params, 4)  # per-parameter views of one work buffer (cached)
         ratio = self.work_buffer(base.numel(), base.device, base.dtype, 4)
@@ -134,7 +129,7 @@ class Lamb(PlugtrainOptimizer):
         for (ps, gs, ms, vs, rs), _ in split_blocks([*flat, [ratio]], []):
             self._moments(ops, gs, ms, vs, beta1, beta2)
             self._ratio(ops, rs, ps, ms, vs, eps, wd)
-        if adam:
+        if hyper.adam:
             base.add_(ratio, alpha=-lr)
             return
         runs = same_size_runs(params)
@@ -175,20 +170,12 @@ class Lamb(PlugtrainOptimizer):
             ops.add_(ps, ratio)
 
     def _large(
-        self,
-        group: dict[str, Any],
-        p: torch.Tensor,
-        g: torch.Tensor,
-        m: torch.Tensor,
-        v: torch.Tensor,
-        lr: float,
-        beta1: float,
-        beta2: float,
-        eps: float,
-        wd: float,
-        adam: bool,
+        self, p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, hyper: _Hyper
     ) -> None:
         """Both passes over one tensor larger than a cache block."""
+        lr, beta1, beta2, eps, wd, adam = (
+            hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.wd, hyper.adam
+        )  # fmt: skip
         ops, block = FOREACH, block_elements()
         flat = [t.view(-1) for t in (p, g, m, v)]
         pieces = [
@@ -206,6 +193,18 @@ class Lamb(PlugtrainOptimizer):
                 squares += ops.norms(out)[0] ** 2
         scale = -lr if adam else -lr * _trust(weight_norm, squares**0.5)
         p.add_(ratio.view(p.shape), alpha=scale)
+
+
+@attrs.frozen
+class _Hyper:
+    """One group's Lamb hyperparameters for a step."""
+
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    wd: float
+    adam: bool
 
 
 def _views(buffer: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
