@@ -1,0 +1,2 @@
+"""Model Zoo's data processors for the text encoders and encoder-decoders (BERT CSV and HDF5,
+GLUE, token classification, extractive summarization, DPR, T5 and the transformer)."""
