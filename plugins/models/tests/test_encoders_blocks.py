@@ -173,7 +173,8 @@ def test_vsl_mask_is_block_diagonal() -> None:
 def test_causal_and_padding_masks() -> None:
     assert torch.equal(causal_mask(3)[0, 0], torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]]).bool())
     padding = key_padding_mask(torch.tensor([[1, 1, 0]]))
-    assert padding.shape == (1, 1, 1, 3) and padding.tolist() == [[[[True, True, False]]]]
+    assert padding.shape == (1, 1, 1, 3)
+    assert padding.tolist() == [[[[True, True, False]]]]
     assert additive_mask(padding)[0, 0, 0].tolist() == [0.0, 0.0, float("-inf")]
 
 

@@ -93,7 +93,8 @@ class MultiheadAttention(nn.Module):
 
     def _heads(self, projected: torch.Tensor) -> torch.Tensor:
         """``[B, L, nh * d]`` as ``[B, L, nh, d]``."""
-        return projected.unflatten(-1, (self.num_heads, self.head_dim))
+        shaped: torch.Tensor = projected.unflatten(-1, (self.num_heads, self.head_dim))
+        return shaped
 
     def forward(
         self,
@@ -119,7 +120,7 @@ class MultiheadAttention(nn.Module):
             q, k, v, attn_mask=bias, dropout_p=self.dropout if self.training else 0.0,
             scale=self.scale,
         )  # fmt: skip
-        merged = attended.transpose(1, 2).flatten(2)
+        merged = attended.transpose(1, 2).flatten(2)  # [B, T, nh * d]
         out: torch.Tensor = self.proj_output_dense_layer(merged)
         return out
 

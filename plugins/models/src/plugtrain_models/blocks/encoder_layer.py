@@ -107,7 +107,8 @@ class TransformerEncoderLayer(nn.Module):
         if self.norm_first:
             attended = self.self_attn(self.norm1(hidden), None, mask, rotary, position_bias)
             hidden = hidden + self.dropout1(attended)
-            return hidden + self.ffn(self.norm2(hidden))
+            residual: torch.Tensor = hidden + self.ffn(self.norm2(hidden))
+            return residual
         attended = self.self_attn(hidden, None, mask, rotary, position_bias)
         hidden = self.norm1(hidden + self.dropout1(attended))
         out: torch.Tensor = self.norm2(hidden + self.ffn(hidden))
