@@ -1,16 +1,38 @@
-"""What plugtrain requires of callbacks and loggers, and the order of the callback hooks.
+"""What plugtrain requires of callbacks and loggers, and what they may read of the trainer.
 
 Part of the public :mod:`plugtrain.protocols` (import them from there): :class:`Callback`,
 :class:`Logger`, :data:`CALLBACK_HOOKS` and :data:`REVERSED_HOOKS` are written here, apart from
-the protocols of the components a run is built of. This module does not import torch.
+the protocols of the components a run is built of, with :class:`TrainerView`, the type of the
+``trainer`` argument of every callback method (the Trainer is one; a test may hand a callback
+any object with these attributes). Settings, the backend and the sparsity are described by the
+few members a callback reads of them (the objects themselves have more). This module does not
+import torch; tensor types appear in annotations only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-__all__ = ["CALLBACK_HOOKS", "REVERSED_HOOKS", "Callback", "Logger"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "CALLBACK_HOOKS",
+    "REVERSED_HOOKS",
+    "BackendView",
+    "Callback",
+    "CheckpointFolder",
+    "CheckpointSettingsView",
+    "Logger",
+    "LoggingSettingsView",
+    "LoopSettingsView",
+    "SparseParameterView",
+    "SparsityGroupView",
+    "SparsityView",
+    "TrainerView",
+]
 
 
 CALLBACK_HOOKS = (
@@ -47,6 +69,233 @@ and out (EMA, Schedule-Free, save/restore) nest like context managers.
 """
 
 
+class BackendView(Protocol):
+    """What a callback reads of the trainer's backend (a :class:`plugtrain.protocols.Backend`).
+
+    Its optional members (``apply_flags``, ``peak_flops`` ...) are looked up with ``getattr``.
+    """
+
+    @property
+    def backend_type(self) -> str:
+        """The registered name: ``"CPU"``, ``"GPU"``, ``"CSX"`` ..."""
+
+    @property
+    def device(self) -> torch.device:
+        """The device that models and batches are moved to."""
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this process writes checkpoints, metrics and logs (rank 0)."""
+
+
+class LoopSettingsView(Protocol):
+    """What a callback reads of ``trainer.loop`` (the run file's ``loop:`` settings)."""
+
+    @property
+    def max_steps(self) -> int | None:
+        """The global step a fit stops at."""
+
+    @property
+    def num_steps(self) -> int | None:
+        """Optimizer steps one fit takes."""
+
+    @property
+    def num_epochs(self) -> int | None:
+        """Passes over the training data one fit takes."""
+
+    @property
+    def grad_accum_steps(self) -> int:
+        """Micro-batches accumulated into one optimizer step."""
+
+    @property
+    def eval_frequency(self) -> int | float | None:
+        """Steps between evaluations (a float: that fraction of the fit)."""
+
+    @property
+    def eval_steps(self) -> int | None:
+        """Batches per evaluation (``None``: the whole set)."""
+
+
+class CheckpointSettingsView(Protocol):
+    """What a callback reads of ``trainer.checkpoint`` (the ``checkpoint:`` settings)."""
+
+    @property
+    def steps(self) -> int | None:
+        """A checkpoint is saved every this many steps, and at the end."""
+
+    @property
+    def checkpoint_name(self) -> str:
+        """The file (or folder) name pattern, with ``{step}``."""
+
+    @property
+    def checkpoint_root(self) -> str | None:
+        """Where checkpoints go instead of ``model_dir`` (``None``: ``model_dir``)."""
+
+
+class LoggingSettingsView(Protocol):
+    """What a callback reads of ``trainer.logging`` (the ``logging:`` settings)."""
+
+    @property
+    def log_steps(self) -> int:
+        """Training metrics are logged every this many steps."""
+
+    @property
+    def log_level(self) -> str:
+        """``DEBUG``, ``INFO``, ``WARNING`` or ``ERROR``."""
+
+    @property
+    def progress(self) -> bool | None:
+        """Whether the progress bar is shown (``None``: when stderr is a terminal)."""
+
+
+class SparseParameterView(Protocol):
+    """One sparsified parameter of a :class:`SparsityGroupView`."""
+
+    @property
+    def name(self) -> str:
+        """Its full name in the model (``fc1.weight``)."""
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """Its mask: true where the weight is kept."""
+
+
+class SparsityGroupView(Protocol):
+    """One group of :class:`SparsityView`: an algorithm and the parameters it sparsifies."""
+
+    @property
+    def algorithm(self) -> object:
+        """The group's :class:`plugtrain.protocols.SparsityAlgorithm`."""
+
+    @property
+    def params(self) -> Sequence[SparseParameterView]:
+        """Its parameters, in model order."""
+
+
+class SparsityView(Protocol):
+    """What a callback reads of ``trainer.sparsity`` (the model's weight sparsity)."""
+
+    @property
+    def groups(self) -> Sequence[SparsityGroupView]:
+        """The groups, in the order the run file gives them."""
+
+
+class CheckpointFolder(Protocol):
+    """What a callback may do with ``trainer.checkpointer`` (where the checkpoints live)."""
+
+    def list_checkpoints(self) -> list[tuple[int, Path]]:
+        """``(step, path)`` of every checkpoint found, newest first."""
+
+    def prune(self, keep: int, spare: Path | None = None) -> list[Path]:
+        """Delete this run's checkpoints but the newest ``keep`` (and ``spare``); the removed."""
+
+
+class TrainerView(Protocol):
+    """What a callback may read of the trainer that calls it (the ``trainer`` argument).
+
+    Read-only: a callback changes the run through the objects it is given (the model, the
+    optimizer, the metrics record), never by setting these attributes. Only ``backend``,
+    ``strategy``, ``seed``, ``global_step`` (0), ``model_dir``, ``config`` and the settings
+    exist yet in ``on_model_built``.
+    """
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model as the strategy placed it (wrapped in DDP or sharded, on the device)."""
+
+    @property
+    def unwrapped_model(self) -> torch.nn.Module:
+        """The module that holds the weights (the model without its DDP or other wrapper)."""
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimizer (``None``: a trainer built to evaluate only)."""
+
+    @property
+    def schedulers(self) -> Sequence[object]:
+        """The schedulers (:class:`plugtrain.protocols.Scheduler`), stepped after each step."""
+
+    @property
+    def backend(self) -> BackendView:
+        """Where the run executes."""
+
+    @property
+    def strategy(self) -> object:
+        """The backend's :class:`plugtrain.strategy.ParallelStrategy`."""
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model and of the batches."""
+
+    @property
+    def model_dir(self) -> Path:
+        """Where metrics go (and checkpoints, without ``checkpoint.checkpoint_root``)."""
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Where checkpoints are written and found."""
+
+    @property
+    def checkpointer(self) -> CheckpointFolder:
+        """Lists and prunes the checkpoints of ``checkpoint_dir``."""
+
+    @property
+    def loop(self) -> LoopSettingsView | None:
+        """The loop settings (``None``: a trainer built to evaluate only)."""
+
+    @property
+    def checkpoint(self) -> CheckpointSettingsView:
+        """The checkpoint settings."""
+
+    @property
+    def logging(self) -> LoggingSettingsView:
+        """The logging settings."""
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far (restored with a checkpoint)."""
+
+    @property
+    def target_step(self) -> int | None:
+        """The step the running (or last) ``fit`` ends at; ``None`` before any fit."""
+
+    @property
+    def samples_seen(self) -> int:
+        """Training examples this process drew in the current (or last) ``fit``."""
+
+    @property
+    def loaded_step(self) -> int | None:
+        """The global step stored in the checkpoint loaded last (``None``: none loaded)."""
+
+    @property
+    def last_good_checkpoint(self) -> Path | None:
+        """The newest checkpoint known to be sound (saved or loaded by this trainer)."""
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this process writes checkpoints and metrics (rank 0)."""
+
+    @property
+    def seed(self) -> int | None:
+        """The seed the trainer was built with."""
+
+    @property
+    def config(self) -> Mapping[str, Any] | None:
+        """The resolved run configuration (stored in checkpoints' metadata)."""
+
+    @property
+    def callbacks(self) -> Sequence[object]:
+        """The callbacks, in call order: the given ones, then the defaults."""
+
+    @property
+    def loggers(self) -> Sequence[Logger]:
+        """The loggers, defaults first (called on the main process only)."""
+
+    @property
+    def sparsity(self) -> SparsityView | None:
+        """The model's weight sparsity (``None``: none)."""
+
+
 @runtime_checkable
 class Callback(Protocol):
     """Code that runs at points of ``fit`` and ``validate``.
@@ -67,15 +316,15 @@ class Callback(Protocol):
     position only for entries saved without a name; a callback with no saved state starts
     fresh, with a warning. It must load with ``torch.load(..., weights_only=True)``.
 
-    What a callback may read of the trainer: ``model``, ``optimizer``, ``schedulers``,
-    ``backend``, ``model_dir``, ``loop``, ``checkpoint``, ``logging``, ``global_step``,
-    ``target_step`` (the step the running fit ends at), ``samples_seen`` (training examples this
-    process drew in the fit), ``is_main_process``, ``callbacks``, ``loggers`` and ``sparsity``
-    (``None``, or the run's :class:`plugtrain.train.loop.sparsity.Sparsity`: its ``groups`` each
-    have ``algorithm`` and ``params``, each parameter ``name`` and ``mask``).
+    What a callback may read of the trainer is :class:`TrainerView` (annotate ``trainer`` with
+    it): the model, optimizer and schedulers, the backend, the folders and checkpoints, the
+    settings, ``global_step``, ``target_step`` (the step the running fit ends at),
+    ``samples_seen`` (training examples this process drew in the fit), ``is_main_process``, the
+    callbacks and loggers, and the sparsity (``None``, or groups each with ``algorithm`` and
+    ``params``, each parameter with ``name`` and ``mask``).
     """
 
-    def on_model_built(self, trainer: Any, model: Any) -> Any:
+    def on_model_built(self, trainer: TrainerView, model: Any) -> Any:
         """Once, when the Trainer has built ``model`` (since plugin API 1.1).
 
         Called while the Trainer is created: before sparsity, activation checkpointing,
@@ -88,16 +337,16 @@ class Callback(Protocol):
         every module's ``reset_parameters``.
         """
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """At the start of ``fit``, after a checkpoint was restored and before the first step."""
 
-    def on_train_step_start(self, trainer: Any, step: int) -> None:
+    def on_train_step_start(self, trainer: TrainerView, step: int) -> None:
         """Before the batches of optimizer step ``step`` (``trainer.global_step + 1``) run."""
 
-    def on_before_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: TrainerView, optimizer: Any) -> None:
         """After the backward pass, with the gradients final: unscaled and clipped."""
 
-    def on_after_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+    def on_after_optimizer_step(self, trainer: TrainerView, optimizer: Any) -> None:
         """After every optimizer step (every step, logged or not; reverse order).
 
         Also after a step the NaN guard or dynamic loss scaling skipped: ``optimizer`` then left
@@ -105,7 +354,7 @@ class Callback(Protocol):
         the schedulers have not stepped yet. The place to update an EMA of the weights.
         """
 
-    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_train_step_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """After each step whose training metrics are logged (every ``logging.log_steps``).
 
         Reverse order. ``metrics``' ``lr/...`` and ``weight_decay/...`` entries are read after the
@@ -113,20 +362,20 @@ class Callback(Protocol):
         ``metrics`` is the record about to be logged; entries a callback adds are logged too.
         """
 
-    def on_validate_start(self, trainer: Any) -> None:
+    def on_validate_start(self, trainer: TrainerView) -> None:
         """Before each evaluation (``fit``'s, ``validate``, ``validate_all``).
 
         The optimizer is already in its ``eval()`` mode (see
         :class:`plugtrain.protocols.Optimizer`).
         """
 
-    def on_validate_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_validate_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """After each evaluation with its metrics (entries a callback adds are logged too).
 
         Reverse order; the optimizer returns to ``train()`` after the last of them.
         """
 
-    def on_before_save_checkpoint(self, trainer: Any, step: int) -> None:
+    def on_before_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
         """Before the checkpoint of ``step`` is written, on every process.
 
         The optimizer is already in its ``eval()`` mode. A callback may swap weights in here
@@ -134,27 +383,27 @@ class Callback(Protocol):
         :meth:`on_after_save_checkpoint`.
         """
 
-    def on_save_checkpoint(self, trainer: Any, path: Any) -> None:
+    def on_save_checkpoint(self, trainer: TrainerView, path: Any) -> None:
         """After a checkpoint was written (atomically) to ``path``, on the main process."""
 
-    def on_after_save_checkpoint(self, trainer: Any, step: int) -> None:
+    def on_after_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
         """After the checkpoint of ``step`` was written, on every process (reverse order).
 
         Called after :meth:`on_save_checkpoint`; the optimizer returns to ``train()`` after
         the last of them.
         """
 
-    def on_before_load_checkpoint(self, trainer: Any, state: dict[str, Any]) -> None:
+    def on_before_load_checkpoint(self, trainer: TrainerView, state: dict[str, Any]) -> None:
         """Before a checkpoint's contents are applied; removing a key from ``state`` skips it.
 
         The keys are ``model``, ``optimizer``, ``schedulers``, ``grad_scaler``, ``global_step``,
         ``dataloader``, ``callbacks`` and ``sparsity`` (those present in that checkpoint).
         """
 
-    def on_load_checkpoint(self, trainer: Any, path: Any) -> None:
+    def on_load_checkpoint(self, trainer: TrainerView, path: Any) -> None:
         """After the checkpoint at ``path`` was restored."""
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: TrainerView) -> None:
         """After ``fit`` finished training and saved its last checkpoint (reverse order)."""
 
 

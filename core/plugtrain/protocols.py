@@ -12,8 +12,9 @@ This module does not import torch; tensor types appear in annotations only.
 
 The components a run is built of are written below; what runs at points of ``fit``,
 :class:`Callback` and :class:`Logger` with the order of the callback hooks
-(:data:`CALLBACK_HOOKS`, :data:`REVERSED_HOOKS`), is written in ``_callback_protocols.py``
-beside this file. All of them are imported from here.
+(:data:`CALLBACK_HOOKS`, :data:`REVERSED_HOOKS`) and what they may read of the trainer
+(:class:`TrainerView`), is written in ``_callback_protocols.py`` beside this file. All of them
+are imported from here.
 """
 
 from __future__ import annotations
@@ -21,7 +22,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from plugtrain._callback_protocols import CALLBACK_HOOKS, REVERSED_HOOKS, Callback, Logger
+from plugtrain._callback_protocols import (
+    CALLBACK_HOOKS,
+    REVERSED_HOOKS,
+    BackendView,
+    Callback,
+    CheckpointFolder,
+    CheckpointSettingsView,
+    Logger,
+    LoggingSettingsView,
+    LoopSettingsView,
+    SparseParameterView,
+    SparsityGroupView,
+    SparsityView,
+    TrainerView,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -30,15 +45,24 @@ __all__ = [
     "CALLBACK_HOOKS",
     "REVERSED_HOOKS",
     "Backend",
+    "BackendView",
     "Callback",
+    "CheckpointFolder",
+    "CheckpointSettingsView",
     "Curve",
     "CurveSchema",
     "DataLoader",
     "Logger",
+    "LoggingSettingsView",
+    "LoopSettingsView",
     "Model",
     "Optimizer",
     "Scheduler",
+    "SparseParameterView",
     "SparsityAlgorithm",
+    "SparsityGroupView",
+    "SparsityView",
+    "TrainerView",
 ]
 
 

@@ -37,6 +37,11 @@ class ParallelStrategy:
     this process's share) and leaves it as it is; only then does ``loop.sample_order: global``
     apply."""
 
+    sharded_parameters = False
+    """Whether each process holds a shard of every parameter (DTensors, as FSDP2 does), not the
+    whole model: checkpoints gather or save shards, the NaN guard agrees over the processes, and
+    optimizers must declare that they step sharded parameters."""
+
     def __init__(self, backend: Any) -> None:
         self.backend = backend
 

@@ -16,17 +16,18 @@ from torch.distributed.tensor import DTensor
 
 from plugtrain.attribution import describe_owner
 from plugtrain.errors import ComponentError
+from plugtrain.strategy import ParallelStrategy
 
 __all__ = ["refuse_presharded_model"]
 
 
-def refuse_presharded_model(model: nn.Module, strategy: Any) -> None:
+def refuse_presharded_model(model: nn.Module, strategy: ParallelStrategy) -> None:
     """Raise when ``model`` holds DTensor parameters and ``strategy`` does not shard.
 
     :raises ComponentError: naming the model (its plugin and component when registered), the
         first sharded parameter and the setting to use.
     """
-    if getattr(strategy, "sharded_parameters", False):
+    if strategy.sharded_parameters:
         return
     for name, parameter in model.named_parameters():
         if isinstance(parameter, DTensor):
