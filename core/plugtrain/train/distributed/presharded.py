@@ -9,8 +9,6 @@ keeps a model's own sharding) is the way out.
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import nn
 from torch.distributed.tensor import DTensor
 
