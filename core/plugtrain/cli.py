@@ -1,8 +1,8 @@
-"""The ``plugtrain`` command (also ``python -m plugtrain``): parse, dispatch, report errors.
+"""The ``plugtrain`` command (also ``python -m plugtrain``): dispatch, report errors.
 
-What each command does is in :mod:`plugtrain.commands`, one module per job; commands of plugin
-distributions come through the entry-point group ``plugtrain.commands``
-(:mod:`plugtrain.commands.plugin`).
+Each built-in command is a module of :mod:`plugtrain.commands` that adds its own parser and
+runs it (:data:`BUILTIN_COMMANDS`); commands of plugin distributions come the same way through
+the entry-point group ``plugtrain.commands`` (:mod:`plugtrain.commands.plugin`).
 
 Listing commands (``list``, ``show``, ``plugins``) never import torch or any implementation.
 Errors are printed without a traceback (``--traceback``, anywhere on the command line, shows it).
@@ -20,21 +20,43 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from plugtrain import plugins
-from plugtrain.attribution import attribute_error
-from plugtrain.commands import EXIT_CONFIG, EXIT_ERROR, Command
-from plugtrain.commands.authoring import new_plugin, write_schema
-from plugtrain.commands.checkpoint import convert_checkpoint
-from plugtrain.commands.components import list_components, list_from_cache, show_component
-from plugtrain.commands.conversion import convert_config, list_converters
-from plugtrain.commands.installed import list_plugins
+from plugtrain.discovery import loading as plugins
+from plugtrain.discovery.attribution import attribute_error
+from plugtrain.commands import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    BuiltinCommand,
+    Command,
+    check,
+    checkpoint,
+    fit,
+    installed,
+    listing,
+    new,
+    plot,
+    schema,
+    show,
+)
 from plugtrain.commands.plugin import Subcommands, add_plugin_commands
-from plugtrain.commands.run_file import check, fit, plot
 from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError
-from plugtrain.kinds import KINDS
-from plugtrain.registry import Registry
+from plugtrain.registry.components import Registry
 
-__all__ = ["main"]
+__all__ = ["BUILTIN_COMMANDS", "main"]
+
+BUILTIN_COMMANDS: dict[str, BuiltinCommand] = {
+    "list": listing,
+    "show": show,
+    "check": check,
+    "fit": fit,
+    "validate": fit,
+    "validate_all": fit,
+    "plot": plot,
+    "checkpoint": checkpoint,
+    "plugins": installed,
+    "schema": schema,
+    "new": new,
+}
+"""Each built-in command and the module of :mod:`plugtrain.commands` that parses and runs it."""
 
 
 def _registry(args: argparse.Namespace) -> Registry:
@@ -43,154 +65,10 @@ def _registry(args: argparse.Namespace) -> Registry:
     return plugins.get_registry()
 
 
-# -- parser ----------------------------------------------------------------------------------
-
-
-def _add_listing_commands(commands: Subcommands) -> None:
-    listing = commands.add_parser("list", help="list registered components")
-    listing.add_argument("kind", nargs="?", choices=list(KINDS), help="only this kind")
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.add_argument(
-        "--markdown", action="store_true", help="print a Markdown reference with every argument"
-    )
-    listing.add_argument("-o", "--output", metavar="FILE", help="write FILE instead of printing")
-    listing.set_defaults(handler=list_components, cached=list_from_cache)
-
-    show = commands.add_parser("show", help="describe one component")
-    show.add_argument("name", help="component name, e.g. SGD")
-    show.add_argument("--kind", choices=list(KINDS), help="only look in this kind")
-    show.add_argument("--json", action="store_true", help="print JSON")
-    show.set_defaults(handler=show_component)
-
-
-RUN_FILE_COMMANDS: dict[str, tuple[str, Command]] = {
-    "check": ("validate a run file without building anything (no torch import)", check),
-    "fit": ("train (and evaluate) as a run file says", fit),
-    "validate": ("evaluate as a run file says", fit),
-    "validate_all": ("evaluate every checkpoint on every data set of validate_all", fit),
-    "plot": ("draw the schedules of a run file", plot),
-}
-"""The commands that take a run file: help text and what runs them."""
-
-
-def _add_run_file_commands(commands: Subcommands) -> None:
-    for name, (text, handler) in RUN_FILE_COMMANDS.items():
-        command = commands.add_parser(name, help=text)
-        command.add_argument("run_file", metavar="RUN.yaml", help="the run file")
-        command.add_argument(
-            "--set",
-            action="append",
-            default=[],
-            metavar="KEY.PATH=VALUE",
-            help="override a value (YAML); trainer.* applies to every trainer (repeatable)",
-        )
-        command.set_defaults(handler=handler)
-        if name == "check":
-            _add_world_options(command)
-        if name == "plot":
-            command.add_argument("-o", "--output", default="schedule.png", help="image file")
-            command.add_argument("--steps", type=int, default=None, help="steps to draw")
-
-
-def _add_checkpoint_command(commands: Subcommands) -> None:
-    checkpoint = commands.add_parser(
-        "checkpoint", help="convert checkpoints (Hugging Face <-> plugtrain, file <-> DCP)"
-    )
-    actions = checkpoint.add_subparsers(dest="action", metavar="ACTION", required=True)
-    convert = actions.add_parser(
-        "convert",
-        help="--src-fmt hf|plugtrain --tgt-fmt ...: between Hugging Face and plugtrain; "
-        "SOURCE TARGET alone: a single-file checkpoint into a DCP folder or back",
-    )
-    convert.add_argument(
-        "source", help="a checkpoint file, DCP folder, or Hugging Face folder/file"
-    )
-    convert.add_argument("target", nargs="?", help="(file <-> DCP) the new file or folder")
-    convert.add_argument("--model", help="converter key (plugtrain checkpoint list-converters)")
-    convert.add_argument("--src-fmt", help="hf or plugtrain")
-    convert.add_argument("--tgt-fmt", help="hf, plugtrain or hf-peft (adapters)")
-    convert.add_argument(
-        "--config", help="config.json (from hf) or a run/model YAML (from plugtrain)"
-    )
-    convert.add_argument("--output-dir", help="default: the source's folder")
-    convert.add_argument("--hf-shard-size", default="10GB", help="largest shard (default 10GB)")
-    convert.add_argument(
-        "--export-safetensors", action="store_true", help="safetensors shards (the default)"
-    )
-    convert.add_argument("--export-bin", action="store_true", help="pytorch_model-*.bin shards")
-    convert.add_argument(
-        "--drop-unmatched-keys", action="store_true", help="leave out tensors no rule matches"
-    )
-    convert.add_argument(
-        "--tokenizer", help="a tokenizer folder to copy into a Hugging Face export"
-    )
-    convert.add_argument(
-        "--no-progress-bar", action="store_true", help="accepted (no bar is drawn)"
-    )
-    convert.add_argument("--debug", action="store_true", help="log every tensor as it converts")
-    convert.set_defaults(handler=convert_checkpoint)
-    export = actions.add_parser(
-        "export", help="the model weights as a plain state_dict file or safetensors"
-    )
-    export.add_argument("source", help="a checkpoint file or DCP folder")
-    export.add_argument("target", help="the new file (must not exist)")
-    export.set_defaults(handler=convert_checkpoint)
-    export.add_argument(
-        "--format",
-        choices=("torch", "safetensors"),
-        default=None,
-        help="default: safetensors for a .safetensors target, else torch",
-    )
-    config = actions.add_parser(
-        "convert-config", help="a Hugging Face config.json to a model YAML, or back"
-    )
-    config.add_argument("config", help="config.json, or a run file / model YAML")
-    config.add_argument("--model", help="converter key (default: from config.json / the YAML)")
-    config.add_argument("--src-fmt", required=True, help="hf or plugtrain")
-    config.add_argument("--tgt-fmt", required=True, help="hf or plugtrain")
-    config.add_argument("--output-dir", help="default: the config's folder")
-    config.add_argument("--debug", action="store_true", help="accepted")
-    config.set_defaults(handler=convert_config)
-    listing = actions.add_parser("list-converters", help="the installed checkpoint converters")
-    listing.add_argument("model", nargs="?", help="only this converter")
-    listing.add_argument("--hide-notes", action="store_true", help="one line per converter")
-    listing.set_defaults(handler=list_converters)
-
-
-def _add_world_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--world-size",
-        type=int,
-        metavar="N",
-        help="check the parallel plan (dp_shard x dp_replicate) at N processes",
-    )
-    command.add_argument(
-        "--deep",
-        action="store_true",
-        help="with --world-size: shard the model on a fake process group of N and "
-        "report per-rank bytes (imports torch)",
-    )
-
-
-def _add_authoring_commands(commands: Subcommands) -> None:
-    schema = commands.add_parser(
-        "schema", help="JSON Schema of run files with every installed component (for editors)"
-    )
-    schema.add_argument("-o", "--output", metavar="FILE", help="write FILE instead of printing")
-    schema.set_defaults(handler=write_schema)
-
-    new = commands.add_parser("new", help="write a new plugin distribution (KIND NAME pairs)")
-    new.add_argument(
-        "components",
-        nargs="+",
-        metavar="KIND NAME",
-        help="e.g. optimizer Prodigy scheduler WarmupLR (kinds: optimizer, scheduler, "
-        "callback, logger, backend, model, dataloader, sparsity; a scheduler whose name ends "
-        "in WD schedules the weight decay)",
-    )
-    new.add_argument("--package", help="distribution name (default plugtrain-NAME)")
-    new.add_argument("--dir", help="folder to write (default: the package name)")
-    new.set_defaults(handler=new_plugin)
+def _add_builtin_commands(commands: Subcommands) -> None:
+    for name, command in BUILTIN_COMMANDS.items():
+        parser = command.add_parser(commands, name)
+        parser.set_defaults(handler=command.run)
 
 
 def _add_options_after_the_command(commands: Subcommands) -> None:
@@ -241,13 +119,7 @@ def _parser() -> argparse.ArgumentParser:
         "--traceback", action="store_true", help="show the full traceback of an error"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add_listing_commands(commands)
-    _add_run_file_commands(commands)
-    _add_checkpoint_command(commands)
-    listed = commands.add_parser("plugins", help="installed plugins, their status and components")
-    listed.add_argument("--json", action="store_true", help="print JSON")
-    listed.set_defaults(handler=list_plugins)
-    _add_authoring_commands(commands)
+    _add_builtin_commands(commands)
     add_plugin_commands(commands)  # after the built-in ones, which a plugin cannot replace
     _add_options_after_the_command(commands)
     return parser

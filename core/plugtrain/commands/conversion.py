@@ -22,7 +22,7 @@ from plugtrain.conversion.files import (
     tokenizer_folder,
 )
 from plugtrain.conversion.lookup import KIND, converters, find_converter
-from plugtrain.registry import Registry
+from plugtrain.registry.components import Registry
 
 __all__ = ["convert_config", "convert_formats", "list_converters"]
 
@@ -51,18 +51,13 @@ def convert_formats(args: argparse.Namespace, registry: Registry, out: TextIO) -
 def _hf_to_plugtrain(
     args: argparse.Namespace, registry: Registry, source: Path, out: TextIO
 ) -> int:
-    from plugtrain.conversion.engine import hf_to_plugtrain
-    from plugtrain.train.checkpointing.archive import save_checkpoint
+    from plugtrain.conversion import open_checkpoint
+    from plugtrain.train.checkpointing import save_checkpoint
 
     weights = hf_source_file(source)
     output = Path(args.output_dir) if args.output_dir else weights.parent
-    converted = hf_to_plugtrain(
-        weights,
-        args.model,
-        config=args.config,
-        drop_unmatched=args.drop_unmatched_keys,
-        registry=registry,
-    )
+    opened = open_checkpoint(weights, registry, converter=args.model, config=args.config)
+    converted = opened.read(drop_unmatched=args.drop_unmatched_keys)
     output.mkdir(parents=True, exist_ok=True)
     checkpoint = output / f"{output_stem(weights)}_to_plugtrain.mdl"
     save_checkpoint(checkpoint, {"model": converted.state})

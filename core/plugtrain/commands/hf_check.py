@@ -1,20 +1,20 @@
 """``plugtrain check``: a ``ckpt_path`` naming a Hugging Face folder must describe the run's model.
 
 Its ``config.json`` is converted to ``model:`` keys by the model's checkpoint converter and
-compared with the run file's, key by key; each disagreement is an issue at the key's line (or at
-the model section, for a key left at its default). Torch-free.
+compared with the run file's, key by key, by :func:`plugtrain.conversion.open_checkpoint` (no
+tensor read); each disagreement is an issue at the key's line (or at the model section, for a
+key left at its default). Torch-free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from plugtrain.config.plan import RunPlan, TrainerPlan
-from plugtrain.config.yaml_loader import location_of
+from plugtrain.config.reading.yaml_loader import location_of
 from plugtrain.errors import ConfigIssue, PlugtrainError, UnknownNameError
-from plugtrain.registry import Registry
+from plugtrain.registry.components import Registry
 
 __all__ = ["hf_checkpoint_issues"]
 
@@ -42,45 +42,45 @@ def _model_mapping(data: Any, trainer_path: str) -> Any:
 
 
 def hf_checkpoint_issues(data: Any, plan: RunPlan, registry: Registry) -> list[ConfigIssue]:
-    """Every key where a Hugging Face ``ckpt_path``'s ``config.json`` and the model differ."""
-    from plugtrain.conversion.configs import (
-        disagreements,
-        hf_to_plugtrain_config,
-        read_hf_config,
+    """Every key where a Hugging Face ``ckpt_path``'s ``config.json`` and the model differ.
+
+    Each checkpoint is opened as ``fit`` opens it (:func:`plugtrain.conversion.open_checkpoint`,
+    the converter the model's name names), as a dry run: no tensor is read.
+    """
+    from plugtrain.conversion import (
+        ConfigMismatchError,
+        describe_difference,
+        is_hf_checkpoint,
+        open_checkpoint,
     )
-    from plugtrain.conversion.files import is_hf_checkpoint
-    from plugtrain.conversion.lookup import KIND, complete_model_keys, find_converter
+    from plugtrain.conversion.lookup import KIND
 
     issues: list[ConfigIssue] = []
     for trainer in plan.trainers:
         for where, path in _checkpoint_paths(trainer):
             if not is_hf_checkpoint(path):
                 continue
-            folder = Path(path) if Path(path).is_dir() else Path(path).parent
             model = trainer.model
             mapping = _model_mapping(data, trainer.path)
             try:
-                _, converter = find_converter(registry, model.name, None)
-                theirs, _ = hf_to_plugtrain_config(converter, read_hf_config(folder))
-                ours = complete_model_keys(registry, converter.model, dict(model.arguments))
+                open_checkpoint(
+                    path, registry, converter=model.name, model_keys=dict(model.arguments)
+                )
+            except ConfigMismatchError as exc:
+                for key, hf_value, run_value in exc.differences:
+                    top = key.split(".")[0]
+                    written = isinstance(mapping, Mapping) and top in mapping
+                    location = location_of(mapping, top) if written else model.location
+                    default = "" if written else " (its default)"
+                    difference = describe_difference(key, hf_value, run_value)
+                    message = f"{exc.config_file} ({where}): {difference}{default}"
+                    issues.append(ConfigIssue(f"{model.path}.{key}", message, location))
             except UnknownNameError:
                 message = (
                     f"names a Hugging Face checkpoint, but model {model.name!r} has no "
                     f"checkpoint converter (plugtrain checkpoint list-converters: {KIND}s)"
                 )
                 issues.append(ConfigIssue(f"{trainer.path}.{where}", message, model.location))
-                continue
             except (PlugtrainError, ValueError) as exc:
                 issues.append(ConfigIssue(f"{trainer.path}.{where}", str(exc), model.location))
-                continue
-            for key, hf_value, run_value in disagreements(theirs, ours):
-                top = key.split(".")[0]
-                written = isinstance(mapping, Mapping) and top in mapping
-                location = location_of(mapping, top) if written else model.location
-                default = "" if written else " (its default)"
-                message = (
-                    f"{folder / 'config.json'} ({where}) has {hf_value!r}, the model "
-                    f"{run_value!r}{default}"
-                )
-                issues.append(ConfigIssue(f"{model.path}.{key}", message, location))
     return issues

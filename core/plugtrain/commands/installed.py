@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from plugtrain import plugins
+from plugtrain.discovery import loading as plugins
 from plugtrain.commands import EXIT_OK
-from plugtrain.kinds import KINDS
-from plugtrain.registry import Registry
+from plugtrain.registry.kinds import KINDS
+from plugtrain.registry.components import Registry
 
-__all__ = ["list_plugins"]
+if TYPE_CHECKING:
+    from plugtrain.commands.plugin import Subcommands
+
+__all__ = ["add_parser", "run"]
 
 
-def list_plugins(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+def add_parser(commands: Subcommands, name: str) -> argparse.ArgumentParser:
+    """The parser of ``plugtrain plugins``."""
+    parser = commands.add_parser(name, help="installed plugins, their status and components")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def run(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     """``plugtrain plugins [--json]``."""
     rows = plugins.plugin_summary(registry)
     if args.json:

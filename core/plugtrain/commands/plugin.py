@@ -50,7 +50,7 @@ from plugtrain.errors import (
     PluginLoadError,
     PlugtrainError,
 )
-from plugtrain.registry import Registry
+from plugtrain.registry.components import Registry
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -1,7 +1,7 @@
-"""The commands that take a run file: ``check``, ``fit``, ``validate``, ``validate_all``, ``plot``.
+"""``plugtrain fit``, ``validate`` and ``validate_all``: train or evaluate as a run file says.
 
-``check`` and ``plot`` import no torch (``check --deep`` does); ``fit`` and its siblings train or
-evaluate as the run file says, in as many processes as it asks for.
+The three share a parser and a body (``args.command`` says which); they run in as many
+processes as the run file asks for.
 """
 
 from __future__ import annotations
@@ -14,61 +14,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from plugtrain.commands import EXIT_OK
-from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.registry import Registry
+from plugtrain.commands.arguments import add_run_file_arguments
+from plugtrain.registry.components import Registry
 
 if TYPE_CHECKING:
-    from plugtrain.config.plan import RunPlan, TrainerPlan
+    from plugtrain.commands.plugin import Subcommands
+    from plugtrain.config.plan import TrainerPlan
 
-__all__ = ["check", "fit", "plot"]
+__all__ = ["HELP", "add_parser", "run"]
 
-
-def check(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
-    """``plugtrain check RUN.yaml [--world-size N [--deep]]``: validate without building."""
-    from plugtrain.config import load_plan
-
-    plan, run_registry = load_plan(args.run_file, args.set)
-    for warning in plan.warnings:
-        sys.stderr.write(f"plugtrain: warning: {warning}\n")
-    deep = _check_world(args, plan, run_registry)
-    from plugtrain.commands.hf_check import hf_checkpoint_issues
-    from plugtrain.config import load_run_file
-
-    issues = hf_checkpoint_issues(load_run_file(args.run_file, args.set), plan, run_registry)
-    if issues:
-        raise ConfigError(issues)
-    for trainer in plan.trainers:
-        sparsity = ", ".join(group.algorithm for group in trainer.sparsity)
-        sparse = f"; sparsity {sparsity}" if sparsity else ""
-        out.write(
-            f"{trainer.path}: backend {trainer.backend_type}; {', '.join(trainer.steps)}{sparse}\n"
-        )
-    for line in deep:
-        out.write(f"{line}\n")
-    count = len(plan.trainers)
-    out.write(f"{args.run_file}: OK ({count} trainer{'s' if count != 1 else ''})\n")
-    return EXIT_OK
+HELP = {
+    "fit": "train (and evaluate) as a run file says",
+    "validate": "evaluate as a run file says",
+    "validate_all": "evaluate every checkpoint on every data set of validate_all",
+}
+"""The commands this module gives and their help."""
 
 
-def _check_world(args: argparse.Namespace, plan: RunPlan, registry: Registry) -> list[str]:
-    """``--world-size N`` (torch-free) and ``--deep`` (a fake process group): report lines."""
-    world_size = getattr(args, "world_size", None)
-    if world_size is None:
-        if getattr(args, "deep", False):
-            raise ConfigError([ConfigIssue("--deep", "needs --world-size N")])
-        return []
-    from plugtrain.config import load_run_file
-    from plugtrain.config.world_check import world_size_issues
-
-    data = load_run_file(args.run_file, args.set)
-    issues = world_size_issues(data, registry, world_size)
-    if issues:
-        raise ConfigError(issues)
-    if not args.deep:
-        return []
-    from plugtrain.train.assembly import deep_check
-
-    return deep_check(plan, registry, data, world_size)
+def add_parser(commands: Subcommands, name: str) -> argparse.ArgumentParser:
+    """The parser of ``plugtrain fit``, ``validate`` or ``validate_all`` (``name``)."""
+    parser = commands.add_parser(name, help=HELP[name])
+    add_run_file_arguments(parser)
+    return parser
 
 
 def _configure_logging() -> None:
@@ -80,7 +47,7 @@ def _configure_logging() -> None:
     logger.propagate = False
 
 
-def fit(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
+def run(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     """``plugtrain fit|validate|validate_all RUN.yaml``: train or evaluate (``args.command``)."""
     from plugtrain import launching
     from plugtrain.config import load_plan
@@ -148,24 +115,3 @@ def _describe_record(record: Mapping[str, Any]) -> str:
         f"validation of {checkpoint} (step {record.get('step')}) on {record.get('dataloader')}: "
         f"{shown}"
     )
-
-
-def plot(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
-    """``plugtrain plot RUN.yaml [-o FILE] [--steps N]``: each trainer's schedules, drawn."""
-    from plugtrain.authoring.schedule_plot import plot_trainer_schedules
-    from plugtrain.config import load_plan
-
-    plan, run_registry = load_plan(args.run_file, args.set)
-    target = Path(args.output)
-    drawn = 0
-    for index, trainer in enumerate(plan.trainers):
-        path = target if len(plan.trainers) == 1 else target.with_stem(f"{target.stem}-{index}")
-        loop = trainer.loop
-        steps = args.steps or (loop and (loop.max_steps or loop.num_steps)) or None
-        if plot_trainer_schedules(trainer, path, steps, run_registry) is None:
-            continue
-        out.write(f"{trainer.path}: schedules drawn in {path}\n")
-        drawn += 1
-    if not drawn:
-        out.write(f"{args.run_file}: no schedulers to draw\n")
-    return EXIT_OK
