@@ -137,7 +137,7 @@ class TransformerDecoderLayer(nn.Module):
 
 
 class TransformerDecoder(nn.Module):
-    """``norm(layer_L(… layer_1(x, m)))``: Model Zoo's ``TransformerDecoder`` (``layers``, ``norm``)."""
+    """Model Zoo's ``TransformerDecoder``: ``norm(layer_L(… layer_1(x, m)))``."""
 
     def __init__(self, layers: Iterable[TransformerDecoderLayer], norm: nn.Module | None) -> None:
         super().__init__()

@@ -13,6 +13,16 @@ if TYPE_CHECKING:
 @hookimpl
 def plugtrain_register_models(registry: ComponentRegistrar) -> None:
     """Register Model Zoo's text encoders and encoder-decoders under their Model Zoo names."""
+    t5_schema = "plugtrain_models.encoders.schemas_t5:T5Args"
+    for name, attribute in (("t5", "t5"), ("transformer", "transformer")):
+        target = f"plugtrain_models.encoders.t5_model:{attribute}"
+        registry.register(name, target, schema=t5_schema)
+    registry.register(
+        "T5ForConditionalGeneration",
+        "plugtrain_models.encoders.t5_model:T5ForConditionalGeneration",
+        schema=t5_schema,
+        summary="Deprecated name of t5 (Model Zoo's): write name: t5",
+    )
 
 
 @hookimpl
