@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,22 @@ from plugtrain.train.checkpointing.archive import find_latest, load_checkpoint
 from plugtrain.train.distributed.signals import StoppedAtOnce, TrainingInterrupted
 from plugtrain.train.trainer import Trainer
 
-pytestmark = pytest.mark.usefixtures("fresh_backend")
+pytestmark = pytest.mark.usefixtures("fresh_backend", "default_stop_signals")
+
+
+@pytest.fixture
+def default_stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP at their default disposition, as these tests expect, then as they were.
+
+    A disposition is inherited: under ``nohup`` SIGHUP arrives ignored, in this process and in
+    the processes it starts, and an ignored SIGHUP is meant to stay ignored.
+    """
+    previous = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _trainer(tmp_path: Path, **changes: object) -> Trainer:
