@@ -28,7 +28,7 @@ start = time.perf_counter()
 import torch
 from plugtrain.conversion import export_hf, hf_to_plugtrain
 from plugtrain.conversion.plugtrain_files import read_model_state
-from plugtrain.plugins import get_registry
+from plugtrain.discovery.loading import get_registry
 from plugtrain.train.checkpointing.archive import save_checkpoint
 import plugtrain_models.families, plugtrain_models.converters.llama
 get_registry()

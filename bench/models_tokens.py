@@ -131,7 +131,7 @@ def build_pair(family: str, size: argparse.Namespace, folder: Path) -> tuple[Any
     import transformers
 
     from plugtrain.conversion import hf_to_plugtrain
-    from plugtrain.plugins import get_registry
+    from plugtrain.discovery.loading import get_registry
 
     class_name, config = hf_configs(size)[family]
     torch.manual_seed(0)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from plugtrain import _public_paths
 from plugtrain._version import PLUGIN_API_VERSION, __version__
+from plugtrain.contract.hookspecs import hookimpl
+from plugtrain.discovery.loading import get_plugin_manager, get_registry
 from plugtrain.errors import (
     BackendError,
     ConfigError,
@@ -20,21 +23,24 @@ from plugtrain.errors import (
     PlugtrainError,
     UnknownNameError,
 )
-from plugtrain.hookspecs import hookimpl
-from plugtrain.plugins import get_plugin_manager, get_registry
-from plugtrain.registry import Component, ComponentInfo, PluginInfo, Registry
-from plugtrain.schema import arg
+from plugtrain.registry.components import Component, ComponentInfo, PluginInfo, Registry
+from plugtrain.registry.schema import arg
 
 if TYPE_CHECKING:
     from plugtrain import distributed, optim
-    from plugtrain.backend_base import backend
-    from plugtrain.param_groups import configure_param_groups, partition_params_group_with_tags
+    from plugtrain.bases.backend import backend
+    from plugtrain.bases.param_groups import (
+        configure_param_groups,
+        partition_params_group_with_tags,
+    )
     from plugtrain.train.assembly import build_optimization
     from plugtrain.train.components import build_component
     from plugtrain.train.trainer import Trainer
 
     ClusterConfig: Any  # the CSX backend plugin's class, found through the registry
 
+
+_public_paths.install()
 
 __all__ = [
     "PLUGIN_API_VERSION",
@@ -93,14 +99,14 @@ def describe(kind: str, name: str) -> ComponentInfo:
 
 _LAZY = {
     "optim": ("plugtrain.optim", None),
-    "backend": ("plugtrain.backend_base", "backend"),
+    "backend": ("plugtrain.bases.backend", "backend"),
     "distributed": ("plugtrain.distributed", None),
     "ClusterConfig": ("plugtrain.distributed", "ClusterConfig"),
     "partition_params_group_with_tags": (
-        "plugtrain.param_groups",
+        "plugtrain.bases.param_groups",
         "partition_params_group_with_tags",
     ),
-    "configure_param_groups": ("plugtrain.param_groups", "configure_param_groups"),
+    "configure_param_groups": ("plugtrain.bases.param_groups", "configure_param_groups"),
     "build_optimization": ("plugtrain.train.assembly.optimization", "build_optimization"),
     "build_component": ("plugtrain.train.components", "build_component"),
     "Trainer": ("plugtrain.train.trainer", "Trainer"),
@@ -108,6 +114,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if f"plugtrain.{name}" in _public_paths.PUBLIC_PATHS:
+        return importlib.import_module(f"plugtrain.{name}")
     try:
         module_name, attribute = _LAZY[name]
     except KeyError:

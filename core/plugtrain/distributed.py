@@ -18,8 +18,8 @@ def cluster_config_class() -> Any:
     :raises UnknownNameError: when no installed plugin provides a CSX backend.
     :raises BackendError: when the CSX backend has no ``ClusterConfig``.
     """
+    from plugtrain.discovery.loading import get_registry
     from plugtrain.errors import BackendError
-    from plugtrain.plugins import get_registry
 
     backend = get_registry().resolve("backend", "CSX")
     found = getattr(backend, "ClusterConfig", None)

@@ -104,7 +104,7 @@ class ComponentError(PlugtrainError, RuntimeError):
     """A plugin's own code raised while plugtrain ran it (``fit``, ``plot`` ...).
 
     The message names the plugin's distribution and, where it can be told, the component; the
-    original exception is the ``__cause__``. See :mod:`plugtrain.attribution`.
+    original exception is the ``__cause__``. See :mod:`plugtrain.discovery.attribution`.
     """
 
 

@@ -18,8 +18,8 @@ import pytest
 import torch
 from support.paths import REPO
 
+from plugtrain.bases.param_groups import name_matches
 from plugtrain.builtin.text import stdlib_text_loader
-from plugtrain.param_groups import name_matches
 from plugtrain.train.trainer import Trainer
 
 GPT = pytest.importorskip("plugtrain_models.gpt", reason="plugtrain-models is not installed").GPT

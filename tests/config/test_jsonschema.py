@@ -24,7 +24,7 @@ import plugtrain
 from plugtrain.authoring.jsonschema import DRAFT, run_file_schema, type_schema
 from plugtrain.cli import main
 from plugtrain.config import check_run
-from plugtrain.config.yaml_loader import load_yaml
+from plugtrain.config.reading.yaml_loader import load_yaml
 from plugtrain.errors import ConfigError
 from plugtrain.schema import arg
 
@@ -38,7 +38,7 @@ HANG_LIMIT_S = 300
 
 @pytest.fixture(scope="module")
 def registry() -> plugtrain.Registry:
-    from plugtrain.plugins import PluginSettings, build_registry
+    from plugtrain.discovery.loading import PluginSettings, build_registry
 
     found = build_registry(PluginSettings.from_env())
     for kind, name in (("optimizer", "SGD"), ("scheduler", "LinearLR"), ("backend", "CPU")):

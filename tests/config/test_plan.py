@@ -11,11 +11,11 @@ import attrs
 import pytest
 from support.plugtrain_cli import run_plugtrain
 
-from plugtrain import plugins
 from plugtrain.config import load_plan, load_yaml, plan_run
 from plugtrain.config.plan import ComponentSpec, OptimizerPlan, ParamFilter, plain
+from plugtrain.config.reading.yaml_loader import LocatedDict, LocatedList
 from plugtrain.config.sections import LoopSettings
-from plugtrain.config.yaml_loader import LocatedDict, LocatedList
+from plugtrain.discovery import loading as plugins
 
 RUN = """\
 trainer:

@@ -19,7 +19,7 @@ from support.paths import DATA
 from plugtrain.cli import main
 from plugtrain.config import load_run_file, plan_run
 from plugtrain.config.plan import SparsityGroupSpec
-from plugtrain.config.validate import plan_sparsity
+from plugtrain.config.validation.validate import plan_sparsity
 from plugtrain.errors import ConfigError
 from plugtrain.hyperparams import LinearHyperParameter
 from plugtrain.registry import Registry

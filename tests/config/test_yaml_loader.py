@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugtrain.config.yaml_loader import load_yaml, location_of, read_yaml_file
+from plugtrain.config.reading.yaml_loader import load_yaml, location_of, read_yaml_file
 from plugtrain.errors import ConfigError
 
 

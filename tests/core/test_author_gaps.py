@@ -12,10 +12,10 @@ import pytest
 from support.paths import EXAMPLES
 from support.plugtrain_cli import run_plugtrain
 
-from plugtrain import plugins
 from plugtrain.cli import main
+from plugtrain.discovery import loading as plugins
 from plugtrain.errors import UnknownNameError
-from plugtrain.shipped import SHIPPED, shipped_by
+from plugtrain.registry.shipped import SHIPPED, shipped_by
 
 RUN = """\
 trainer:

@@ -18,7 +18,7 @@ import pytest
 from support.paths import REPO
 
 import plugtrain
-from plugtrain.compat import (
+from plugtrain.discovery.compat import (
     API_GROUP,
     compatible,
     declared_api,
@@ -262,7 +262,7 @@ def _in_repo_distributions() -> list[Path]:
 def test_every_distribution_here_requires_the_core_by_the_one_rule(pyproject):
     import tomllib
 
-    from plugtrain.compat import core_requirement
+    from plugtrain.discovery.compat import core_requirement
 
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     declared = list(project["entry-points"][API_GROUP])

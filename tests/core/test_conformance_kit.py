@@ -252,7 +252,7 @@ def test_a_natural_scheduler_passes_and_the_curve_does_not_apply():
 
 
 def test_nesting_fails_naming_plugtrain_schedulers_when_it_is_missing():
-    from plugtrain import plugins
+    from plugtrain.discovery import loading as plugins
 
     with plugins.restored_afterwards():
         plugins.reset(plugins.PluginSettings(blocked=frozenset({"schedulers"})))

@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from plugtrain import hookimpl, hookspecs
-from plugtrain.kinds import KINDS
+from plugtrain.registry.kinds import KINDS
 
 HOOKS = sorted(name for name in dir(hookspecs) if name.startswith("plugtrain_"))
 

@@ -9,8 +9,8 @@ import attrs
 import pytest
 
 from plugtrain import hookimpl
+from plugtrain.discovery.loading import PluginSettings, build_registry, plugin_summary
 from plugtrain.errors import PluginLoadError
-from plugtrain.plugins import PluginSettings, build_registry, plugin_summary
 from plugtrain.schema import arg
 
 

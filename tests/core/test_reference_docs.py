@@ -78,7 +78,7 @@ def test_the_reference_ignores_other_installed_plugins(registry, tmp_path, monke
         "[plugtrain]\nintruder = intruder_plugin.plugin\n", encoding="utf-8"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    from plugtrain.plugins import PluginSettings, build_registry
+    from plugtrain.discovery.loading import PluginSettings, build_registry
 
     everything = build_registry(PluginSettings(blocked=frozenset()))
     assert "Intruder" in everything.names("optimizer")
@@ -167,7 +167,7 @@ def test_the_guides_pyproject_declares_the_entry_points_and_the_api():
     tomllib = pytest.importorskip("tomllib", reason="Python 3.11 or later reads TOML")
 
     import plugtrain
-    from plugtrain.compat import API_GROUP, compatible
+    from plugtrain.discovery.compat import API_GROUP, compatible
 
     (pyproject,) = [b for b in _blocks("writing-plugins.md", "toml") if "[project]" in b]
     entry_points = tomllib.loads(pyproject)["project"]["entry-points"]

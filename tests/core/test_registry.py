@@ -111,7 +111,7 @@ def test_a_qualified_name_with_a_wrong_provider_says_who_provides_it(make_regist
 
 
 def test_blocking_one_provider_resolves_the_conflict():
-    from plugtrain.plugins import PluginSettings, build_registry
+    from plugtrain.discovery.loading import PluginSettings, build_registry
 
     settings = PluginSettings(autoload=False, blocked=frozenset({"builtin", "ProviderB"}))
     registry = build_registry(

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import plugtrain
-from plugtrain.compat import FIRST_RELEASE, core_requirement
+from plugtrain.discovery.compat import FIRST_RELEASE, core_requirement
 
 pytestmark = pytest.mark.slow
 

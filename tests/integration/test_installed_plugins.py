@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import plugtrain
-from plugtrain.kinds import KINDS
 from plugtrain.registry import Registry
+from plugtrain.registry.kinds import KINDS
 from plugtrain.testing import assert_plugin_contract, assert_plugin_installed
 
 # (distribution, import package, kind, one name it registers)

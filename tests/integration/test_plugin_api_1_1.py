@@ -61,7 +61,7 @@ import plugtrain
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.curve import closed_form
-from plugtrain.plugins import get_registry, plugin_summary
+from plugtrain.discovery.loading import get_registry, plugin_summary
 from plugtrain.train.trainer import Trainer
 
 wsd = {"WSD": {"peak_learning_rate": 0.1, "warmup_steps": 2, "stable_steps": 2,
@@ -122,7 +122,7 @@ import plugtrain
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.scheduler import excluded_from_decay
-from plugtrain.param_groups import build_param_groups
+from plugtrain.bases.param_groups import build_param_groups
 from plugtrain.train.trainer import Trainer
 
 root = Path(sys.argv[1])

@@ -184,7 +184,7 @@ print(json.dumps({
 RESOLVE = """
 import json, sys
 import plugtrain
-from plugtrain._suggest import close_matches
+from plugtrain.registry._suggest import close_matches
 
 name = sys.argv[1]
 try:

@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 import plugtrain
-from plugtrain import plugins
-from plugtrain._suggest import did_you_mean
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config import CheckpointSettings, load_yaml, plan_run
+from plugtrain.discovery import loading as plugins
 from plugtrain.errors import CheckpointError, CheckpointMismatchError, ConfigError
+from plugtrain.registry._suggest import did_you_mean
 from plugtrain.train.assembly.trainers import build_trainer
 from plugtrain.train.checkpointing.archive import load_checkpoint, save_checkpoint
 from plugtrain.train.observability import console as console_module
@@ -583,7 +583,7 @@ def test_no_lr_is_not_said_where_an_untagged_lr_scheduler_sets_every_group(tmp_p
 
 
 def test_python_optimizer_mappings_keep_the_plugins_own_default():
-    from plugtrain.config.validate import plan_component
+    from plugtrain.config.validation.validate import plan_component
 
     spec = plan_component(plugins.get_registry(), "optimizer", {"Adam": {}})
     assert "lr" not in spec.arguments  # Adam's own 1e-3 applies
@@ -714,7 +714,7 @@ def test_bad_adjust_learning_rate_is_refused(tmp_path, written, expected):
 
 
 def test_a_parameter_matched_by_two_factors_is_refused(tmp_path):
-    from plugtrain.param_groups import adjust_learning_rate_groups, build_param_groups
+    from plugtrain.bases.param_groups import adjust_learning_rate_groups, build_param_groups
 
     model = MLP(in_features=4, out_features=2, hidden=3)
     with pytest.raises(ConfigError, match=r"fc1\.weight is matched by several factors"):
@@ -722,7 +722,7 @@ def test_a_parameter_matched_by_two_factors_is_refused(tmp_path):
 
 
 def test_model_zoo_group_names_and_unmatched_keys(tmp_path):
-    from plugtrain.param_groups import adjust_learning_rate_groups, build_param_groups
+    from plugtrain.bases.param_groups import adjust_learning_rate_groups, build_param_groups
 
     class Named(nn.Module):
         def __init__(self):

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from plugtrain import plugins
+from plugtrain.discovery import loading as plugins
 
 
 @pytest.fixture

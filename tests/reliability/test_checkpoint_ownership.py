@@ -166,8 +166,8 @@ def test_o05_checkpoint_root_is_locked_and_owned_by_one_run(tmp_path):
 
 def test_o06_the_launcher_names_the_checkpoint_in_checkpoint_root(tmp_path):
     from plugtrain.config import load_plan
-    from plugtrain.train.assembly.launch import newest_checkpoints
-    from plugtrain.train.distributed.elastic import _stopped
+    from plugtrain.launching.elastic import _stopped
+    from plugtrain.launching.run_file import newest_checkpoints
 
     root = tmp_path / "ckpts"
     run = write_train_run(

@@ -368,7 +368,7 @@ def _baseline(stdlib_gpt_root: Path) -> Iterator[None]:
     The module runs in a folder holding the data the Model Zoo-shaped examples read (their
     ``data_dir`` must exist when they are checked).
     """
-    from plugtrain import plugins
+    from plugtrain.discovery import loading as plugins
 
     previous_cwd = Path.cwd()
     os.chdir(stdlib_gpt_root)

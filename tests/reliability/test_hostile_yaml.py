@@ -20,7 +20,7 @@ from support.reliability import (
     subprocess_env,
 )
 
-from plugtrain.config.yaml_loader import MAX_EXPANDED_NODES, MAX_FILE_BYTES
+from plugtrain.config.reading.yaml_loader import MAX_EXPANDED_NODES, MAX_FILE_BYTES
 
 pytestmark = pytest.mark.usefixtures("keep_registry")
 

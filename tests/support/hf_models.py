@@ -77,7 +77,7 @@ def assert_converts_both_ways(hf_model: Any, folder: Path, vocab: int = 128) -> 
     and gives plugtrain's logits; plugtrain -> HF -> plugtrain is bit-equal on every tensor.
     """
     from plugtrain.conversion import export_hf, hf_to_plugtrain
-    from plugtrain.plugins import get_registry
+    from plugtrain.discovery.loading import get_registry
 
     tokens = ids(vocab)
     converted = hf_to_plugtrain(folder)

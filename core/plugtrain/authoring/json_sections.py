@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from plugtrain.authoring.json_types import Schema, nullable, ref
-from plugtrain.config.checker import OPTIMIZER_TRAINER_KEYS
 from plugtrain.config.sections import (
     CheckpointSettings,
     InitSection,
@@ -20,6 +19,7 @@ from plugtrain.config.sections import (
     RunFile,
     TrainerSection,
 )
+from plugtrain.config.validation.checker import OPTIMIZER_TRAINER_KEYS
 
 __all__ = ["SECTION_RULES", "SPECIAL_ARGUMENTS", "add_tagging"]
 

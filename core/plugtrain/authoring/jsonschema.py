@@ -40,19 +40,19 @@ from plugtrain.authoring.json_types import (
     ref,
     type_schema,
 )
-from plugtrain.config.checker import NAME_KEYS
-from plugtrain.config.modelzoo_models import DEPRECATED_NAME_KEY
 from plugtrain.config.sections import (
     RunFile,
 )
-from plugtrain.config.sparsity import DEFAULT_ALGORITHM, SUMMARIES_KEY
+from plugtrain.config.validation.checker import NAME_KEYS
+from plugtrain.config.validation.modelzoo_models import DEPRECATED_NAME_KEY
+from plugtrain.config.validation.sparsity import DEFAULT_ALGORITHM, SUMMARIES_KEY
 from plugtrain.errors import PlugtrainError
-from plugtrain.kinds import KINDS
-from plugtrain.registry import Component, Registry
+from plugtrain.registry.components import Component, Registry
+from plugtrain.registry.kinds import KINDS
 
 # The structured metadata behind ArgInfo (bounds as numbers, the section class); ArgInfo only
 # carries the constraint in words.
-from plugtrain.schema import _fields, _meta
+from plugtrain.registry.schema import _fields, _meta
 
 __all__ = ["DRAFT", "dumps", "run_file_schema"]
 

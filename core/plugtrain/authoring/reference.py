@@ -18,7 +18,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from plugtrain import hookspecs, plugins
 from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.sections import (
     CheckpointSettings,
@@ -31,9 +30,11 @@ from plugtrain.config.sections import (
     ValidateSection,
 )
 from plugtrain.config.speed import ProfileSettings
-from plugtrain.kinds import KINDS
-from plugtrain.registry import Component, Registry
-from plugtrain.schema import ArgInfo, arg_infos
+from plugtrain.contract import hookspecs
+from plugtrain.discovery import loading as plugins
+from plugtrain.registry.components import Component, Registry
+from plugtrain.registry.kinds import KINDS
+from plugtrain.registry.schema import ArgInfo, arg_infos
 
 __all__ = [
     "BUILTIN_DISTRIBUTIONS",

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import attrs
 
-from plugtrain.compat import core_requirement
-from plugtrain.kinds import KINDS
+from plugtrain.discovery.compat import core_requirement
+from plugtrain.registry.kinds import KINDS
 
 __all__ = ["SCAFFOLD_KINDS", "ScaffoldError", "Spec", "parse_specs", "write_package"]
 

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from plugtrain.curve import closed_form, spec_parts
+from plugtrain.bases.curve import closed_form, spec_parts
 from plugtrain.errors import ConfigError, ConfigIssue, MissingDependencyError, UnknownNameError
-from plugtrain.schema import arg_infos, validated_arguments
+from plugtrain.registry.schema import arg_infos, validated_arguments
 
 if TYPE_CHECKING:
     from plugtrain.config.plan import SparsityGroupSpec, TrainerPlan
-    from plugtrain.registry import Registry
+    from plugtrain.registry.components import Registry
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -201,7 +201,7 @@ def schedule_curves(
     :raises ConfigError: for bad arguments.
     """
     if registry is None:
-        from plugtrain.plugins import get_registry
+        from plugtrain.discovery.loading import get_registry
 
         registry = get_registry()
     initial = _initial_values(registry, optimizer)

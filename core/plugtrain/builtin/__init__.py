@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from plugtrain.builtin import schemas
-from plugtrain.hookspecs import hookimpl
+from plugtrain.contract.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from plugtrain.registry import ComponentRegistrar
+    from plugtrain.registry.components import ComponentRegistrar
 
 
 @hookimpl

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.registry.schema import arg
 
 
 @attrs.frozen

@@ -6,18 +6,18 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from plugtrain.config.overrides import apply_overrides
 from plugtrain.config.plan import RunPlan, TrainerPlan
+from plugtrain.config.reading.overrides import apply_overrides
+from plugtrain.config.reading.yaml_loader import load_yaml, read_yaml_file
 from plugtrain.config.sections import (
     CheckpointSettings,
     LoggingSettings,
     LoopSettings,
 )
-from plugtrain.config.validate import check_run, plan_run
-from plugtrain.config.yaml_loader import load_yaml, read_yaml_file
+from plugtrain.config.validation.validate import check_run, plan_run
 
 if TYPE_CHECKING:
-    from plugtrain.registry import Registry
+    from plugtrain.registry.components import Registry
 
 __all__ = [
     "CheckpointSettings",
@@ -51,7 +51,7 @@ def run_registry(modules: Sequence[str] = (), *, import_local: bool = True) -> R
     :param import_local: import every listed module (``fit``, ``validate``); when false
         (``check``, ``plot``) only installed plugins and those named with ``-p``.
     """
-    from plugtrain import plugins
+    from plugtrain.discovery import loading as plugins
 
     settings = plugins.current_settings() or plugins.PluginSettings.from_env()
     wanted = plugins.run_file_plugin_settings(modules, import_local=import_local, settings=settings)

@@ -152,7 +152,7 @@ class ParamFilter:
     tag: str
 
     def to_mapping(self) -> dict[str, Any]:
-        """The filter as :func:`plugtrain.param_groups.build_param_groups` takes it."""
+        """The filter as :func:`plugtrain.bases.param_groups.build_param_groups` takes it."""
         return {"params": list(self.globs), "tag": self.tag}
 
 

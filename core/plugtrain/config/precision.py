@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
-from plugtrain.schema import Problem, about, arg
+from plugtrain.registry.schema import Problem, about, arg
 
 __all__ = ["MIN_DYNAMIC_LOSS_SCALE", "PrecisionSettings"]
 

@@ -15,7 +15,7 @@ import attrs
 
 from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.speed import ACTIVATION_CHECKPOINTING, COMPILE, ProfileSettings
-from plugtrain.schema import Problem, about, arg
+from plugtrain.registry.schema import Problem, about, arg
 
 __all__ = [
     "CheckpointSettings",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from plugtrain.schema import arg
+from plugtrain.registry.schema import arg
 
 __all__ = ["ACTIVATION_CHECKPOINTING", "COMPILE", "ProfileSettings"]
 

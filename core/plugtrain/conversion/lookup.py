@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from plugtrain.conversion.declaration import CheckpointConverter, ConversionError
 
 if TYPE_CHECKING:
-    from plugtrain.registry import Registry
+    from plugtrain.registry.components import Registry
 
 __all__ = ["KIND", "complete_model_keys", "converters", "find_converter", "model_defaults"]
 
@@ -69,7 +69,7 @@ def _schema(registry: Registry, model: str) -> type:
 
 def model_defaults(registry: Registry, model: str) -> dict[str, Any]:
     """Every ``model:`` key of ``model`` that has a default, with it."""
-    from plugtrain.schema import arg_infos
+    from plugtrain.registry.schema import arg_infos
 
     return {i.name: i.default for i in arg_infos(_schema(registry, model)) if not i.required}
 
@@ -79,6 +79,6 @@ def complete_model_keys(registry: Registry, model: str, keys: Mapping[str, Any])
 
     :raises ConfigError: naming each key the model does not accept.
     """
-    from plugtrain.schema import validated_arguments
+    from plugtrain.registry.schema import validated_arguments
 
     return validated_arguments(_schema(registry, model), keys, owner=model)

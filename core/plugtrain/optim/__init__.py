@@ -19,6 +19,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    from plugtrain.plugins import get_registry
+    from plugtrain.discovery.loading import get_registry
 
     return sorted([*__all__, *get_registry().names("optimizer")])

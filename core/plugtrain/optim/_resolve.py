@@ -18,7 +18,7 @@ def resolve_attribute(module: str, kind: str, name: str) -> Any:
     if name.startswith("__"):
         message = f"module {module!r} has no attribute {name!r}"
         raise AttributeError(message)
-    from plugtrain.plugins import get_registry
+    from plugtrain.discovery.loading import get_registry
 
     try:
         return get_registry().resolve(kind, name)

@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from plugtrain import plugins
-from plugtrain.kinds import KINDS
-from plugtrain.registry import Component, Registry
-from plugtrain.schema import REQUIRED, arg_infos
+from plugtrain.discovery import loading as plugins
+from plugtrain.registry.components import Component, Registry
+from plugtrain.registry.kinds import KINDS
+from plugtrain.registry.schema import REQUIRED, arg_infos
 from plugtrain.testing.conformance import ConformanceError, ConformanceReport, PropertyResult
 
 if TYPE_CHECKING:
@@ -437,7 +437,7 @@ if pytest is not None:
     @pytest.fixture
     def fresh_backend() -> Iterator[None]:
         """Forget the process's backend type before and after the test (one type per process)."""
-        from plugtrain.backend_base import release_backend_type
+        from plugtrain.bases.backend import release_backend_type
 
         release_backend_type()
         yield

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from plugtrain.contract.protocols import CALLBACK_HOOKS
 from plugtrain.errors import ComponentFailedError
-from plugtrain.protocols import CALLBACK_HOOKS
 from plugtrain.testing.conformance import (
     ConformanceReport,
     NotApplicable,
@@ -551,7 +551,7 @@ def check_backend(
 
     :raises ConformanceError: (an ``AssertionError``) listing every failed property with values.
     """
-    from plugtrain.backend_base import missing_backend_members, release_backend_type
+    from plugtrain.bases.backend import missing_backend_members, release_backend_type
 
     given = dict(arguments or {})
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from plugtrain.scheduler import last_values, scheduler_groups, scheduler_key
-from plugtrain.tags import named_tags
+from plugtrain.bases.scheduler import last_values, scheduler_groups, scheduler_key
+from plugtrain.bases.tags import named_tags
 from plugtrain.testing.conformance import (
     ConformanceReport,
     NotApplicable,
@@ -96,9 +96,9 @@ class _SchedulerChecks:
         curve_of = getattr(self.schema, "curve", None)
         if self.schema is None or not callable(curve_of):
             raise NotApplicable("the scheduler's schema declares no closed form (curve)")
-        from plugtrain import plugins
-        from plugtrain.curve import closed_form
-        from plugtrain.schema import validated_arguments
+        from plugtrain.bases.curve import closed_form
+        from plugtrain.discovery import loading as plugins
+        from plugtrain.registry.schema import validated_arguments
 
         arguments = validated_arguments(self.schema, self.arguments, owner="scheduler")
         registry = plugins.get_registry()
@@ -178,7 +178,7 @@ class _SchedulerChecks:
     def nests_in_sequential(self) -> None:
         if not getattr(self.schema, "nestable", True):
             raise NotApplicable("its schema says nestable = False (outermost only)")
-        from plugtrain import plugins
+        from plugtrain.discovery import loading as plugins
 
         _probe_optimizer, probe = self.fresh()
         key = scheduler_key(probe)

@@ -16,7 +16,7 @@ from support.plugtrain_cli import run_plugtrain
 from plugtrain.conversion import ConversionError, export_hf, hf_to_plugtrain
 from plugtrain.conversion.configs import hf_to_plugtrain_config, normalise_hf_config
 from plugtrain.conversion.lookup import find_converter
-from plugtrain.plugins import get_registry
+from plugtrain.discovery.loading import get_registry
 
 LLAMA_JSON = {
     "architectures": ["LlamaForCausalLM"],

@@ -41,7 +41,7 @@ from plugtrain.conversion.lookup import (  # noqa: E402
     find_converter,
     model_defaults,
 )
-from plugtrain.plugins import get_registry  # noqa: E402
+from plugtrain.discovery.loading import get_registry  # noqa: E402
 
 V, H, NH, L, P, F = 128, 64, 4, 2, 64, 96
 GPT2 = {"vocab_size": V, "n_embd": H, "n_layer": L, "n_head": NH, "n_positions": P, "n_inner": F}
@@ -452,7 +452,7 @@ def test_the_keys_and_model_zoos_aliases_are_registered_without_torch() -> None:
     keys = ["gpt2", "starcoder", "santacoder", "jais", "btlm"]
     script = (
         "import sys\n"
-        "from plugtrain.plugins import get_registry\n"
+        "from plugtrain.discovery.loading import get_registry\n"
         "from plugtrain.conversion import CheckpointConverter\n"
         "registry = get_registry()\n"
         f"families = {keys!r}\n"

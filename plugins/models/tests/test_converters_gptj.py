@@ -25,7 +25,7 @@ from support.hf_models import (
 )
 
 from plugtrain.conversion import ConversionError, export_hf, hf_to_plugtrain
-from plugtrain.plugins import get_registry
+from plugtrain.discovery.loading import get_registry
 
 SMALL = {"vocab_size": 128, "max_position_embeddings": 64}
 NEOX = {

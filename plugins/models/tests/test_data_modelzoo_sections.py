@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 import plugtrain
-from plugtrain import plugins
 from plugtrain.cli import main
-from plugtrain.config.validate import plan_component
+from plugtrain.config.validation.validate import plan_component
+from plugtrain.discovery import loading as plugins
 
 SECTIONS = """\
 - {data_processor: GptHDF5MapDataProcessor, data_dir: ./shuffled/bloom_data_test/val/,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import plugtrain
-from plugtrain.shipped import shipped_by
+from plugtrain.registry.shipped import shipped_by
 from plugtrain.testing import assert_plugin_contract
 
 
@@ -25,8 +25,8 @@ def test_gpt_data_keeps_the_plugin_contract() -> None:
 
 def test_the_editor_schema_takes_both_spellings_of_a_data_section() -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    from plugtrain import plugins
     from plugtrain.authoring.jsonschema import run_file_schema
+    from plugtrain.discovery import loading as plugins
 
     validator = jsonschema.Draft202012Validator(run_file_schema(plugins.get_registry()))
     arguments = {"data_dir": "d", "batch_size": 8, "shuffle": True, "vocab_size": 50257}

@@ -11,7 +11,7 @@ import pytest
 from plugtrain.authoring.jsonschema import run_file_schema
 from plugtrain.cli import main
 from plugtrain.config import check_run
-from plugtrain.config.yaml_loader import load_yaml
+from plugtrain.config.reading.yaml_loader import load_yaml
 from plugtrain.errors import ConfigError
 from plugtrain.registry import Registry
 from plugtrain.schema import check_arguments

@@ -19,7 +19,7 @@ import yaml
 
 from plugtrain.cli import main
 from plugtrain.config import check_run
-from plugtrain.config.yaml_loader import load_yaml
+from plugtrain.config.reading.yaml_loader import load_yaml
 from plugtrain.registry import Registry
 from plugtrain_models.families import build_decoder
 

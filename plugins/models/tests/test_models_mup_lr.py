@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from plugtrain import plugins
 from plugtrain.builtin.text import stdlib_text_loader
 from plugtrain.config import load_yaml, plan_run
+from plugtrain.discovery import loading as plugins
 from plugtrain.train.assembly.trainers import build_trainer
 
 pytest.importorskip("plugtrain_schedulers", reason="ScalePerParamLR comes from it")

@@ -7,7 +7,7 @@ import re
 
 import torch
 
-from plugtrain.param_groups import adjust_learning_rate_groups, build_param_groups
+from plugtrain.bases.param_groups import adjust_learning_rate_groups, build_param_groups
 from plugtrain_models.families import build_decoder
 
 GPT3_12 = {

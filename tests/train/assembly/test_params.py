@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import plugtrain
-from plugtrain.param_groups import (
+from plugtrain.bases.param_groups import (
     build_param_groups,
     configure_param_groups,
     name_matches,
@@ -173,6 +173,6 @@ def test_an_optimizer_built_from_the_groups_keeps_tags_and_zero_decay():
 
 
 def test_tagging_does_not_import_torch():
-    script = "import plugtrain.param_groups, sys; print('torch' in sys.modules)"
+    script = "import plugtrain.bases.param_groups, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import plugtrain
-from plugtrain.param_groups import build_param_groups
+from plugtrain.bases.param_groups import build_param_groups
 from plugtrain.scheduler import excluded_from_decay
 from plugtrain.train.components.scheduler_checks import check_scheduler_overlap
 

@@ -16,13 +16,13 @@ import torch
 import plugtrain
 import plugtrain.protocols
 from plugtrain import hookimpl
-from plugtrain.attribution import attribute_error
 from plugtrain.authoring.schedule_plot import schedule_curves
+from plugtrain.bases.param_groups import build_param_groups
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config import check_run, load_yaml
+from plugtrain.discovery.attribution import attribute_error
 from plugtrain.errors import CheckpointError, ComponentError, ConfigError
-from plugtrain.param_groups import build_param_groups
 from plugtrain.schema import arg
 from plugtrain.train.components.building import build_component
 from plugtrain.train.trainer import Trainer
@@ -129,7 +129,7 @@ def test_the_overlap_check_reads_the_tags_of_an_unknown_scheduler(tmp_path):
 
 def test_a_nested_run_file_child_disturbs_no_other_group():
     """Children are built for the wrapper without leaving their first value in other groups."""
-    registry = plugtrain.plugins.get_registry()
+    registry = plugtrain.discovery.loading.get_registry()
     optimizer = _optimizer(..., "bias", lr=0.5)
     build_component(
         registry,
@@ -241,7 +241,7 @@ trainer:
 
 def test_check_positions_the_children_a_wrapper_cannot_take():
     with pytest.raises(ConfigError) as raised:
-        check_run(load_yaml(NESTED, "run.yaml"), plugtrain.plugins.get_registry())
+        check_run(load_yaml(NESTED, "run.yaml"), plugtrain.discovery.loading.get_registry())
     found = [(issue.location, issue.path, issue.message) for issue in raised.value.issues]
     assert found == [
         (

@@ -21,7 +21,7 @@ from support.plans import trainer_plans
 
 import plugtrain
 from plugtrain.launching import LaunchedProcess, launched_process
-from plugtrain.train.assembly.launch import processes_wanted
+from plugtrain.launching.run_file import processes_wanted
 
 ROOT = REPO
 
@@ -283,7 +283,7 @@ def test_launched_process_reads_torchruns_variables():
 @pytest.fixture
 def installed_plugins():
     """The process-wide registry as users get it (earlier tests may have changed it)."""
-    from plugtrain import plugins
+    from plugtrain.discovery import loading as plugins
 
     settings, extra = plugins.current_settings(), plugins.current_extra()
     plugins.reset()

@@ -22,10 +22,9 @@ import pytest
 import torch
 from support.paths import REPO
 
-from plugtrain import cluster
 from plugtrain.errors import BackendError
-from plugtrain.launching import NodeSettings
-from plugtrain.train.distributed.elastic import cluster_environment, torchrun_arguments
+from plugtrain.launching import NodeSettings, cluster
+from plugtrain.launching.elastic import cluster_environment, torchrun_arguments
 
 pytestmark = pytest.mark.slow
 

@@ -187,8 +187,8 @@ def test_a_damaged_dcp_checkpoint_is_skipped_for_the_previous_one(runs: Path, tm
 
 
 def test_each_built_in_or_torch_optimizer_matches_its_whole_run_or_is_refused(runs: Path) -> None:
-    from plugtrain.config.sharding import supports_sharded_params
-    from plugtrain.plugins import get_registry
+    from plugtrain.config.validation.sharding import supports_sharded_params
+    from plugtrain.discovery.loading import get_registry
 
     results = json.loads((runs / "optimizers.json").read_text())
     assert len(results) == 15 + 14
@@ -229,8 +229,8 @@ def test_a_trainer_refuses_an_undeclared_optimizer_made_in_python(runs: Path) ->
 
 
 def test_optimizer_refusal_reads_the_registered_flag_of_a_class() -> None:
-    from plugtrain.config.sharding import optimizer_refusal
-    from plugtrain.plugins import get_registry
+    from plugtrain.config.validation.sharding import optimizer_refusal
+    from plugtrain.discovery.loading import get_registry
 
     registry = get_registry()
     assert optimizer_refusal(registry, torch.optim.AdamW, "fsdp2") is None  # torch:AdamW

@@ -16,7 +16,7 @@ from support.paths import DATA
 import plugtrain
 from plugtrain.authoring.schedule_plot import schedule_curves
 from plugtrain.config import load_run_file, plan_run
-from plugtrain.config.validate import plan_sparsity
+from plugtrain.config.validation.validate import plan_sparsity
 from plugtrain.registry import Registry
 from plugtrain.sparsity_schema import SparsitySchema, sparsity_arg, update_arg
 from plugtrain.testing import isolated_registry

@@ -1,13 +1,12 @@
 """Building what a run file describes, and running it.
 
 A Trainer from a trainer plan, optimization for other trainers, schedule
-values, the deep check, and running or launching a whole run file.
+values, the deep check, and running a whole run file (launching it is :mod:`plugtrain.launching`).
 """
 
 from __future__ import annotations
 
 from plugtrain.train.assembly.deep_check import deep_check
-from plugtrain.train.assembly.launch import launch_if_needed, requeue_on_signal
 from plugtrain.train.assembly.optimization import build_optimization
 from plugtrain.train.assembly.run import run_plan
 from plugtrain.train.assembly.schedule_values import SteppedSchedule
@@ -18,8 +17,6 @@ __all__ = [
     "build_optimization",
     "build_trainer",
     "deep_check",
-    "launch_if_needed",
     "optimizer_factory",
-    "requeue_on_signal",
     "run_plan",
 ]

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from plugtrain.config.plan import RunPlan
-from plugtrain.config.world_check import backend_mappings, issue_at
+from plugtrain.config.validation.world_check import backend_mappings, issue_at
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.registry import Registry
+from plugtrain.registry.components import Registry
 
 __all__ = ["deep_check"]
 

@@ -11,10 +11,10 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from plugtrain.attribution import attribute_error
 from plugtrain.config.plan import RunPlan, TrainerPlan, ValidateAllPlan, ValidatePlan
+from plugtrain.discovery.attribution import attribute_error
 from plugtrain.errors import ComponentError, ConfigError, ConfigIssue
-from plugtrain.registry import Registry
+from plugtrain.registry.components import Registry
 from plugtrain.train.components import build_component
 
 __all__ = ["AfterFit", "run_plan"]

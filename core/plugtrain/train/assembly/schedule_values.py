@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from plugtrain.registry import Registry
-from plugtrain.scheduler import scheduler_key, scheduler_length
+from plugtrain.bases.scheduler import scheduler_key, scheduler_length
+from plugtrain.registry.components import Registry
 from plugtrain.train.components import build_component
 
 __all__ = ["SteppedSchedule"]

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from plugtrain.attribution import describe_owner
+from plugtrain.bases.tags import named_tags
+from plugtrain.discovery.attribution import describe_owner
 from plugtrain.errors import CheckpointError
-from plugtrain.tags import named_tags
 
 __all__ = [
     "plain_problems",

@@ -11,12 +11,12 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from plugtrain.bases.scheduler import build_nested
 from plugtrain.config.plan import ComponentSpec
-from plugtrain.config.validate import plan_component
+from plugtrain.config.validation.validate import plan_component
 from plugtrain.errors import PluginLoadError
-from plugtrain.kinds import KINDS
-from plugtrain.registry import Component, Registry
-from plugtrain.scheduler import build_nested
+from plugtrain.registry.components import Component, Registry
+from plugtrain.registry.kinds import KINDS
 from plugtrain.train.components.conformity import check_built
 
 __all__ = ["build_component", "takes_context"]

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from plugtrain.curve import as_curve
+from plugtrain.bases.curve import as_curve
 from plugtrain.errors import PluginContractError
 
 if TYPE_CHECKING:
-    from plugtrain.registry import Component
+    from plugtrain.registry.components import Component
 
 __all__ = ["REQUIRED_MEMBERS", "check_built"]
 
@@ -34,7 +34,7 @@ REQUIRED_MEMBERS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def _declared(component: Component) -> str:
-    from plugtrain.plugins import _declared_api
+    from plugtrain.discovery.loading import _declared_api
 
     versions = _declared_api(component.plugin.distribution)
     if not versions:

@@ -17,11 +17,11 @@ from typing import Any
 
 import attrs
 
-from plugtrain.config.checker import Checker
+from plugtrain.bases.scheduler import scheduler_key
 from plugtrain.config.plan import ComponentSpec, OptimizerPlan
+from plugtrain.config.validation.checker import Checker
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.registry import Registry
-from plugtrain.scheduler import scheduler_key
+from plugtrain.registry.components import Registry
 from plugtrain.train.components.building import build_component
 from plugtrain.train.components.scheduler_checks import check_scheduler_overlap
 
@@ -64,7 +64,7 @@ def build_optimization(
     :param registry: the registry to resolve names in (default: :func:`plugtrain.get_registry`).
     :raises ConfigError: listing every problem of ``config`` at once.
     """
-    from plugtrain.plugins import get_registry
+    from plugtrain.discovery.loading import get_registry
 
     registry = registry if registry is not None else get_registry()
     optimizer_plan, scheduler_specs = _validated(registry, config)
@@ -118,7 +118,7 @@ def optimizer_factory(registry: Registry, plan: OptimizerPlan) -> Any:
     )
 
     def make(model: Any) -> Any:
-        from plugtrain.param_groups import (
+        from plugtrain.bases.param_groups import (
             adjust_learning_rate_groups,
             build_param_groups,
             model_learning_rate_factors,

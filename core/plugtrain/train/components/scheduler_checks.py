@@ -6,8 +6,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from plugtrain.bases.scheduler import excluded_from_decay, scheduler_groups, scheduler_key
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.scheduler import excluded_from_decay, scheduler_groups, scheduler_key
 
 __all__ = ["check_scheduler_overlap"]
 

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sized
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
 
-from plugtrain.backend_base import rebuild_dataloader
+from plugtrain.bases.backend import rebuild_dataloader
+from plugtrain.config.sections import LoopSettings
+from plugtrain.contract.strategy import ParallelStrategy
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
 from plugtrain.train.data.sample_order import GlobalOrder
 from plugtrain.train.observability import say_once
-
-if TYPE_CHECKING:
-    from plugtrain.train.trainer import Trainer
 
 __all__ = ["GlobalBatchSampler", "follow_global_order", "in_global_order"]
 
@@ -196,16 +195,30 @@ def _describe(fingerprint: Mapping[str, Any]) -> str:
     return ", ".join(f"{key} {value!r}" for key, value in sorted(fingerprint.items()))
 
 
-def in_global_order(trainer: Trainer, loader: Iterable[Any]) -> Iterable[Any]:
-    """The trainer's training loader following ``loop.sample_order`` (else as it is)."""
-    assert trainer.loop is not None
-    strategy = trainer.strategy
-    if trainer.loop.sample_order != "global":
+def in_global_order(
+    loader: Iterable[Any],
+    loop: LoopSettings,
+    strategy: ParallelStrategy,
+    *,
+    backend_type: str,
+    seed: int | None,
+    description: Mapping[str, Any] | None,
+) -> Iterable[Any]:
+    """A training loader following ``loop.sample_order`` (else as it is).
+
+    :param strategy: the backend's strategy: whether it takes the global order, and this
+        process's rank among how many.
+    :param backend_type: the backend's name, said when its strategy cannot take the order.
+    :param seed: the trainer's seed (the permutations' seed when the loader has none).
+    :param description: the loader's name and arguments as a run file gives them (part of its
+        fingerprint).
+    """
+    if loop.sample_order != "global":
         return loader
     if not getattr(strategy, "global_sample_order", False):
         say_once(
             "sample_order:backend",
-            f"the {trainer.backend.backend_type} backend's parallel strategy does not take "
+            f"the {backend_type} backend's parallel strategy does not take "
             "training data in the global sample order (global_sample_order), so "
             "loop.sample_order global does not apply: the data loader's own order is used",
         )
@@ -214,9 +227,9 @@ def in_global_order(trainer: Trainer, loader: Iterable[Any]) -> Iterable[Any]:
         loader,
         rank=getattr(strategy, "rank", 0),
         world_size=getattr(strategy, "world_size", 1),
-        grad_accum_steps=trainer.loop.grad_accum_steps,
-        seed=trainer.seed,
-        description=trainer.data_description,
+        grad_accum_steps=loop.grad_accum_steps,
+        seed=seed,
+        description=description,
     )
     if reason is not None:
         say_once(

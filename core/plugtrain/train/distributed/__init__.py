@@ -1,4 +1,4 @@
-"""Several processes: torchrun's launcher, stops agreed on every rank, sharded (DTensor) state."""
+"""Several processes: stops agreed on every rank, sharded (DTensor) state."""
 
 from __future__ import annotations
 
@@ -7,12 +7,6 @@ from plugtrain.train.distributed.dtensor_state import (
     local_tensor,
     model_shards,
     optimizer_shards,
-)
-from plugtrain.train.distributed.elastic import (
-    cluster_environment,
-    collective_errors,
-    torchrun,
-    torchrun_arguments,
 )
 from plugtrain.train.distributed.presharded import refuse_presharded_model
 from plugtrain.train.distributed.signals import (
@@ -28,14 +22,10 @@ __all__ = [
     "StoppedAtOnce",
     "TrainingInterrupted",
     "also_stop_on",
-    "cluster_environment",
-    "collective_errors",
     "gathered",
     "local_tensor",
     "model_shards",
     "optimizer_shards",
     "refuse_presharded_model",
     "signal_name",
-    "torchrun",
-    "torchrun_arguments",
 ]

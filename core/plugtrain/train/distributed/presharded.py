@@ -12,9 +12,9 @@ from __future__ import annotations
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from plugtrain.attribution import describe_owner
+from plugtrain.contract.strategy import ParallelStrategy
+from plugtrain.discovery.attribution import describe_owner
 from plugtrain.errors import ComponentError
-from plugtrain.strategy import ParallelStrategy
 
 __all__ = ["refuse_presharded_model"]
 

@@ -171,13 +171,13 @@ def sparsity_groups(value: Any, registry: Any = None) -> list[SparsityGroup]:
     :param value: ``None``; :class:`SparsityGroup` objects (or a list of them); validated
         :class:`~plugtrain.config.plan.SparsityGroupSpec` objects (from a run file's plan); or
         any form a run file takes (a level, a group mapping, a list of them), validated here
-        with :func:`plugtrain.config.validate.plan_sparsity`.
+        with :func:`plugtrain.config.validation.validate.plan_sparsity`.
     :param registry: builds the algorithms; default: the process-wide registry.
     :raises ConfigError: for a value that does not validate, naming every problem.
     """
     from plugtrain.config.plan import SparsityGroupSpec
-    from plugtrain.config.validate import plan_sparsity
-    from plugtrain.plugins import get_registry
+    from plugtrain.config.validation.validate import plan_sparsity
+    from plugtrain.discovery.loading import get_registry
 
     if value is None:
         return []

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from plugtrain.attribution import describe_owner
+from plugtrain.discovery.attribution import describe_owner
 from plugtrain.errors import ComponentFailedError, ConfigError, ConfigIssue, PlugtrainError
 
 __all__ = ["Failures", "allow_failures", "describe_failure"]

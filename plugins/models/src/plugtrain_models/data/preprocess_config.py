@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from plugtrain.config.yaml_loader import location_of, read_yaml_file
+from plugtrain.config.reading.yaml_loader import location_of, read_yaml_file
 from plugtrain.errors import ConfigError, ConfigIssue
 
 __all__ = ["PreprocessConfig", "load_preprocess_config"]

@@ -1,0 +1,1 @@
+"""Reading run files: YAML that remembers where every value came from, and ``--set`` overrides."""
