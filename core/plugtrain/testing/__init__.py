@@ -17,6 +17,10 @@ signature; the plugin module and schemas import no torch; states survive a check
 (``weights_only=True``) and resume exactly. :func:`isolated_registry` builds a registry of only
 the plugins given.
 
+Run files: :func:`trainer_run` builds a run file's mapping, :func:`write_run_file` writes it,
+:func:`run_plugtrain` runs a command line on it (in this process or a new one) and returns a
+:class:`PlugtrainResult` (exit status, stdout, stderr).
+
 The behavioural conformance kit: :func:`check_optimizer`, :func:`check_scheduler`,
 :func:`check_callback`, :func:`check_logger`, :func:`check_backend`, :func:`check_model`,
 :func:`check_dataloader` and :func:`check_sparsity`
@@ -44,6 +48,12 @@ from plugtrain.registry.components import Component, Registry
 from plugtrain.registry.kinds import KINDS
 from plugtrain.registry.schema import REQUIRED, arg_infos
 from plugtrain.testing.conformance import ConformanceError, ConformanceReport, PropertyResult
+from plugtrain.testing.run_files import (
+    PlugtrainResult,
+    run_plugtrain,
+    trainer_run,
+    write_run_file,
+)
 
 if TYPE_CHECKING:
     import pluggy
@@ -75,6 +85,7 @@ __all__ = [
     "SPARSITY_PROPERTIES",
     "ConformanceError",
     "ConformanceReport",
+    "PlugtrainResult",
     "PropertyResult",
     "assert_plugin_contract",
     "assert_plugin_installed",
@@ -95,6 +106,9 @@ __all__ = [
     "make_registry",
     "plugin_manager",
     "register_plugin",
+    "run_plugtrain",
+    "trainer_run",
+    "write_run_file",
 ]
 
 try:
