@@ -13,7 +13,7 @@ from torch import nn
 from plugtrain_models.layers import activation
 from plugtrain_models.rules import GLU_ACTIVATIONS
 
-__all__ = ["FeedForward", "FeedForwardLayer"]
+__all__ = ["FeedForward", "FeedForwardLayer", "FeedForwardNetwork"]
 
 
 class FeedForwardLayer(nn.Module):
@@ -47,7 +47,24 @@ class FeedForwardLayer(nn.Module):
         return self.dropout(out) if self.dropout is not None else out
 
 
-class FeedForward(nn.Module):
+class FeedForwardNetwork(nn.Module):
+    """Layers ``ffn.0``, ``ffn.1`` ... applied in turn (Model Zoo's ``FeedForwardNetwork``).
+
+    Heads and poolers are one-layer networks: ``FeedForwardNetwork([FeedForwardLayer(...)])``.
+    """
+
+    def __init__(self, layers: list[FeedForwardLayer]) -> None:
+        super().__init__()
+        self.ffn = nn.ModuleList(layers)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Every layer in turn."""
+        for layer in self.ffn:
+            hidden = layer(hidden)
+        return hidden
+
+
+class FeedForward(FeedForwardNetwork):
     """``ffn.1(ffn.0(x))``: width ``d_model -> filter_size -> d_model``.
 
     :param dropout: after the output layer (Model Zoo's ``dropout``).
@@ -64,17 +81,10 @@ class FeedForward(nn.Module):
         dropout: float,
         inner_dropout: float | None = None,
     ) -> None:
-        super().__init__()
         inner = dropout if inner_dropout is None else inner_dropout
-        self.ffn = nn.ModuleList(
+        super().__init__(
             [
                 FeedForwardLayer(d_model, filter_size, bias=bias, act=act, dropout=inner),
                 FeedForwardLayer(filter_size, d_model, bias=bias, act=None, dropout=dropout),
             ]
         )
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Both layers in turn."""
-        for layer in self.ffn:
-            hidden = layer(hidden)
-        return hidden

@@ -9,10 +9,22 @@ from plugtrain import hookimpl
 if TYPE_CHECKING:
     from plugtrain.registry import ComponentRegistrar
 
+BERT_MODELS = (
+    ("bert", "bert", "BertArgs"),
+    ("bert/classifier", "bert_classifier", "BertClassifierArgs"),
+    ("bert/token_classifier", "bert_token_classifier", "BertTokenClassifierArgs"),
+    ("bert/extractive_summarization", "bert_summarization", "BertSummarizationArgs"),
+    ("esm2", "esm2", "Esm2Args"),
+)
+"""The BERT family and ESM-2: registry name, constructor in ``families_bert``, schema."""
+
 
 @hookimpl
 def plugtrain_register_models(registry: ComponentRegistrar) -> None:
     """Register Model Zoo's text encoders and encoder-decoders under their Model Zoo names."""
+    for name, attribute, schema in BERT_MODELS:
+        target = f"plugtrain_models.encoders.families_bert:{attribute}"
+        registry.register(name, target, schema=f"plugtrain_models.encoders.schemas_bert:{schema}")
     t5_schema = "plugtrain_models.encoders.schemas_t5:T5Args"
     for name, attribute in (("t5", "t5"), ("transformer", "transformer")):
         target = f"plugtrain_models.encoders.t5_model:{attribute}"
