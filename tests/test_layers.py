@@ -1,16 +1,19 @@
-"""The floors of the package, as an executable rule.
+"""The floors and rooms of the package, as an executable rule.
 
-Read from the source's import statements (every one, including those inside functions, except
-under ``if TYPE_CHECKING:``), so a lazy import cannot slip a floor either:
+Read from the source's import statements, every one: those inside functions (so a lazy import
+cannot slip a floor) and those under ``if TYPE_CHECKING:`` (so an annotation cannot either):
 
 - the floors are ordered, and a module imports only from its own floor or the ones below;
-- the import graph of ``core/plugtrain`` has no cycle at all;
-- the small core, ``config/`` and ``authoring/`` never import torch;
-- the plugin distributions import only documented plugtrain modules;
+- the import graph of ``core/plugtrain`` has no cycle, counting the imports under
+  ``TYPE_CHECKING`` too;
+- the floors below ``train``, and ``authoring``, never import torch (annotations aside);
+- the plugin distributions import only documented plugtrain modules; the core imports the
+  modules where they live, never through a documented path that names a module of a room;
 - ``plugtrain.train`` is a facade (``trainer.py``) and rooms by job, ordered like the floors: a
   room imports a lower room only, and only through that room's ``__init__``; only ``assembly/``
   imports the facade;
-- no module of the core is longer than 600 lines.
+- at most 8 modules lie loose at the top of ``core/plugtrain``; no room (a folder of modules)
+  holds more than 12 modules or 3,000 lines; no module is longer than 600 lines.
 """
 
 from __future__ import annotations
@@ -23,32 +26,65 @@ from pathlib import Path
 import pytest
 
 import plugtrain
+from plugtrain._public_paths import PUBLIC_PATHS
 
 PACKAGE = Path(plugtrain.__file__).parent
 REPO = PACKAGE.parents[1]
 
 FLOORS = (
-    "small core",
+    "ground",
+    "registry",
+    "contract",
+    "discovery",
+    "bases",
+    "mirrors",
+    "builtin plugin",
     "config",
     "builtin implementations",
     "conversion",
     "train",
+    "launching",
     "authoring",
     "top",
 )
-"""From the ground up. ``top`` is the command line (``cli`` and ``commands/``), the test kit and
-the package facade (``plugtrain/__init__.py``, whose lazy attributes reach ``train``).
-``conversion`` is the checkpoint converters' engine, which checkpoint loading uses."""
+"""From the ground up. ``ground`` is the errors, the versions and the documented paths' finder;
+``registry`` (components, argument schemas, kinds), ``contract`` (hook specifications, protocols,
+the parallel strategy), ``discovery`` (loading plugins) and ``bases`` (the bases plugin authors
+build on) are the core's rooms of the same names; ``mirrors`` are ``optim/`` and
+``distributed.py`` (the ``cerebras.pytorch`` mirrors); ``builtin plugin`` is the torch-free part
+of ``builtin/`` (its schemas and hook implementations). ``conversion`` is the checkpoint
+converters' engine, which checkpoint loading uses; ``launching`` starts a run file's processes
+(torchrun, SLURM). ``top`` is the command line (``cli`` and ``commands/``), the test kit and the
+package facade (``plugtrain/__init__.py``, whose lazy attributes reach ``train``)."""
 
+GROUND = ("_version", "_unset", "_public_paths", "errors")
+ROOM_FLOORS = ("registry", "contract", "discovery", "bases", "config", "conversion", "train")
+MIRRORS = ("optim", "distributed")
 TOP = ("cli", "commands", "__main__", "testing")
 
-TORCH_FREE = ("small core", "config", "authoring")
-
-TORCH_FREE_MODULES = tuple(
-    f"plugtrain.conversion{part}"
-    for part in ("", ".declaration", ".configs", ".lookup", ".files", ".weights")
+TORCH_FREE = (
+    "ground",
+    "registry",
+    "contract",
+    "discovery",
+    "bases",
+    "mirrors",
+    "builtin plugin",
+    "config",
+    "authoring",
 )
-"""Modules of a floor that uses torch which listing and ``check`` import, so must not."""
+
+TORCH_FREE_MODULES = (
+    *(
+        f"plugtrain.conversion{part}"
+        for part in ("", ".declaration", ".configs", ".lookup", ".files", ".weights")
+    ),
+    "plugtrain.launching",
+    "plugtrain.launching.processes",
+    "plugtrain.launching.cluster",
+)
+"""Modules of a floor that uses torch which listing, ``check`` or a backend's schema import, so
+must not."""
 
 DOCUMENTED = (
     "plugtrain",
@@ -78,6 +114,14 @@ DOCUMENTED = (
 )
 """The modules README.md lists as public: the only ones a plugin distribution may import."""
 
+DOCUMENTED_IN_GUIDES = ("plugtrain.compat",)
+"""Modules the plugin authors' guides name for a helper (``core_requirement``), kept importable
+by that path."""
+
+MAX_LOOSE = 8
+MAX_ROOM_MODULES = 12
+MAX_ROOM_LINES = 3000
+
 
 def module_name(path: Path) -> str:
     """``plugtrain.train.loop.training_loop`` for ``core/plugtrain/train/loop.py``."""
@@ -90,13 +134,15 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """``(line, module)`` of every absolute import, ``from a import b`` as ``a`` and ``a.b``."""
+def _imports(path: Path, *, annotations: bool = True) -> list[tuple[int, str]]:
+    """``(line, module)`` of every absolute import, ``from a import b`` as ``a`` and ``a.b``;
+    those under ``if TYPE_CHECKING:`` only with ``annotations``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    if not annotations:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
     found = []
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -109,11 +155,11 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def _targets(path: Path) -> list[tuple[int, str]]:
-    """The plugtrain modules ``path`` imports: ``from plugtrain import plugins`` is the module
-    ``plugtrain.plugins``; ``from plugtrain import hookimpl`` is the package ``plugtrain``."""
+def _targets(path: Path, *, annotations: bool = True) -> list[tuple[int, str]]:
+    """The plugtrain modules ``path`` imports: ``from plugtrain import errors`` is the module
+    ``plugtrain.errors``; ``from plugtrain import hookimpl`` is the package ``plugtrain``."""
     found = []
-    for line, name in _imports(path):
+    for line, name in _imports(path, annotations=annotations):
         if name in MODULES:
             found.append((line, name))
     # "from a import b" also names "a": keep it only where b is not a submodule.
@@ -129,15 +175,20 @@ def _targets(path: Path) -> list[tuple[int, str]]:
 def floor_of(module: str) -> str:
     """The floor of a module of ``core/plugtrain``."""
     parts = module.split(".")
-    if module == "plugtrain" or (len(parts) > 1 and parts[1] in TOP):
+    first = parts[1] if len(parts) > 1 else ""
+    if module == "plugtrain" or first in TOP:
         return "top"
-    if len(parts) > 1 and parts[1] in ("config", "train", "authoring", "conversion"):
-        return parts[1]
-    if len(parts) > 1 and parts[1] == "builtin":
-        path = MODULES[module]
-        if any(name == "torch" or name.startswith("torch.") for _, name in _imports(path)):
-            return "builtin implementations"
-    return "small core"
+    if first in GROUND:
+        return "ground"
+    if first in MIRRORS:
+        return "mirrors"
+    if first in (*ROOM_FLOORS, "launching", "authoring"):
+        return first
+    assert first == "builtin", module
+    path = MODULES[module]
+    if any(name == "torch" or name.startswith("torch.") for _, name in _imports(path)):
+        return "builtin implementations"
+    return "builtin plugin"
 
 
 def test_every_module_has_a_floor() -> None:
@@ -193,15 +244,22 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the plugtrain modules it imports (self-imports left out)."""
+def import_graph(*, annotations: bool = True) -> dict[str, set[str]]:
+    """Module -> the plugtrain modules it imports (self-imports left out); the imports under
+    ``TYPE_CHECKING`` only with ``annotations``."""
     return {
-        module: {target for _, target in _targets(path) if target != module}
+        module: {
+            target for _, target in _targets(path, annotations=annotations) if target != module
+        }
         for module, path in MODULES.items()
     }
 
 
 def test_the_import_graph_has_no_cycle() -> None:
+    assert _cycles(import_graph(annotations=False)) == []
+
+
+def test_the_import_graph_has_no_cycle_counting_annotations() -> None:
     assert _cycles(import_graph()) == []
 
 
@@ -216,7 +274,7 @@ def test_torch_free_floors_import_no_torch(floor: str) -> None:
         f"{path.relative_to(PACKAGE)}:{line} imports {name}"
         for module, path in MODULES.items()
         if floor_of(module) == floor
-        for line, name in _imports(path)
+        for line, name in _imports(path, annotations=False)
         if name == "torch" or name.startswith("torch.")
     ]
     assert problems == []
@@ -227,7 +285,7 @@ def test_torch_free_modules_import_no_torch(module: str) -> None:
     path = MODULES[module]
     problems = [
         f"{path.relative_to(PACKAGE)}:{line} imports {name}"
-        for line, name in _imports(path)
+        for line, name in _imports(path, annotations=False)
         if name == "torch" or name.startswith("torch.")
     ]
     assert problems == []
@@ -241,13 +299,36 @@ def test_plugins_import_only_documented_modules() -> None:
         for line, name in _imports(path):
             if not (name == "plugtrain" or name.startswith("plugtrain.")):
                 continue
-            owner = name if name in MODULES else name.rpartition(".")[0]
+            owner = name if name in MODULES or name in PUBLIC_PATHS else name.rpartition(".")[0]
             documented = any(
                 owner == d or (d != "plugtrain" and owner.startswith(d + ".")) for d in DOCUMENTED
             )
             if not documented:
                 problems.append(f"{path.relative_to(REPO)}:{line} imports {name}")
     assert problems == []
+
+
+def test_the_core_imports_modules_where_they_live() -> None:
+    problems = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {name}"
+        for path in MODULES.values()
+        for line, name in _imports(path)
+        if any(name == public or name.startswith(public + ".") for public in PUBLIC_PATHS)
+    ]
+    assert problems == []
+
+
+def test_every_documented_path_imports_and_is_its_room_module() -> None:
+    import importlib
+
+    for name in DOCUMENTED:
+        assert importlib.import_module(name).__name__ in (name, PUBLIC_PATHS.get(name))
+    for public, home in PUBLIC_PATHS.items():
+        module = importlib.import_module(public)
+        assert module is importlib.import_module(home)
+        assert module.__spec__.name == home
+        assert getattr(plugtrain, public.rpartition(".")[2]) is module
+        assert public in (*DOCUMENTED, *DOCUMENTED_IN_GUIDES)
 
 
 def test_the_documented_modules_are_in_the_readme() -> None:
@@ -267,10 +348,26 @@ def test_the_check_reads_imports_inside_functions(tmp_path: Path) -> None:
     assert _targets(module) == [(3, "plugtrain.train.trainer")]
 
 
+def test_the_check_reads_imports_for_annotations(tmp_path: Path) -> None:
+    module = tmp_path / "typed.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    import torch\n"
+        "    from plugtrain.train.trainer import Trainer\n"
+    )
+    assert _targets(module) == [(4, "plugtrain.train.trainer")]
+    assert _targets(module, annotations=False) == []
+    assert (3, "torch") in _imports(module)
+    assert (3, "torch") not in _imports(module, annotations=False)
+
+
 def test_importing_the_lower_floors_loads_no_torch() -> None:
     code = (
         "import sys, plugtrain, plugtrain.config, plugtrain.registry, plugtrain.protocols; "
         "import plugtrain.optim, plugtrain.distributed, plugtrain.launching, plugtrain.strategy; "
+        "import plugtrain.hookspecs, plugtrain.scheduler, plugtrain.backend_base; "
+        "import plugtrain.sparsity_schema, plugtrain.discovery.attribution; "
         "plugtrain.names('optimizer'); "
         "print('torch' in sys.modules)"
     )
@@ -354,11 +451,35 @@ def test_the_facade_imports_no_room_above_it() -> None:
     assert "assembly" not in targets
 
 
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_few_modules_lie_loose_at_the_top() -> None:
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(loose) <= MAX_LOOSE, loose
+
+
+def test_no_room_is_too_big() -> None:
+    rooms = {
+        folder: sorted(folder.glob("*.py"))
+        for folder in [*PACKAGE.rglob("*"), PACKAGE]
+        if folder.is_dir() and folder != PACKAGE and (folder / "__init__.py").exists()
+    }
+    assert len(rooms) > 10
+    big = {
+        str(folder.relative_to(PACKAGE)): (len(modules), sum(map(_lines, modules)))
+        for folder, modules in rooms.items()
+        if len(modules) > MAX_ROOM_MODULES or sum(map(_lines, modules)) > MAX_ROOM_LINES
+    }
+    assert big == {}
+
+
 def test_no_core_module_is_longer_than_600_lines() -> None:
     long = {
         str(path.relative_to(PACKAGE)): count
         for path in MODULES.values()
-        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+        if (count := _lines(path)) > MAX_LINES
     }
     assert long == {}
 

@@ -28,6 +28,7 @@ PUBLIC_PATHS = {
     "plugtrain.tags": "plugtrain.bases.tags",
     "plugtrain.hyperparams": "plugtrain.bases.hyperparams",
     "plugtrain.sparsity_schema": "plugtrain.bases.sparsity",
+    "plugtrain.compat": "plugtrain.discovery.compat",
 }
 """Documented path -> the module it names."""
 
