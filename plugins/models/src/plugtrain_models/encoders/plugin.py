@@ -40,3 +40,12 @@ def plugtrain_register_models(registry: ComponentRegistrar) -> None:
 @hookimpl
 def plugtrain_register_checkpoint_converters(registry: ComponentRegistrar) -> None:
     """Register the Hugging Face converters of the encoder families under Model Zoo's keys."""
+    from plugtrain.conversion.declaration import ConverterArguments
+
+    for key, target in (("t5", "convert_t5:T5"), ("transformer", "convert_t5:TRANSFORMER")):
+        registry.register(
+            key,
+            f"plugtrain_models.encoders.{target}",
+            schema=ConverterArguments,
+            summary=f"Hugging Face <-> plugtrain checkpoints of {key}",
+        )
