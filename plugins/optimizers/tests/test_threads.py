@@ -1,4 +1,4 @@
-"""The step tuner: plans chosen by measured step times, the same numbers under every plan.
+"""The step tuner (asked for): plans chosen by measured step times, the same numbers under each.
 
 The tuner's choices are checked with a clock the test drives (each plan "takes" the seconds the
 test says), never with real timings.
@@ -13,9 +13,15 @@ import torch
 
 import plugtrain
 from plugtrain_optimizers import _blocks, _threads
-from plugtrain_optimizers._threads import EXPLORE_FIRST, Plan, StepTuner
+from plugtrain_optimizers._threads import EXPLORE_FIRST, TUNE_VARIABLE, Plan, StepTuner
 
 ALL_BLOCKED, ONE, ALL_WHOLE = Plan(2), Plan(1), Plan(2, whole=True)
+
+
+@pytest.fixture
+def tuned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optimizers made in the test ask for the tuner."""
+    monkeypatch.setenv(TUNE_VARIABLE, "1")
 
 
 @pytest.fixture
@@ -124,7 +130,7 @@ def test_a_step_that_raises_restores_threads_and_blocks(two_threads):
 
 
 @pytest.mark.parametrize("name", ["Lamb", "Lion", "Rprop", "Adadelta", "Adafactor", "Adagrad"])
-def test_every_plan_gives_the_same_numbers(train, two_threads, monkeypatch, name):
+def test_every_plan_gives_the_same_numbers(train, two_threads, tuned, monkeypatch, name):
     kwargs = {"lr": 0.05} if name == "Adafactor" else {}
     results = {}
     for plan in (ALL_BLOCKED, ONE, ALL_WHOLE):
@@ -139,7 +145,25 @@ def test_every_plan_gives_the_same_numbers(train, two_threads, monkeypatch, name
                 assert torch.equal(value, want), f"{name} {plan} {key}"
 
 
-def test_muon_keeps_every_thread(two_threads, monkeypatch):
+def test_by_default_a_step_leaves_torch_threads_alone(two_threads, monkeypatch):
+    """No tuner unless asked for: torch's thread count, a process-wide setting, is never set."""
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    for name in ("Lion", "AdamW", "Lamb"):
+        param = torch.nn.Parameter(torch.randn(300, 129))
+        optimizer = plugtrain.resolve("optimizer", name)([param], lr=0.01)
+        for _ in range(6):
+            param.grad = torch.randn(300, 129)
+            optimizer.step()
+    assert calls == []
+    monkeypatch.setenv(TUNE_VARIABLE, "1")  # asked for: the one-thread plan is tried at step 3
+    optimizer = plugtrain.resolve("optimizer", "Lion")([param], lr=0.01)
+    for _ in range(3):
+        optimizer.step()
+    assert calls == [1, 2]
+
+
+def test_muon_keeps_every_thread(two_threads, tuned, monkeypatch):
     seen = []
     monkeypatch.setattr(StepTuner, "step", seen.append)
     param = torch.nn.Parameter(torch.randn(8, 8))

@@ -22,7 +22,7 @@ from plugtrain_optimizers._auto_flat import flatten_by_default
 from plugtrain_optimizers._blocks import FlatLayout, split_blocks
 from plugtrain_optimizers._ops import FOREACH, PER_TENSOR, ListOps
 from plugtrain_optimizers._sharded import has_sharded_params, on_local_shards
-from plugtrain_optimizers._threads import StepTuner
+from plugtrain_optimizers._threads import StepTuner, tuning_threads
 
 __all__ = ["PlugtrainOptimizer", "as_float", "step_values"]
 
@@ -64,9 +64,12 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
     (:mod:`~plugtrain_optimizers._sharded`). False for updates that need whole tensors (a
     norm per tensor, a matrix's rows and columns): such an optimizer refuses DTensors."""
     tune_threads: ClassVar[bool] = True
-    """Whether a CPU step's thread count is chosen by measured step times
-    (:class:`~plugtrain_optimizers._threads.StepTuner`); False for matrix products, which every
-    thread helps."""
+    """Whether a CPU step's thread count may be chosen by measured step times where that is
+    asked for (:class:`~plugtrain_optimizers._threads.StepTuner`); False for matrix products,
+    which every thread helps."""
+    native_kernels: ClassVar[bool] = False
+    """Whether float32 CPU steps may run the C kernels (:mod:`~plugtrain_optimizers._native`),
+    which are then built (or found in the cache) when the optimizer is made."""
 
     __signature__: ClassVar[inspect.Signature]
 
@@ -90,9 +93,11 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         # (slot, ids of a block's tensors) -> (those tensors, their scratch views)
         self._block_views: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         self._on_cpu = False  # intra-op threads only matter for parameters on the CPU
-        self._tuner = StepTuner()
+        self._tuner = StepTuner() if tuning_threads() else None
         self._native_plans: dict[int, Any] = {}  # per group: a subclass's kernel plan, if any
         super().__init__(params, defaults)
+        if self.native_kernels and self._on_cpu:
+            _native.load()  # before the first step, which may be timed or run by many ranks
 
     # -- groups and state -----------------------------------------------------------------
 
@@ -172,7 +177,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         return loss
 
     def _step_groups(self) -> None:
-        if not (self.tune_threads and self._on_cpu):
+        if self._tuner is None or not (self.tune_threads and self._on_cpu):
             self._step_each_group()
             return
         with self._tuner.step():
@@ -343,7 +348,7 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         if not all(_native.usable(tensors) for tensors, _ in rows):
             return False
         for tensors, values in rows:
-            kernels.run(kernel, tensors, values)
+            _native.op(kernel)(*tensors, *values)
         torch.autograd.graph.increment_version([tensors[0] for tensors, _ in rows])
         return True
 

@@ -1,4 +1,4 @@
-"""One-pass CPU kernels for the optimizers' float32 updates, compiled from C on first use.
+"""One-pass CPU kernels for the optimizers' float32 updates, as torch operators.
 
 The multi-tensor path runs an update as a sequence of in-place operations, each a pass over
 memory (or over a cache block). The kernels in ``kernels.c`` make one pass: each element's
@@ -6,23 +6,23 @@ parameter, gradient and state are read once and written once (Lion, ASGD, Rprop,
 Adamax, NAdam, the Schedule-Free pair); Lamb and Adafactor, which need norms or row and column means
 first, make the fewest passes those allow. They cover contiguous float32 tensors on the CPU;
 every other case, and every machine where they cannot be built, takes the multi-tensor path.
+Each line mirrors one torch operation, rounding as torch's CPU kernels do (what differs in the
+last bits: the kernels' square root is correctly rounded, sums run in another order).
 
-Each kernel line mirrors one torch operation, rounding as torch's CPU kernels do, so updates
-made of elementwise operations give the multi-tensor path's bits. What differs in the last
-bits, within the float32 bound the optimizer tests use: the kernels' square root is correctly
-rounded (torch's float32 one, MKL's, is not always), sums run in another order, and NAdam's
-multi-tensor path takes its momentum term through torch's fused Adam.
+Each exported C function ``plugtrain_<name>`` is operator ``torch.ops.plugtrain.<name>``, its
+schema read from the C declaration (a pointer is a tensor, written unless ``const``; an array of
+pointers a list of tensors; an elementwise function's element and thread counts are filled in):
+it shows by name in ``torch.profiler`` traces, and ``torch.compile`` traces it without a graph
+break. Its CPU implementation calls the C function through ``ctypes``.
 
-Building needs a C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) and takes under a
-second; the library is kept in ``$PLUGTRAIN_CACHE_DIR/kernels`` (else
-``$XDG_CACHE_HOME/plugtrain/kernels`` or ``~/.cache/plugtrain/kernels``), named by a hash of
-the source, the compiler, its flags and the CPU, so a change to any of them builds anew.
-``PLUGTRAIN_NATIVE_KERNELS=0`` turns the kernels off. A loop over at least
-:data:`PARALLEL_ELEMENTS` elements is split between torch's intra-op threads, on the OpenMP
-runtime torch itself uses (built with ``-fopenmp``, the library links the ``libgomp`` torch
-has loaded): the threads torch's last operation left idle or spinning take it at once, where
-threads of another pool would wait for a core. A compiler without OpenMP gives a library whose
-loops run on one thread.
+:func:`load` builds the library when an optimizer with kernels is made (never in a step) into
+``$PLUGTRAIN_CACHE_DIR/kernels`` (else ``$XDG_CACHE_HOME/plugtrain/kernels`` or
+``~/.cache/plugtrain/kernels``), named by a hash of the source, compiler (``$CC``, else ``cc``,
+``gcc`` or ``clang``), flags and CPU; processes building it at once wait for the first under a
+file lock. ``PLUGTRAIN_NATIVE_KERNELS=0`` turns the kernels off. Where torch's intra-op threads
+are GNU OpenMP's (``libgomp.so.1``), ``-fopenmp`` links that same runtime and loops over at
+least :data:`PARALLEL_ELEMENTS` elements are split between torch's threads; elsewhere every
+loop runs on one thread, which is logged once.
 """
 
 from __future__ import annotations
@@ -34,21 +34,24 @@ import itertools
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
 __all__ = [
-    "KERNELS",
     "PARALLEL_ELEMENTS",
     "SWITCH_VARIABLE",
     "NativeKernels",
     "load",
+    "op",
     "reset",
     "set_enabled",
     "status",
@@ -62,37 +65,14 @@ _log = logging.getLogger(__name__)
 SWITCH_VARIABLE = "PLUGTRAIN_NATIVE_KERNELS"
 """Set to ``0`` to take the multi-tensor path everywhere."""
 
-KERNELS: dict[str, str] = {
-    "lion": "iipppffff",
-    "adadelta": "iippppffffff",
-    "asgd": "iipppfffff",
-    "rprop": "iippppffff",
-    "adamax": "iippppffffff",
-    "nadam": "iippppfffffff",
-    "adamw_schedule_free": "iippppffffff",
-    "adamw_schedule_free_decay": "iippppffffffff",
-    "sgd_schedule_free": "iipppffff",
-    "lamb_moments": "iippppdfffff",
-    "lamb_apply": "iipppfff",
-    "adafactor_stats": "iiipppdd",
-    "adafactor_rms": "iiipppd",
-    "adafactor_apply": "iiippppff",
-    "adafactor_matrices": "iiiippppdffffffff",
-}
-"""Each kernel's C arguments: ``i`` an int64, ``p`` a pointer to floats, ``d`` a pointer to
-doubles (sums), ``f`` a float.
-
-An elementwise kernel (:meth:`NativeKernels.run`) takes the element count, the number of
-threads, its float32 arrays, a pointer to its sums if it has any, then its scalars.
-"""
 
 PARALLEL_ELEMENTS = 1 << 15
 """Smallest buffer split between threads (below it, waking threads costs more than it saves)."""
 
 _SOURCE = Path(__file__).with_name("kernels.c")
 _FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"]
-# Tried in turn until one builds and loads. -fopenmp links the libgomp torch has loaded (one
-# thread pool for torch and the kernels); -fopenmp-simd only vectorizes the sums (one thread).
+# Tried in turn until one builds and loads; -fopenmp only where torch runs GNU OpenMP.
+# -fopenmp-simd only vectorizes the sums (one thread).
 _EXTRA_FLAGS = [
     ["-march=native", "-fopenmp"],
     ["-fopenmp"],
@@ -102,53 +82,60 @@ _EXTRA_FLAGS = [
 
 
 class NativeKernels:
-    """The built library: :meth:`run` calls one kernel over contiguous float32 CPU tensors."""
+    """The built library, whose C functions the ``torch.ops.plugtrain`` operators call."""
 
-    def __init__(self, library: ctypes.CDLL, path: Path) -> None:
+    def __init__(self, library: ctypes.CDLL, path: Path, openmp: bool) -> None:
         self.path = path
-        self.openmp = bool(library.plugtrain_openmp())
-        self._functions = {}
-        types = {"i": ctypes.c_int64, "p": ctypes.c_void_p, "d": ctypes.c_void_p}
-        for name, spec in KERNELS.items():
+        self.openmp = openmp
+        self.functions: dict[str, Callable[..., None]] = {}
+        for name, parameters in _declarations().items():
             function = getattr(library, f"plugtrain_{name}")
-            function.argtypes = [types.get(kind, ctypes.c_float) for kind in spec]
+            function.argtypes = [
+                ctypes.c_void_p if "*" in p else _C_TYPES[p.split(" ")[0]] for p in parameters
+            ]
             function.restype = None
-            self._functions[name] = function
+            self.functions[name] = function
 
-    @staticmethod
-    def threads(numel: int) -> int:
+    def threads(self, numel: int) -> int:
         """The threads for a loop over ``numel`` elements: torch's intra-op threads, or one.
 
-        One in a process forked from one that ran parallel loops: GNU OpenMP's threads do not
-        survive a fork, and a parallel loop there would wait for them forever.
+        One without OpenMP, and in a process forked from one that ran parallel loops: GNU
+        OpenMP's threads do not survive a fork, and a parallel loop there would wait forever.
         """
-        if _forked or numel < PARALLEL_ELEMENTS:
+        if _forked or not self.openmp or numel < PARALLEL_ELEMENTS:
             return 1
         return torch.get_num_threads()
 
-    def run(
-        self,
-        name: str,
-        tensors: Sequence[torch.Tensor],
-        scalars: Sequence[float],
-        sums: int = 0,
-    ) -> list[float]:
-        """Update ``tensors`` (an elementwise kernel's arrays, :func:`usable`) with ``scalars``.
 
-        Returns the kernel's ``sums`` sums over all elements (its ``d`` argument).
-        """
-        n = tensors[0].numel()
-        pointers = [t.data_ptr() for t in tensors]
-        if not sums:
-            self._functions[name](n, self.threads(n), *pointers, *scalars)
-            return []
-        totals = (ctypes.c_double * sums)()
-        self._functions[name](n, self.threads(n), *pointers, ctypes.addressof(totals), *scalars)
-        return list(totals)
+_C_TYPES = {"int64_t": ctypes.c_int64, "float": ctypes.c_float}
+_DECLARATION = re.compile(r"^void plugtrain_(\w+)\(([^)]*)\)", re.MULTILINE)
+_ELEMENTWISE = ["int64_t n", "int64_t threads"]
 
-    def call(self, name: str, *arguments: object) -> None:
-        """Call kernel ``name`` with ``arguments`` as they are (:data:`KERNELS` says which)."""
-        self._functions[name](*arguments)
+
+@functools.cache
+def _declarations() -> dict[str, list[str]]:
+    """Each exported C function's parameters (``"const float *const *g"``, say)."""
+    found = _DECLARATION.findall(_SOURCE.read_text(encoding="utf-8").replace("RESTRICT ", ""))
+    return {name: [" ".join(p.split()) for p in params.split(",")] for name, params in found}
+
+
+def _schema(parameters: list[str]) -> str:
+    """An operator's arguments from its C function's (an elementwise one's counts left out)."""
+    arguments, written = [], 0
+    for parameter in parameters[2:] if parameters[:2] == _ELEMENTWISE else parameters:
+        kind, name = parameter.split(" ")[0], parameter.rsplit("*", 1)[-1].split(" ")[-1]
+        if "*" not in parameter:
+            arguments.append(f"{'int' if kind == 'int64_t' else 'float'} {name}")
+            continue
+        alias = "" if kind == "const" else f"({chr(ord('a') + written)}!)"
+        written += alias != ""
+        arguments.append(f"Tensor{alias}{'[]' if parameter.count('*') == 2 else ''} {name}")
+    return ", ".join(arguments)
+
+
+def op(name: str) -> Callable[..., None]:
+    """Operator ``torch.ops.plugtrain.<name>`` (defined by the first :func:`load`)."""
+    return _ops[name]
 
 
 _forked = False
@@ -208,6 +195,9 @@ _loaded: NativeKernels | None = None
 _tried = False
 _reason = "not built yet"
 _enabled = True
+_library: torch.library.Library | None = None
+_current: NativeKernels | None = None  # what the operators call: the last library loaded
+_ops: dict[str, Callable[..., None]] = {}
 
 
 def load() -> NativeKernels | None:
@@ -216,7 +206,7 @@ def load() -> NativeKernels | None:
     The reason is :func:`status`; a failure is logged once (debug level) and not retried.
     ``PLUGTRAIN_NATIVE_KERNELS=0`` at the first call, or :func:`set_enabled`, turns them off.
     """
-    global _loaded, _tried, _reason  # noqa: PLW0603 - one library per process
+    global _loaded, _tried, _reason, _current  # noqa: PLW0603 - one library per process
     if not _tried:
         with _lock:
             if not _tried:
@@ -225,6 +215,9 @@ def load() -> NativeKernels | None:
                     _reason = f"turned off by {SWITCH_VARIABLE}"
                 else:
                     _loaded, _reason = _load()
+                    if _loaded is not None:
+                        _current = _loaded
+                        _register()
                 _tried = True
     return _loaded if _enabled else None
 
@@ -232,12 +225,17 @@ def load() -> NativeKernels | None:
 def _load() -> tuple[NativeKernels | None, str]:
     """The first build that compiles and loads, by :data:`_EXTRA_FLAGS` in turn."""
     problems = []
+    no_openmp = _torch_not_gnu_openmp()
+    if no_openmp:
+        _log.warning("plugtrain optimizers: the C kernels run on one thread: %s", no_openmp)
     try:
         compiler = _compiler()
         for extra in _EXTRA_FLAGS:
+            if no_openmp and "-fopenmp" in extra:
+                continue
             try:
                 path = _build(compiler, extra)
-                kernels = NativeKernels(ctypes.CDLL(str(path)), path)
+                kernels = NativeKernels(ctypes.CDLL(str(path)), path, "-fopenmp" in extra)
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
                 problems.append(f"{' '.join(extra) or 'plain'}: {exc}")
                 continue
@@ -248,6 +246,64 @@ def _load() -> tuple[NativeKernels | None, str]:
     reason = "not built: " + "; ".join(problems)
     _log.debug("plugtrain optimizers: native kernels %s", reason)
     return None, reason
+
+
+def _torch_not_gnu_openmp() -> str:
+    """Why the kernels cannot share torch's threads ("" when torch runs GNU OpenMP).
+
+    ``-fopenmp`` links ``libgomp.so.1``: the runtime torch loaded only if that is its name.
+    """
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return "torch's intra-op threads are not OpenMP's"
+    try:
+        maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "the OpenMP runtime torch loaded cannot be found"
+    names = {line.rsplit("/", 1)[-1] for line in maps.splitlines() if "/libgomp" in line}
+    if names != {"libgomp.so.1"}:
+        return f"torch's OpenMP runtime is not GNU's libgomp.so.1 ({', '.join(names) or 'none'})"
+    return ""
+
+
+def _register() -> None:
+    """Define the ``torch.ops.plugtrain`` operators (once per process)."""
+    global _library  # noqa: PLW0603 - the operators live as long as the process
+    if _library is not None:
+        return
+    library = torch.library.Library("plugtrain", "FRAGMENT")
+    for name, parameters in _declarations().items():
+        library.define(f"{name}({_schema(parameters)}) -> ()")
+        library.impl(name, _implementation(name, parameters), "CPU")
+        torch.library.register_fake(f"plugtrain::{name}", _returns_nothing, lib=library)
+        _ops[name] = getattr(torch.ops.plugtrain, name).default
+    _library = library
+
+
+def _returns_nothing(*_arguments: object) -> None:
+    """The fake (meta) implementation of every operator: it writes its tensors in place."""
+
+
+def _implementation(name: str, parameters: list[str]) -> Callable[..., None]:
+    """The CPU implementation of operator ``name``: C function ``plugtrain_<name>``."""
+    elementwise = parameters[:2] == _ELEMENTWISE
+    stars = [p.count("*") for p in parameters[2 if elementwise else 0 :]]
+    tensors = [i for i, count in enumerate(stars) if count == 1]
+    lists = [i for i, count in enumerate(stars) if count == 2]
+
+    def run(*arguments: Any) -> None:
+        kernels = _current
+        assert kernels is not None  # the operators are defined by the first load
+        values = list(arguments)
+        for i in tensors:
+            values[i] = arguments[i].data_ptr()
+        for i in lists:
+            values[i] = (ctypes.c_void_p * len(arguments[i]))(*[t.data_ptr() for t in arguments[i]])
+        if elementwise:
+            n = arguments[0].numel()
+            values[:0] = [n, kernels.threads(n)]
+        kernels.functions[name](*values)
+
+    return run
 
 
 def set_enabled(enabled: bool) -> None:
@@ -305,6 +361,22 @@ def _compiler_version(compiler: str) -> str:
     ).stdout
 
 
+@contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on file ``path`` (where the system has ``flock``)."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): concurrent builds each write a scratch file
+        yield
+        return
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _build(compiler: str, extra: list[str]) -> Path:
     """The library built with flags ``extra``: from the cache, or compiled into it."""
     key = hashlib.sha256()
@@ -323,16 +395,21 @@ def _build(compiler: str, extra: list[str]) -> Path:
     target = folder / name
     if target.exists():
         return target
-    handle, scratch = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        command = [compiler, *_FLAGS, *extra, str(_SOURCE), "-o", scratch, "-lm"]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-        if result.returncode != 0:
-            message = f"{compiler} failed: {result.stderr.strip()[-400:] or 'no message'}"
-            raise RuntimeError(message)
-        os.replace(scratch, target)  # atomic: another process may be building it too
-        return target
-    finally:
-        if os.path.exists(scratch):
-            os.unlink(scratch)
+    with _exclusive(folder / ".lock"):  # the first process builds, the others wait
+        if target.exists():
+            return target
+        handle, scratch = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+        os.close(handle)
+        try:
+            command = [compiler, *_FLAGS, *extra, str(_SOURCE), "-o", scratch, "-lm"]
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=300, check=False
+            )
+            if result.returncode != 0:
+                message = f"{compiler} failed: {result.stderr.strip()[-400:] or 'no message'}"
+                raise RuntimeError(message)
+            os.replace(scratch, target)  # atomic: readers see the whole library or none
+            return target
+        finally:
+            if os.path.exists(scratch):
+                os.unlink(scratch)

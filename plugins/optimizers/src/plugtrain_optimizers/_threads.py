@@ -1,4 +1,8 @@
-"""How an optimizer step runs on the CPU: on how many intra-op threads, in cache blocks or not.
+"""How an optimizer step may run on the CPU: on how many intra-op threads, in cache blocks or not.
+
+By default a step runs on torch's intra-op threads in cache blocks, and nothing here is used.
+``PLUGTRAIN_TUNE_THREADS=1`` (read when an optimizer is made) asks for the tuner below, which
+sets torch's thread count (a process-wide setting) around each step.
 
 The plans give the same numbers at very different speeds (bit for bit where every operation is
 elementwise; updates that need per-tensor norms or means, Lamb's and Adafactor's, may differ in
@@ -31,6 +35,7 @@ every step.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections import deque
@@ -45,10 +50,21 @@ __all__ = [
     "EXPLORE_LAST",
     "SAMPLES",
     "SLOWDOWN",
+    "TUNE_VARIABLE",
     "Plan",
     "StepTuner",
+    "tuning_threads",
     "whole_tensors",
 ]
+
+TUNE_VARIABLE = "PLUGTRAIN_TUNE_THREADS"
+"""Set to ``1`` to have the optimizers made afterwards choose each CPU step's thread count."""
+
+
+def tuning_threads() -> bool:
+    """Whether :data:`TUNE_VARIABLE` asks for the :class:`StepTuner`."""
+    return os.environ.get(TUNE_VARIABLE, "0").strip().lower() in ("1", "true", "yes", "on")
+
 
 EXPLORE_FIRST = 32
 """Steps between two tries of the plans not chosen, at first."""

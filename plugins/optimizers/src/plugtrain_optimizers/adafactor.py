@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import math
 from typing import Any
 
@@ -33,6 +32,7 @@ class Adafactor(PlugtrainOptimizer):
     schema = AdafactorArgs
     name = "Adafactor"
     flat_by_default = True  # many small matrices: one step-counter kernel, matrices back to back
+    native_kernels = True
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and zero second-moment statistics (factored for >= 2-D tensors)."""
@@ -147,10 +147,9 @@ class Adafactor(PlugtrainOptimizer):
             beta = betas[first]
             scalars = [beta, 1 - beta, hyper.eps1, eps2, lr, hyper.wd, hyper.clip]
             share = kernels.threads(count * rows_n * cols_n)
-            kernels.call(
-                "adafactor_matrices",
-                count, rows_n, cols_n, share, *arrays, work.data_ptr(), *scalars, scale_parameter,
-            )  # fmt: skip
+            _native.op("adafactor_matrices")(
+                count, rows_n, cols_n, share, *arrays, work, *scalars, scale_parameter
+            )
         if plan.done:
             torch.autograd.graph.increment_version([params[i] for i in plan.done])
         return plan.done
@@ -198,7 +197,7 @@ class Adafactor(PlugtrainOptimizer):
         small = {}
         for key, where in small_indices.items():
             arrays = tuple(
-                _pointers([tensors[i] for i in where])
+                [tensors[i] for i in where]
                 for tensors in (
                     params,
                     grads,
@@ -372,8 +371,8 @@ class _NativePlan:
     pointers: tuple[int, ...]
     done: list[int]
     large: list[int]
-    # (rows, cols, beta or 0.0 when all agree) -> (first index, count, pointer arrays)
-    small: dict[tuple[int, int, float], tuple[int, int, tuple[ctypes.Array[ctypes.c_void_p], ...]]]
+    # (rows, cols, beta or 0.0 when all agree) -> (first index, count, tensor lists)
+    small: dict[tuple[int, int, float], tuple[int, int, tuple[list[torch.Tensor], ...]]]
 
 
 def _plan_pointers(
@@ -395,11 +394,6 @@ def _plan_pointers(
     )
 
 
-def _pointers(tensors: list[torch.Tensor]) -> ctypes.Array[ctypes.c_void_p]:
-    """The data pointers of ``tensors`` as a C array."""
-    return (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
-
-
 def _rows_in_parallel(
     kernels: _native.NativeKernels,
     p: torch.Tensor,
@@ -416,10 +410,7 @@ def _rows_in_parallel(
     row_sums = torch.empty(rows_n, dtype=torch.float64)
     col_sums = torch.zeros(threads, cols_n, dtype=torch.float32)  # one row per thread
     sums = torch.zeros(threads, dtype=torch.float64)
-    kernels.call(
-        "adafactor_stats", rows_n, cols_n, threads, p.data_ptr(), g.data_ptr(),
-        row_sums.data_ptr(), col_sums.data_ptr(), sums.data_ptr(),
-    )  # fmt: skip
+    _native.op("adafactor_stats")(rows_n, cols_n, threads, p, g, row_sums, col_sums, sums)
     root = math.sqrt(p.numel())
     rho = lr * max(math.sqrt(float(sums.sum())) / root, eps2) if scale_parameter else lr
     row.mul_(beta).add_(row_sums.div_(cols_n).float().add_(eps1), alpha=keep)
@@ -427,17 +418,13 @@ def _rows_in_parallel(
     row_factor = (row / row.mean()).rsqrt_()
     col_factor = col.rsqrt()
     sums.zero_()
-    kernels.call(
-        "adafactor_rms", rows_n, cols_n, threads, g.data_ptr(), row_factor.data_ptr(),
-        col_factor.data_ptr(), sums.data_ptr(),
-    )  # fmt: skip
+    _native.op("adafactor_rms")(rows_n, cols_n, threads, g, row_factor, col_factor, sums)
     update_rms = math.sqrt(float(sums.sum())) / root
     scale = -rho / max(update_rms / clip, 1.0)
     decay = 1 - wd * rho if wd != 0 else 1.0
-    kernels.call(
-        "adafactor_apply", rows_n, cols_n, threads, p.data_ptr(), g.data_ptr(),
-        row_factor.data_ptr(), col_factor.data_ptr(), scale, decay,
-    )  # fmt: skip
+    _native.op("adafactor_apply")(
+        rows_n, cols_n, threads, p, g, row_factor, col_factor, scale, decay
+    )
 
 
 @attrs.frozen

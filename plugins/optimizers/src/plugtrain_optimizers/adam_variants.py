@@ -24,6 +24,7 @@ class Adamax(PlugtrainOptimizer):
     schema = AdamaxArgs
     name = "Adamax"
     flat_by_default = True  # measured: pays even with the gradient copy
+    native_kernels = True
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter, first moment and infinity norm at zero."""
@@ -44,7 +45,7 @@ class Adamax(PlugtrainOptimizer):
         sizes = [-lr / (1 - beta1**t) for t in ts]
         flip = -1.0 if group["maximize"] else 1.0
         scalars = [sizes, 1 - beta1, beta2, eps, wd, flip]
-        if self.run_native(group, "adamax", lists, scalars):
+        if self.run_native(group, "adamax_step", lists, scalars):
             return
         for ops, (ps, gs, ms, us), (size,) in self.blocks(group, lists, [sizes]):
             gs = self.effective_grads(  # noqa: PLW2901 - the decayed gradient replaces it
@@ -71,6 +72,7 @@ class NAdam(PlugtrainOptimizer):
     schema = NAdamArgs
     name = "NAdam"
     flat_by_default = True  # measured: pays even with the gradient copy
+    native_kernels = True
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter, momentum product 1 and zero moments."""
@@ -110,7 +112,7 @@ class NAdam(PlugtrainOptimizer):
             [k * c for k, c in zip(mom_coef, cs, strict=True)],
             wd,
         ]
-        if self.run_native(group, "nadam", lists, native):
+        if self.run_native(group, "nadam_step", lists, native):
             return
         fused = self.can_fuse(group, params)
         if wd != 0:

@@ -27,6 +27,7 @@ class Adadelta(PlugtrainOptimizer):
     schema = AdadeltaArgs
     name = "Adadelta"
     flat_by_default = True  # measured: pays even with the gradient copy
+    native_kernels = True
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter and zero running averages."""
@@ -45,7 +46,7 @@ class Adadelta(PlugtrainOptimizer):
         lists = [params, grads, [s["square_avg"] for s in states], [s["acc_delta"] for s in states]]
         flip = -1.0 if group["maximize"] else 1.0
         scalars = [lr, rho, 1 - rho, eps, wd, flip]
-        if self.run_native(group, "adadelta", lists, scalars):
+        if self.run_native(group, "adadelta_step", lists, scalars):
             return
         for ops, (ps, gs, sqs, accs), _ in self.blocks(group, lists):
             gs = self.effective_grads(  # noqa: PLW2901
@@ -124,6 +125,7 @@ class ASGD(PlugtrainOptimizer):
     schema = ASGDArgs
     name = "ASGD"
     flat_by_default = True  # one native call (or one kernel per operation) for many tensors
+    native_kernels = True
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter, ``eta = lr``, ``mu = 1`` and a zero average."""
@@ -145,7 +147,7 @@ class ASGD(PlugtrainOptimizer):
         mus = [s["mu"] for s in states]
         flip = -1.0 if group["maximize"] else 1.0
         decays = [1 - lambd * eta for eta in etas]
-        if self.run_native(group, "asgd", lists, [etas, decays, mus, wd, flip]):
+        if self.run_native(group, "asgd_step", lists, [etas, decays, mus, wd, flip]):
             self._advance(group, states, ts)
             return
         for ops, (ps, gs, axs), (eta_, mu_) in self.blocks(group, lists, [etas, mus]):

@@ -4,7 +4,9 @@
  * read once and every output written once, where the multi-tensor path makes one pass over
  * memory per operation. Lamb and Adafactor, which need norms or row and column means before
  * the update, take two and three passes. The caller (plugtrain_optimizers/_native.py) splits
- * the work between threads and checks that the arrays are float32, contiguous and distinct.
+ * the work between threads and checks that the arrays are float32, contiguous and distinct, and
+ * makes each exported function a torch operator: each pointer a tensor (const: read only), each
+ * array of pointers a list of tensors.
  *
  * Each line mirrors one in-place operation of the Python path, rounding as torch's CPU kernels
  * do: `add(x, y, alpha)`, `lerp` and `addcmul(x, a, b, value)` (as `fma(value * a, b, x)`) are
@@ -23,15 +25,6 @@
  * library links the libgomp torch has loaded, so its threads, idle or spinning after torch's
  * last operation, take the work at once). Built without OpenMP, a loop runs on one thread. */
 #define PARALLEL_FOR _Pragma("omp parallel for num_threads(threads) if (threads > 1) schedule(static)")
-
-/* Whether the library was built with OpenMP (1) or runs every loop on one thread (0). */
-int plugtrain_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
 
 static inline int thread_index(void) {
 #ifdef _OPENMP
@@ -68,7 +61,7 @@ static inline float clamp(float x, float low, float high) {
 }
 
 /* Lion: p *= decay; p -= lr sign(lerp(m, g, 1 - beta1)); m = lerp(m, g, 1 - beta2). */
-void plugtrain_lion(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT m,
+void plugtrain_lion_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT m,
                     float lr, float decay, float w1, float w2) {
     const float neg_lr = -lr;
     PARALLEL_FOR
@@ -87,7 +80,7 @@ static inline float effective(float g, float p, float flip, float weight_decay) 
 
 /* Adadelta: s = rho s + (1 - rho) g^2; d = sqrt((a + eps) / (s + eps)) g;
  * a = rho a + (1 - rho) d^2; p -= lr d. */
-void plugtrain_adadelta(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
+void plugtrain_adadelta_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
                         float *RESTRICT square_avg, float *RESTRICT acc_delta, float lr,
                         float rho, float keep, float eps, float weight_decay, float flip) {
     const float neg_lr = -lr;
@@ -104,7 +97,7 @@ void plugtrain_adadelta(int64_t n, int64_t threads, float *RESTRICT p, const flo
 }
 
 /* ASGD: p *= 1 - lambd eta; p -= eta g; ax = lerp(ax, p, mu) (a copy while mu = 1). */
-void plugtrain_asgd(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT ax,
+void plugtrain_asgd_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT ax,
                     float eta, float decay, float mu, float weight_decay, float flip) {
     const float neg_eta = -eta;
     if (mu == 1.0f) {
@@ -138,7 +131,7 @@ static inline float maximum(float a, float b) {
 
 /* Adamax: m = lerp(m, g, 1 - beta1); u = max(beta2 u, |g| + eps); p += size m / u
  * (size = -lr / (1 - beta1^t)). */
-void plugtrain_adamax(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
+void plugtrain_adamax_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
                       float *RESTRICT m, float *RESTRICT u, float size, float w1, float beta2,
                       float eps, float weight_decay, float flip) {
     PARALLEL_FOR
@@ -156,7 +149,7 @@ void plugtrain_adamax(int64_t n, int64_t threads, float *RESTRICT p, const float
 /* NAdam (cstorch's): g += wd p (L2); m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
  * d = sqrt(v) + c eps; p += k_g g / d; p += k_m m / d (the coefficients folding in the bias
  * corrections and the momentum schedule). */
-void plugtrain_nadam(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
+void plugtrain_nadam_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
                      float *RESTRICT m, float *RESTRICT v, float w1, float beta2, float keep,
                      float c_eps, float grad_coef, float momentum_coef, float weight_decay) {
     PARALLEL_FOR
@@ -175,7 +168,7 @@ void plugtrain_nadam(int64_t n, int64_t threads, float *RESTRICT p, const float 
 
 /* Rprop: s = sign(g prev); step_size = clamp(step_size * (etaplus | etaminus | 1), low, high);
  * prev = s < 0 ? 0 : g; p -= sign(prev) step_size. */
-void plugtrain_rprop(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT prev,
+void plugtrain_rprop_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT prev,
                      float *RESTRICT step_size, float etaminus, float etaplus, float low,
                      float high) {
     PARALLEL_FOR
@@ -193,7 +186,7 @@ void plugtrain_rprop(int64_t n, int64_t threads, float *RESTRICT p, const float 
 
 /* Schedule-Free AdamW without weight decay: v = beta2 v + (1 - beta2) g^2;
  * u = g / (sqrt(v) + eps root); y = lerp(y, z, ckp1) + y_rate root u; z -= lr root u. */
-void plugtrain_adamw_schedule_free(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
+void plugtrain_adamw_schedule_free_step(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
                                    float *RESTRICT z, float *RESTRICT v, float beta2,
                                    float keep, float eps_root, float ckp1, float y_scale,
                                    float z_scale) {
@@ -210,7 +203,7 @@ void plugtrain_adamw_schedule_free(int64_t n, int64_t threads, float *RESTRICT y
 
 /* Schedule-Free AdamW with weight decay: d = decay y + root g / (sqrt(v) + eps root);
  * y = lerp(y, z, ckp1) + y_rate d; z -= lr d. */
-void plugtrain_adamw_schedule_free_decay(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
+void plugtrain_adamw_schedule_free_decay_step(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
                                          float *RESTRICT z, float *RESTRICT v, float beta2,
                                          float keep, float eps_root, float ckp1, float root,
                                          float decay, float y_rate, float lr) {
@@ -228,7 +221,7 @@ void plugtrain_adamw_schedule_free_decay(int64_t n, int64_t threads, float *REST
 }
 
 /* Schedule-Free SGD: d = g + decay y; y = lerp(y, z, ckp1) + y_rate d; z -= lr d. */
-void plugtrain_sgd_schedule_free(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
+void plugtrain_sgd_schedule_free_step(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
                                  float *RESTRICT z, float ckp1, float decay, float y_rate,
                                  float lr) {
     const float neg_lr = -lr;

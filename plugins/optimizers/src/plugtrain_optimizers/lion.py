@@ -18,6 +18,7 @@ class Lion(PlugtrainOptimizer):
     schema = LionArgs
     name = "Lion"
     flat_by_default = True  # measured: pays even with the gradient copy
+    native_kernels = True
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """A zero momentum."""
@@ -31,7 +32,7 @@ class Lion(PlugtrainOptimizer):
         beta1, beta2 = (as_float(b) for b in group["betas"])
         lists = [params, grads, [self.state[p]["exp_avg"] for p in params]]
         scalars = [lr, 1 - lr * wd, 1 - beta1, 1 - beta2]
-        if self.run_native(group, "lion", lists, scalars):
+        if self.run_native(group, "lion_step", lists, scalars):
             return
         for ops, (ps, gs, ms), _ in self.blocks(group, lists):
             if wd != 0:

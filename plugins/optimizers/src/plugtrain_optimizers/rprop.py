@@ -23,6 +23,7 @@ class Rprop(PlugtrainOptimizer):
     schema = RpropArgs
     name = "Rprop"
     flat_by_default = True  # measured: pays even with the gradient copy
+    native_kernels = True
 
     def init_state(self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Step counter, zero previous gradient, step sizes at lr."""
@@ -46,7 +47,7 @@ class Rprop(PlugtrainOptimizer):
         states = [self.state[p] for p in params]
         self.step_all(group, [s["step"] for s in states])
         lists = [params, grads, [s["prev"] for s in states], [s["step_size"] for s in states]]
-        if self.run_native(group, "rprop", lists, [etaminus, etaplus, low, high]):
+        if self.run_native(group, "rprop_step", lists, [etaminus, etaplus, low, high]):
             return
         for ops, (ps, gs, prevs, sizes), _ in self.blocks(group, lists):
             signs, factors = self.block_scratch(ps, 0), self.block_scratch(ps, 1)

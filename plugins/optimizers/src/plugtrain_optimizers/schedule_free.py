@@ -30,6 +30,7 @@ class _ScheduleFree(PlugtrainOptimizer):
     """What both Schedule-Free optimizers share: the modes, the warmup and the averaging weight."""
 
     flat_by_default = True  # many small tensors: one kernel per operation instead of hundreds
+    native_kernels = True
 
     def prepare_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Add the running values of the average to the group defaults."""
@@ -184,11 +185,11 @@ class AdamWScheduleFree(_ScheduleFree):
         lists = [ys, grads, zs, [self.state[p]["exp_avg_sq"] for p in ys]]
         if decay == 0:
             scalars = [beta2, 1 - beta2, eps * root, ckp1, root * y_rate, -root * lr]
-            if self.run_native(group, "adamw_schedule_free", lists, scalars):
+            if self.run_native(group, "adamw_schedule_free_step", lists, scalars):
                 return
         else:
             scalars = [beta2, 1 - beta2, eps * root, ckp1, root, decay, y_rate, lr]
-            if self.run_native(group, "adamw_schedule_free_decay", lists, scalars):
+            if self.run_native(group, "adamw_schedule_free_decay_step", lists, scalars):
                 return
         for ops, (ys_, gs, zs_, vs), _ in self.blocks(group, lists):
             ops.mul_(vs, beta2)
@@ -249,7 +250,8 @@ class SGDScheduleFree(_ScheduleFree):
         momentum = as_float(group["momentum"])
         decay = as_float(group["weight_decay"])
         y_rate = lr * (momentum * (1 - ckp1) - 1)
-        if self.run_native(group, "sgd_schedule_free", [ys, grads, zs], [ckp1, decay, y_rate, lr]):
+        scalars = [ckp1, decay, y_rate, lr]
+        if self.run_native(group, "sgd_schedule_free_step", [ys, grads, zs], scalars):
             return
         for ops, (ys_, gs, zs_), _ in self.blocks(group, [ys, grads, zs]):
             step = gs
