@@ -122,10 +122,9 @@ def _copied(
         mapped = _our_name(hf_name, hf_prefix, encoder)
         if mapped is None or re.search(skip, hf_name):
             continue
-        if "esm" in hf_prefix and re.search(r"proj_[qk]_dense_layer", mapped):
-            tensor = _interleave(tensor, NH)
+        rotated = "esm" in hf_prefix and re.search(r"proj_[qk]_dense_layer", mapped)
         assert mapped not in weights, mapped
-        weights[mapped] = tensor
+        weights[mapped] = _interleave(tensor, NH) if rotated else tensor
     trainable = {n for n, p in parameters.items() if p.requires_grad}
     assert set(weights) == trainable, set(weights) ^ trainable
     with torch.no_grad():
