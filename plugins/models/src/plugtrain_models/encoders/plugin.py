@@ -35,6 +35,8 @@ def plugtrain_register_models(registry: ComponentRegistrar) -> None:
         schema=t5_schema,
         summary="Deprecated name of t5 (Model Zoo's): write name: t5",
     )
+    dpr_schema = "plugtrain_models.encoders.schemas_dpr:DprArgs"
+    registry.register("dpr", "plugtrain_models.encoders.dpr:dpr", schema=dpr_schema)
 
 
 @hookimpl
