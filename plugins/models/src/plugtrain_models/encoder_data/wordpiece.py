@@ -78,7 +78,7 @@ class FullTokenizer:
     def __init__(self, words: list[str], *, do_lower: bool, unknown_token: str = "[UNK]") -> None:
         self.words = set(words)
         self.do_lower = do_lower
-        self.unknown_token = unknown_token.lower() if do_lower else unknown_token
+        self.unknown_token = unknown_token  # never lower-cased, as in Model Zoo
 
     def basic(self, text: str) -> list[str]:
         """The words and punctuation of ``text`` (BERT's basic tokenization)."""
