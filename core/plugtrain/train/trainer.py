@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from plugtrain.backend_base import backend as make_backend
-from plugtrain.backend_base import check_backend, claim_backend_type
+from plugtrain._unset import UNSET
 from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.sections import (
     MUTUALLY_EXCLUSIVE,
@@ -27,23 +26,23 @@ from plugtrain.config.sections import (
     LoggingSettings,
     LoopSettings,
 )
-from plugtrain.config.sharding import optimizer_refusal
 from plugtrain.config.speed import ProfileSettings
+from plugtrain.contract.strategy import strategy_of
 from plugtrain.errors import ConfigError, ConfigIssue, TrainingError
-from plugtrain.plugins import get_registry
-from plugtrain.schema import validated_arguments
-from plugtrain.strategy import strategy_of
+from plugtrain.registry.components import Registry
 from plugtrain.train.checkpointing import Checkpointer, TrainerState, checkpointer_for, run_locks
 from plugtrain.train.components import (
-    build_optimization,
-    check_scheduler_overlap,
+    as_list,
+    backend_from,
     evaluation_mode,
+    optimizer_from,
+    schedulers_from,
+    settings_from,
     training_mode,
 )
-from plugtrain.train.data import DataStream, in_global_order, seed_everything
+from plugtrain.train.data import DataStream, in_global_order, known_empty, seed_everything
 from plugtrain.train.distributed import InterruptRequest, refuse_presharded_model
 from plugtrain.train.loop import (
-    UNSET,
     Callbacks,
     Evaluation,
     NonFiniteGuard,
@@ -51,6 +50,7 @@ from plugtrain.train.loop import (
     Scored,
     Sparsity,
     TrainingLoop,
+    default_loss,
     group_values,
     move_batch,
     prepare_model,
@@ -71,35 +71,11 @@ from plugtrain.train.observability import (
     token_counter,
 )
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "default_loss"]
 
 log = logging.getLogger("plugtrain")
 
 DEFAULT_LOG_STEPS = 50
-
-
-def _settings(cls: type, value: Any, owner: str) -> Any:
-    if value is None or isinstance(value, cls):
-        return value
-    if not isinstance(value, Mapping):
-        message = f"{owner} must be a mapping or {cls.__name__}, got {type(value).__name__}"
-        raise ConfigError([ConfigIssue(owner, message)])
-    return cls(**validated_arguments(cls, value, owner=owner))
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    if isinstance(value, list | tuple):
-        return list(value)
-    return [value]
-
-
-def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy for class labels, mean squared error otherwise."""
-    if targets.dtype in (torch.int64, torch.int32) and outputs.dim() == targets.dim() + 1:
-        return nn.functional.cross_entropy(outputs, targets)
-    return nn.functional.mse_loss(outputs, targets)
 
 
 class Trainer:
@@ -138,6 +114,8 @@ class Trainer:
     :param activation_checkpointing: ``off``, ``full`` or ``selective`` (the same module).
     :param profile: a profiler window (:mod:`plugtrain.train.observability.profiling`) or its
         mapping.
+    :param registry: where a Hugging Face ``ckpt_path``'s converter is found (default: the
+        process's registry).
     """
 
     data_description: dict[str, Any] | None = None
@@ -178,19 +156,20 @@ class Trainer:
         compile: str = "off",  # noqa: A002 - the run file's key
         activation_checkpointing: str = "off",
         profile: ProfileSettings | Mapping[str, Any] | None = None,
+        registry: Registry | None = None,
     ) -> None:
         if device is not None and backend is not None:
             raise ValueError(MUTUALLY_EXCLUSIVE)
-        self.backend = self._make_backend(device, backend)
+        self.backend = backend_from(device, backend)
         self.backend.check_runnable()
         self.strategy = strategy_of(self.backend)
         """The backend's parallel strategy (:mod:`plugtrain.strategy`)."""
         self.model_dir = Path(model_dir)
-        self.loop: LoopSettings | None = _settings(LoopSettings, loop, "loop")
+        self.loop: LoopSettings | None = settings_from(LoopSettings, loop, "loop")
         self.checkpoint: CheckpointSettings = (
-            _settings(CheckpointSettings, checkpoint, "checkpoint") or CheckpointSettings()
+            settings_from(CheckpointSettings, checkpoint, "checkpoint") or CheckpointSettings()
         )
-        self.logging: LoggingSettings = _settings(
+        self.logging: LoggingSettings = settings_from(
             LoggingSettings, logging, "logging"
         ) or LoggingSettings(log_steps=DEFAULT_LOG_STEPS)
         say_inert_off_csx(self.backend, self.logging)
@@ -201,6 +180,7 @@ class Trainer:
         self.seed = seed
         self.loss_fn = loss_fn or default_loss
         self.config = config
+        self.registry = registry
         if seed is not None:
             seed_everything(seed)
         self.device: torch.device = self.backend.device
@@ -218,13 +198,7 @@ class Trainer:
             built, compile=compile, activation_checkpointing=activation_checkpointing
         )
         self.model: nn.Module = self._wrap_model(built)
-        self.optimizer, from_mappings = self._make_optimization(optimizer, _as_list(schedulers))
-        if self.sparsity is not None and self.optimizer is not None:
-            self.sparsity.attach_optimizer(self.optimizer)
-        self.schedulers = from_mappings or [
-            s if hasattr(s, "step") else s(self.optimizer) for s in _as_list(schedulers)
-        ]
-        check_scheduler_overlap(self.schedulers)
+        self.optimizer, self.schedulers = self._make_optimization(optimizer, schedulers)
         self.loaded_step: int | None = None
         """The global step stored in the checkpoint loaded last (``None``: none loaded)."""
         self.checkpointer: Checkpointer = checkpointer_for(self)
@@ -242,7 +216,7 @@ class Trainer:
         """The callbacks and loggers, and their dispatchers (loggers run on the main process)."""
         self.callbacks = assemble(
             "callback", callbacks, DEFAULT_CALLBACKS, defaults_last=True
-        ) + profiler_callbacks(_settings(ProfileSettings, profile, "profile"))
+        ) + profiler_callbacks(settings_from(ProfileSettings, profile, "profile"))
         self.loggers = assemble("logger", loggers, DEFAULT_LOGGERS, ("log_metrics", "close"))
         main = self.is_main_process
         self.callbacks_dispatch = Callbacks(self.callbacks + (self.loggers if main else []))
@@ -256,85 +230,32 @@ class Trainer:
         self.nan_guard = NonFiniteGuard(self)
         self.evaluation = Evaluation(self)
         self.state = TrainerState(self)
-        self.training_loop = TrainingLoop(self)
+        self.training_loop = TrainingLoop(self, self.nan_guard, self.evaluation)
 
     # -- construction --------------------------------------------------------------------------
 
-    @staticmethod
-    def _make_backend(device: str | None, backend: Any) -> Any:
-        """The backend object, checked against the Backend protocol."""
-        if backend is None:
-            backend = make_backend(device or "CPU")
-        elif isinstance(backend, str):
-            backend = make_backend(backend)
-        elif isinstance(backend, Mapping):
-            arguments = dict(backend)
-            backend_type = arguments.pop("backend_type", None)
-            if not isinstance(backend_type, str):
-                message = "a backend mapping needs backend_type (CPU, GPU or CSX)"
-                raise ConfigError([ConfigIssue("backend", message)])
-            backend = make_backend(backend_type, **arguments)
-        check_backend(backend)
-        claim_backend_type(backend.backend_type)
-        return backend
-
     def _make_precision(self, precision: Any) -> Precision:
-        settings = _settings(PrecisionSettings, precision, "precision")
+        settings = settings_from(PrecisionSettings, precision, "precision")
         if settings is not None and hasattr(self.backend, "configure_precision"):
             self.backend.configure_precision(settings)
         compiled = bool(getattr(self.backend, "compiles_precision", False))
         return Precision(settings, self.device, on_csx=compiled)
+
+    def _make_optimization(self, optimizer: Any, schedulers: Any) -> tuple[Any, list[Any]]:
+        """The optimizer (sparsity's masks attached to it), then the schedulers of it."""
+        given = as_list(schedulers)
+        made, from_mappings = optimizer_from(
+            optimizer, given, self.unwrapped_model, self.strategy, self.backend
+        )
+        if self.sparsity is not None and made is not None:
+            self.sparsity.attach_optimizer(made)
+        return made, schedulers_from(given, made, from_mappings)
 
     def _wrap_model(self, model: nn.Module) -> nn.Module:
         """The model as the strategy places it, once it is known the strategy can."""
         refuse_presharded_model(model, self.strategy)
         wrapped: nn.Module = self.strategy.wrap_model(model)
         return wrapped
-
-    def _make_optimization(
-        self, optimizer: Any, schedulers: list[Any]
-    ) -> tuple[Any, list[Any] | None]:
-        """The optimizer, and the schedulers when written as a run file writes them.
-
-        ``optimizer={"AdamW": {...}}`` and ``schedulers=[{"LinearLR": {...}}]`` are built as
-        ``plugtrain.build_optimization`` builds a run file's (``None``: build the schedulers
-        from the objects or callables given).
-        """
-        written = [s for s in schedulers if isinstance(s, Mapping)]
-        if not isinstance(optimizer, Mapping):
-            if written:
-                message = (
-                    "schedulers written as {Name: {arguments}} need the optimizer written so "
-                    "too ({Name: {arguments}}), or give scheduler objects or callables"
-                )
-                raise ConfigError([ConfigIssue("schedulers", message)])
-            return self._make_optimizer(optimizer), None
-        if len(written) != len(schedulers):
-            message = "give every scheduler as {Name: {arguments}} with an optimizer mapping"
-            raise ConfigError([ConfigIssue("schedulers", message)])
-        config = {"optimizer": dict(optimizer), "schedulers": written}
-        built = build_optimization(self.unwrapped_model, config)
-        return self._make_optimizer(built.optimizer), list(built.schedulers)
-
-    def _make_optimizer(self, optimizer: Any) -> Any:
-        if optimizer is None or isinstance(optimizer, torch.optim.Optimizer):
-            made = optimizer
-        elif callable(optimizer):
-            made = optimizer(self.unwrapped_model)
-        else:
-            kind = type(optimizer).__name__
-            message = (
-                "optimizer must be an optimizer, a callable taking the model, or a mapping "
-                f"{{Name: {{arguments}}}} as in a run file, got {kind}"
-            )
-            raise ConfigError([ConfigIssue("optimizer", message)])
-        sharded = getattr(self.strategy, "sharded_parameters", False)
-        if made is not None and sharded and self.strategy.world_size > 1:
-            mode = getattr(self.backend, "data_parallel", "fsdp2")
-            refusal = optimizer_refusal(get_registry(), type(made), mode)
-            if refusal is not None:  # as `plugtrain check` says of a run file
-                raise ConfigError([ConfigIssue("optimizer", refusal)])
-        return made
 
     @property
     def unwrapped_model(self) -> nn.Module:
@@ -435,8 +356,8 @@ class Trainer:
         """Restore a checkpoint: weights, optimizer, schedulers, grad scaler, step, RNG, data.
 
         Callback state too. Callbacks' ``on_before_load_checkpoint`` may delete parts (see
-        :mod:`plugtrain.train.checkpointing.parts`) to keep them as they are; the RNG is restored
-        with ``global_step``.
+        :mod:`plugtrain.train.checkpointing.state.parts`) to keep them as they are; the RNG is
+        restored with ``global_step``.
 
         :raises CorruptCheckpointError: the file is damaged or holds non-finite weights.
         :raises CheckpointMismatchError: it does not fit this trainer (nothing was changed).
@@ -463,7 +384,7 @@ class Trainer:
             message = "fit needs an optimizer"
             raise ConfigError([ConfigIssue("optimizer", message)])
         self.state.check_room()
-        if _is_empty(val_dataloader):
+        if known_empty(val_dataloader):
             message = "the evaluation data (val_dataloader) is empty: it yields no example"
             raise TrainingError(message)
         lock = run_locks(self.model_dir, self.checkpoint_dir, self.is_main_process)
@@ -481,7 +402,15 @@ class Trainer:
         training_mode(self.optimizer)  # a checkpoint holds the optimizer in its eval() mode
         if self.sparsity is not None:
             self.sparsity.initialize()
-        train_dataloader = self.backend.prepare_dataloader(in_global_order(self, train_dataloader))
+        ordered = in_global_order(
+            train_dataloader,
+            self.loop,
+            self.strategy,
+            backend_type=self.backend.backend_type,
+            seed=self.seed,
+            description=self.data_description,
+        )
+        train_dataloader = self.backend.prepare_dataloader(ordered)
         target = target_step(self.loop, self.global_step, train_dataloader)
         assert self.loop is not None
         self.target_step = target
@@ -504,11 +433,3 @@ class Trainer:
         finally:
             self.loggers_dispatch.close()
         return last_val
-
-
-def _is_empty(loader: Iterable[Any] | None) -> bool:
-    """Whether ``loader`` is known to yield nothing (it has a length of 0)."""
-    try:
-        return loader is not None and len(loader) == 0  # type: ignore[arg-type]
-    except TypeError:
-        return False

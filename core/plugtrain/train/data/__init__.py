@@ -9,7 +9,7 @@ from __future__ import annotations
 from plugtrain.train.data.global_sampler import GlobalBatchSampler, in_global_order
 from plugtrain.train.data.sample_order import GlobalOrder
 from plugtrain.train.data.seeding import rng_state, seed_everything, set_rng_state
-from plugtrain.train.data.stream import DataStream, batch_size
+from plugtrain.train.data.stream import DataStream, batch_size, known_empty
 
 __all__ = [
     "DataStream",
@@ -17,6 +17,7 @@ __all__ = [
     "GlobalOrder",
     "batch_size",
     "in_global_order",
+    "known_empty",
     "rng_state",
     "seed_everything",
     "set_rng_state",

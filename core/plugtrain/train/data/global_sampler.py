@@ -197,14 +197,14 @@ def _describe(fingerprint: Mapping[str, Any]) -> str:
 
 def in_global_order(
     loader: Iterable[Any],
-    loop: LoopSettings,
+    loop: LoopSettings | None,
     strategy: ParallelStrategy,
     *,
     backend_type: str,
     seed: int | None,
     description: Mapping[str, Any] | None,
 ) -> Iterable[Any]:
-    """A training loader following ``loop.sample_order`` (else as it is).
+    """A training loader following ``loop.sample_order`` (else, or without a loop, as it is).
 
     :param strategy: the backend's strategy: whether it takes the global order, and this
         process's rank among how many.
@@ -213,7 +213,7 @@ def in_global_order(
     :param description: the loader's name and arguments as a run file gives them (part of its
         fingerprint).
     """
-    if loop.sample_order != "global":
+    if loop is None or loop.sample_order != "global":
         return loader
     if not getattr(strategy, "global_sample_order", False):
         say_once(

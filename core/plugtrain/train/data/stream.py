@@ -10,7 +10,7 @@ import torch
 from plugtrain.errors import TrainingError
 from plugtrain.train.data.global_sampler import GlobalBatchSampler
 
-__all__ = ["DataStream", "batch_size"]
+__all__ = ["DataStream", "batch_size", "known_empty"]
 
 
 class DataStream:
@@ -144,3 +144,11 @@ def batch_size(batch: Any) -> int:
     else:
         first = batch
     return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 1
+
+
+def known_empty(loader: Iterable[Any] | None) -> bool:
+    """Whether ``loader`` is known to yield nothing (it has a length of 0)."""
+    try:
+        return loader is not None and len(loader) == 0  # type: ignore[arg-type]
+    except TypeError:
+        return False

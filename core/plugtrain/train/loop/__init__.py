@@ -6,9 +6,15 @@ and evaluation.
 
 from __future__ import annotations
 
-from plugtrain.train.loop.batches import MetricSums, Scored, move_batch, score_batch
+from plugtrain.train.loop.batches import (
+    MetricSums,
+    Scored,
+    default_loss,
+    move_batch,
+    score_batch,
+)
 from plugtrain.train.loop.callbacks import Callbacks
-from plugtrain.train.loop.evaluation import UNSET, Evaluation
+from plugtrain.train.loop.evaluation import Evaluation
 from plugtrain.train.loop.model_preparation import prepare_model
 from plugtrain.train.loop.nan_guard import NonFiniteGuard, first_non_finite
 from plugtrain.train.loop.precision import Precision
@@ -21,7 +27,6 @@ from plugtrain.train.loop.training_loop import (
 )
 
 __all__ = [
-    "UNSET",
     "Callbacks",
     "Evaluation",
     "MetricSums",
@@ -31,6 +36,7 @@ __all__ = [
     "Sparsity",
     "SparsityGroup",
     "TrainingLoop",
+    "default_loss",
     "first_non_finite",
     "group_from_spec",
     "group_values",

@@ -33,6 +33,7 @@ __all__ = [
     "MetricSums",
     "Scored",
     "batch_size",
+    "default_loss",
     "move_batch",
     "score_batch",
     "token_ids_beyond_embedding",
@@ -99,6 +100,13 @@ class MetricSums:
                 weight = totals[f"metric_weight/{name}"]
                 means[name] = value / weight if weight else float("nan")
         return means
+
+
+def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The Trainer's ``loss_fn`` unless given: cross-entropy for class labels, else MSE."""
+    if targets.dtype in (torch.int64, torch.int32) and outputs.dim() == targets.dim() + 1:
+        return torch.nn.functional.cross_entropy(outputs, targets)
+    return torch.nn.functional.mse_loss(outputs, targets)
 
 
 def move_batch(value: Any, device: torch.device) -> Any:

@@ -13,14 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from plugtrain._suggest import did_you_mean
-from plugtrain.protocols import CALLBACK_HOOKS, REVERSED_HOOKS
+from plugtrain.contract.protocols import CALLBACK_HOOKS, REVERSED_HOOKS, TrainerView
+from plugtrain.registry._suggest import did_you_mean
 from plugtrain.train.observability import Failures
-
-if TYPE_CHECKING:
-    from plugtrain.train.trainer import Trainer
 
 __all__ = ["Callbacks"]
 
@@ -59,7 +56,7 @@ class Callbacks:
                 with failures.blamed(owner, hook):
                     method(*args)
 
-    def on_model_built(self, trainer: Trainer, model: Any) -> Any:
+    def on_model_built(self, trainer: TrainerView, model: Any) -> Any:
         """Call every ``on_model_built(trainer, model)``; the model, as they left or replaced it.
 
         A callback returning a module replaces the model for the callbacks after it and the
@@ -74,59 +71,59 @@ class Callbacks:
                     model = model if replaced is None else replaced
         return model
 
-    def building(self, trainer: Trainer, build: Callable[[], Any]) -> Callable[[], Any]:
+    def building(self, trainer: TrainerView, build: Callable[[], Any]) -> Callable[[], Any]:
         """``build`` followed by :meth:`on_model_built` (each time a strategy calls it)."""
         return lambda: self.on_model_built(trainer, build())
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Call every ``on_fit_start(trainer)``."""
         self.call("on_fit_start", trainer)
 
-    def on_train_step_start(self, trainer: Trainer, step: int) -> None:
+    def on_train_step_start(self, trainer: TrainerView, step: int) -> None:
         """Call every ``on_train_step_start(trainer, step)``."""
         self.call("on_train_step_start", trainer, step)
 
-    def on_before_optimizer_step(self, trainer: Trainer, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: TrainerView, optimizer: Any) -> None:
         """Call every ``on_before_optimizer_step(trainer, optimizer)``."""
         self.call("on_before_optimizer_step", trainer, optimizer)
 
-    def on_after_optimizer_step(self, trainer: Trainer, optimizer: Any) -> None:
+    def on_after_optimizer_step(self, trainer: TrainerView, optimizer: Any) -> None:
         """Call every ``on_after_optimizer_step(trainer, optimizer)`` (reverse order)."""
         self.call("on_after_optimizer_step", trainer, optimizer)
 
-    def on_train_step_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+    def on_train_step_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """Call every ``on_train_step_end(trainer, metrics)``."""
         self.call("on_train_step_end", trainer, metrics)
 
-    def on_validate_start(self, trainer: Trainer) -> None:
+    def on_validate_start(self, trainer: TrainerView) -> None:
         """Call every ``on_validate_start(trainer)``."""
         self.call("on_validate_start", trainer)
 
-    def on_validate_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+    def on_validate_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """Call every ``on_validate_end(trainer, metrics)``."""
         self.call("on_validate_end", trainer, metrics)
 
-    def on_before_save_checkpoint(self, trainer: Trainer, step: int) -> None:
+    def on_before_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
         """Call every ``on_before_save_checkpoint(trainer, step)``."""
         self.call("on_before_save_checkpoint", trainer, step)
 
-    def on_save_checkpoint(self, trainer: Trainer, path: Path) -> None:
+    def on_save_checkpoint(self, trainer: TrainerView, path: Path) -> None:
         """Call every ``on_save_checkpoint(trainer, path)``."""
         self.call("on_save_checkpoint", trainer, path)
 
-    def on_after_save_checkpoint(self, trainer: Trainer, step: int) -> None:
+    def on_after_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
         """Call every ``on_after_save_checkpoint(trainer, step)`` (reverse order)."""
         self.call("on_after_save_checkpoint", trainer, step)
 
-    def on_before_load_checkpoint(self, trainer: Trainer, state: dict[str, Any]) -> None:
+    def on_before_load_checkpoint(self, trainer: TrainerView, state: dict[str, Any]) -> None:
         """Call every ``on_before_load_checkpoint(trainer, state)``."""
         self.call("on_before_load_checkpoint", trainer, state)
 
-    def on_load_checkpoint(self, trainer: Trainer, path: Path) -> None:
+    def on_load_checkpoint(self, trainer: TrainerView, path: Path) -> None:
         """Call every ``on_load_checkpoint(trainer, path)``."""
         self.call("on_load_checkpoint", trainer, path)
 
-    def on_fit_end(self, trainer: Trainer) -> None:
+    def on_fit_end(self, trainer: TrainerView) -> None:
         """Call every ``on_fit_end(trainer)``."""
         self.call("on_fit_end", trainer)
 

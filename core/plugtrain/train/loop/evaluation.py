@@ -8,23 +8,97 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
+from plugtrain._unset import UNSET
+from plugtrain.config.sections import LoopSettings
+from plugtrain.contract.protocols import Backend, TrainerView
+from plugtrain.contract.strategy import ParallelStrategy
 from plugtrain.errors import CheckpointError, TrainingError
 from plugtrain.train.components import evaluation_mode
-from plugtrain.train.loop.batches import MetricSums
+from plugtrain.train.loop.batches import MetricSums, Scored
+from plugtrain.train.loop.callbacks import Callbacks
+from plugtrain.train.loop.sparsity import Sparsity
+from plugtrain.train.observability import Loggers
 
-if TYPE_CHECKING:
-    from plugtrain.train.trainer import Trainer
-
-__all__ = ["UNSET", "Evaluation", "describe_metrics"]
+__all__ = ["EvaluatedTrainer", "Evaluation", "Restoring", "describe_metrics"]
 
 log = logging.getLogger("plugtrain")
 
-UNSET: Any = object()
-"""``ckpt_path`` left unset: resume from the newest checkpoint when autoloading is on."""
+
+class Restoring(Protocol):
+    """How :class:`Evaluation` loads checkpoints (the trainer's checkpointing state)."""
+
+    def restore(self, ckpt_path: Any) -> Path | None:
+        """Load ``ckpt_path`` (unset: the newest sound one, if autoloading); the path loaded."""
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Load the checkpoint at ``path``."""
+
+
+class CheckpointList(Protocol):
+    """Where :class:`Evaluation` finds the checkpoints ``validate_all`` evaluates."""
+
+    directory: Path
+    name: str
+
+    def list_checkpoints(self) -> list[tuple[int, Path]]:
+        """``(step, path)`` of every checkpoint found, newest first."""
+
+    def step_of(self, path: str | Path) -> int | None:
+        """The step in a checkpoint's file name (``None``: not one of this run's names)."""
+
+
+class EvaluatedTrainer(TrainerView, Protocol):
+    """What :class:`Evaluation` reads of the trainer whose model it scores (handed to callbacks)."""
+
+    global_step: int
+
+    @property
+    def backend(self) -> Backend:
+        """Gives this process its share of the evaluation batches."""
+
+    @property
+    def model(self) -> nn.Module:
+        """Put in ``eval()`` mode for the evaluation."""
+
+    @property
+    def optimizer(self) -> Any:
+        """In its evaluation mode throughout (``eval()``/``train()`` when it has them)."""
+
+    @property
+    def strategy(self) -> ParallelStrategy:
+        """Sums the metrics over the processes."""
+
+    @property
+    def loop(self) -> LoopSettings | None:
+        """``eval_steps``: batches per evaluation."""
+
+    @property
+    def sparsity(self) -> Sparsity | None:
+        """Initialized after a checkpoint was loaded."""
+
+    @property
+    def checkpointer(self) -> CheckpointList:  # type: ignore[override]
+        """The checkpoints ``validate_all`` finds."""
+
+    @property
+    def state(self) -> Restoring:
+        """Loads the checkpoints to evaluate."""
+
+    @property
+    def callbacks_dispatch(self) -> Callbacks:
+        """Its callbacks, called around each evaluation."""
+
+    @property
+    def loggers_dispatch(self) -> Loggers:
+        """Its loggers, which record each evaluation's metrics."""
+
+    def forward(self, batch: Any, model: nn.Module | None = None) -> Scored:
+        """Loss, count and metrics of one batch."""
 
 
 def describe_metrics(metrics: Mapping[str, float]) -> str:
@@ -42,12 +116,12 @@ def _named_loaders(value: Any) -> list[tuple[str, Any]]:
 
 
 class Evaluation:
-    """Scores a :class:`~plugtrain.train.trainer.Trainer`'s model on evaluation data.
+    """Scores a trainer's model on evaluation data.
 
     :param trainer: the trainer whose model, backend, callbacks and loggers take part.
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: EvaluatedTrainer) -> None:
         self.trainer = trainer
 
     @torch.no_grad()
@@ -119,8 +193,8 @@ class Evaluation:
         trainer = self.trainer
         loaded = trainer.state.restore(ckpt_path)
         if ckpt_path is UNSET and loaded is None and trainer.last_good_checkpoint is None:
-            name = trainer.checkpoint.checkpoint_name
-            directory = trainer.checkpoint_dir
+            name = trainer.checkpointer.name
+            directory = trainer.checkpointer.directory
             where = "" if directory.is_dir() else "; the folder does not exist"
             message = (
                 f"{directory}: no checkpoint to validate (no sound file named {name}"
@@ -212,7 +286,7 @@ class Evaluation:
         """Load one checkpoint of ``validate_all``; any failure names the file."""
         trainer = self.trainer
         try:
-            trainer.load_checkpoint(path)
+            trainer.state.load(path)
             # Records and metrics carry the checkpoint's step even when a callback
             # (LoadCheckpointStates) kept the global step from being restored.
             trainer.global_step = trainer.loaded_step or 0

@@ -4,28 +4,57 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
+from plugtrain.config.sections import LoopSettings
+from plugtrain.contract.strategy import ParallelStrategy
 from plugtrain.errors import TrainingError
 from plugtrain.train.distributed import local_tensor
 
-if TYPE_CHECKING:
-    from plugtrain.train.trainer import Trainer
-
-__all__ = ["NonFiniteGuard", "first_non_finite"]
+__all__ = ["GuardedTrainer", "NonFiniteGuard", "first_non_finite"]
 
 log = logging.getLogger("plugtrain")
+
+
+class GuardedTrainer(Protocol):
+    """What :class:`NonFiniteGuard` reads of the trainer it guards."""
+
+    @property
+    def global_step(self) -> int:
+        """The last step taken (the guarded one is the next)."""
+
+    @property
+    def last_good_checkpoint(self) -> Path | None:
+        """Named in a stop message: where to resume from."""
+
+    @property
+    def unwrapped_model(self) -> nn.Module:
+        """Its parameters are checked for NaN and infinity."""
+
+    @property
+    def optimizer(self) -> Any:
+        """A skipped step's gradients are dropped (``zero_grad``)."""
+
+    @property
+    def strategy(self) -> ParallelStrategy:
+        """The processes agree through its ``reduce_sums``."""
+
+    @property
+    def loop(self) -> LoopSettings | None:
+        """``nan_policy`` and ``max_consecutive_skips``."""
 
 
 class NonFiniteGuard:
     """Stops training on a non-finite step, or skips it under ``nan_policy: skip_step``.
 
-    :param trainer: the :class:`~plugtrain.train.trainer.Trainer` it guards.
+    :param trainer: the trainer it guards.
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: GuardedTrainer) -> None:
         self.trainer = trainer
         self.skipped_in_a_row = 0
 
@@ -44,7 +73,7 @@ class NonFiniteGuard:
         """
         trainer = self.trainer
         parameters = dict(trainer.unwrapped_model.named_parameters())
-        if not getattr(trainer.strategy, "sharded_parameters", False):
+        if not trainer.strategy.sharded_parameters:
             return first_non_finite(parameters, parameters)
         shards = {name: local_tensor(p) for name, p in parameters.items()}
         bad = first_non_finite(shards, shards)

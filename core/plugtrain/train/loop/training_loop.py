@@ -14,11 +14,14 @@ import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
-from plugtrain.config.sections import LoopSettings
+from plugtrain.config.sections import CheckpointSettings, LoggingSettings, LoopSettings
+from plugtrain.contract.protocols import TrainerView
+from plugtrain.contract.strategy import ParallelStrategy
 from plugtrain.errors import (
     CheckpointMismatchError,
     ComponentFailedError,
@@ -29,12 +32,22 @@ from plugtrain.errors import (
 from plugtrain.train.data import DataStream
 from plugtrain.train.distributed import InterruptRequest, TrainingInterrupted, signal_name
 from plugtrain.train.loop.accumulation import StepLoss
-from plugtrain.train.loop.batches import MetricSums
+from plugtrain.train.loop.batches import MetricSums, Scored
+from plugtrain.train.loop.callbacks import Callbacks
+from plugtrain.train.loop.evaluation import Evaluation
+from plugtrain.train.loop.nan_guard import NonFiniteGuard
+from plugtrain.train.loop.precision import Precision
+from plugtrain.train.loop.sparsity import Sparsity
+from plugtrain.train.observability import Loggers
 
-if TYPE_CHECKING:
-    from plugtrain.train.trainer import Trainer
-
-__all__ = ["TrainingLoop", "eval_period", "group_values", "steps_per_epoch", "target_step"]
+__all__ = [
+    "LoopedTrainer",
+    "TrainingLoop",
+    "eval_period",
+    "group_values",
+    "steps_per_epoch",
+    "target_step",
+]
 
 log = logging.getLogger("plugtrain")
 
@@ -159,14 +172,94 @@ class _Window:
         self.start = time.perf_counter()
 
 
+class Saving(Protocol):
+    """How the loop has the trainer's checkpoints written (the trainer's checkpointer)."""
+
+    def path(self, step: int) -> Path:
+        """Where the checkpoint of ``step`` is written."""
+
+    def wait(self) -> None:
+        """Return once a background save is complete."""
+
+
+class LoopedTrainer(TrainerView, Protocol):
+    """What :class:`TrainingLoop` reads of the trainer whose steps it runs (handed to callbacks)."""
+
+    global_step: int
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """Trained in ``train()`` mode, in the strategy's micro-batch context."""
+
+    @property
+    def optimizer(self) -> Any:
+        """Stepped through the precision (loss scaling, clipping)."""
+
+    @property
+    def schedulers(self) -> list[Any]:
+        """Stepped after each optimizer step."""
+
+    @property
+    def strategy(self) -> ParallelStrategy:
+        """Micro-batch contexts and the sums over the processes."""
+
+    @property
+    def loop(self) -> LoopSettings | None:
+        """Accumulation, loss averaging, evaluation frequency."""
+
+    @property
+    def logging(self) -> LoggingSettings:
+        """``log_steps``: how often a training record is logged."""
+
+    @property
+    def checkpoint(self) -> CheckpointSettings:
+        """``steps``: how often a checkpoint is saved."""
+
+    @property
+    def sparsity(self) -> Sparsity | None:
+        """Told where each step starts and ends."""
+
+    @property
+    def precision(self) -> Precision:
+        """Backward, the optimizer's step and the loss scaling's metrics."""
+
+    @property
+    def checkpointer(self) -> Saving:  # type: ignore[override]
+        """Where the checkpoints are saved."""
+
+    @property
+    def saved_step(self) -> int:
+        """The step of the last checkpoint saved (not saved again on a stop)."""
+
+    def forward(self, batch: Any, model: torch.nn.Module | None = None) -> Scored:
+        """Loss, count and metrics of one batch."""
+
+    @property
+    def callbacks_dispatch(self) -> Callbacks:
+        """Its callbacks, called at each point of a step."""
+
+    @property
+    def loggers_dispatch(self) -> Loggers:
+        """Its loggers, which record each logged window."""
+
+    def save_checkpoint(self, stream: DataStream | None = None) -> Path | None:
+        """Write the checkpoint of the current step."""
+
+
 class TrainingLoop:
-    """Runs a :class:`~plugtrain.train.trainer.Trainer`'s steps up to a target step.
+    """Runs a trainer's steps up to a target step.
 
     :param trainer: the trainer whose model, optimizer, schedulers, callbacks and loggers run.
+    :param guard: what a non-finite step does.
+    :param evaluation: the evaluations inside ``fit``.
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(
+        self, trainer: LoopedTrainer, guard: NonFiniteGuard, evaluation: Evaluation
+    ) -> None:
         self.trainer = trainer
+        self.guard = guard
+        self.evaluation = evaluation
 
     def train_step(
         self, stream: DataStream, logged: bool = True
@@ -200,7 +293,7 @@ class TrainingLoop:
             count += scored.count
             extra.add(scored.metrics, scored.weight)
         total_loss = step_loss.finish(strategy, self._step_gradients())
-        finite = trainer.nan_guard.agreed_finite(math.isfinite(total_loss))
+        finite = self.guard.agreed_finite(math.isfinite(total_loss))
         if finite:
             problem = self._optimizer_step()
         elif math.isfinite(total_loss):
@@ -209,7 +302,7 @@ class TrainingLoop:
         else:
             problem = f"the loss is {total_loss}"
         cause = _empty_batches(empty, accum) if not math.isfinite(total_loss) else ""
-        trainer.nan_guard.step_done(problem, finite, cause)
+        self.guard.step_done(problem, finite, cause)
         if trainer.sparsity is not None:
             trainer.sparsity.step_end()  # masks change only if the optimizer applied the step
         trainer.callbacks_dispatch.on_after_optimizer_step(trainer, trainer.optimizer)
@@ -319,7 +412,7 @@ class TrainingLoop:
                 self._log_window(step, window)
                 window = _Window()
             if val_dataloader is not None and eval_every and (step - start) % eval_every == 0:
-                last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
+                last_val = self.evaluation.run(val_dataloader, loop.eval_steps)
             if save_every and step % save_every == 0 and step != target:
                 with _whole_save(interrupt):
                     trainer.save_checkpoint(stream)
@@ -328,7 +421,7 @@ class TrainingLoop:
         if val_dataloader is not None and not (
             eval_every and (target - start) % eval_every == 0 and last_val
         ):
-            last_val = trainer.evaluation.run(val_dataloader, loop.eval_steps)
+            last_val = self.evaluation.run(val_dataloader, loop.eval_steps)
         with _whole_save(interrupt):
             trainer.save_checkpoint(stream)
             trainer.checkpointer.wait()  # a background save is complete before fit returns
@@ -370,7 +463,7 @@ class TrainingLoop:
             if trainer.saved_step != trainer.global_step:
                 trainer.save_checkpoint(stream)
             trainer.checkpointer.wait()
-        path = trainer.checkpoint_path(trainer.global_step)
+        path = trainer.checkpointer.path(trainer.global_step)
         number = interrupt.signal_number or 2
         how = "interrupted" if number == 2 else f"interrupted by {signal_name(number)}"
         message = (
@@ -388,7 +481,9 @@ MID_STEP_HOOKS = frozenset({"on_before_optimizer_step"})
 """Hooks called inside a step, after its batches were drawn: no checkpoint fits that moment."""
 
 
-def stop_after_failure(trainer: Trainer, stream: DataStream, failure: ComponentFailedError) -> None:
+def stop_after_failure(
+    trainer: LoopedTrainer, stream: DataStream, failure: ComponentFailedError
+) -> None:
     """Save the last completed step (unless saved, or mid-step), then raise a clear error.
 
     :raises ComponentFailedError: the failure, with the step and the checkpoint to resume from.
@@ -406,7 +501,7 @@ def stop_after_failure(trainer: Trainer, stream: DataStream, failure: ComponentF
         try:
             if trainer.saved_step != step:
                 trainer.save_checkpoint(stream)
-            saved = f"checkpoint of step {step} saved to {trainer.checkpoint_path(step)}"
+            saved = f"checkpoint of step {step} saved to {trainer.checkpointer.path(step)}"
         except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
             saved = f"saving the checkpoint of step {step} failed too: {exc}"
     message = (

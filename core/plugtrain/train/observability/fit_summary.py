@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from plugtrain.train.trainer import Trainer
+from plugtrain.contract.protocols import TrainerView
 
-__all__ = ["describe_fit"]
+__all__ = ["SummarizedTrainer", "describe_fit"]
+
+
+class SummarizedTrainer(TrainerView, Protocol):
+    """What :func:`describe_fit` and the default progress logger read of the trainer."""
+
+    @property
+    def precision(self) -> object:
+        """Its ``dtype`` (``None``: float32) and ``scaler`` (loss scaling) are described."""
+
+    @property
+    def stream(self) -> object | None:
+        """The fit's data stream, whose ``loader`` tells the batch size (read if present)."""
 
 
 def _count(number: int) -> str:
@@ -43,7 +54,7 @@ def _batch_size(loader: Any) -> int | None:
     return size if isinstance(size, int) else None
 
 
-def _precision(trainer: Trainer) -> str:
+def _precision(trainer: SummarizedTrainer) -> str:
     precision = trainer.precision
     dtype = getattr(precision, "dtype", None)
     if dtype is None:
@@ -53,7 +64,7 @@ def _precision(trainer: Trainer) -> str:
     return f"{name} autocast{scaled}"
 
 
-def describe_fit(trainer: Trainer, loader: Any) -> str:
+def describe_fit(trainer: SummarizedTrainer, loader: Any) -> str:
     """The line, e.g. ``fit: GPT 1.2M parameters; batch 8 x 128 per process, global 32.
 
     (2 processes x 2 micro-batches); float32; steps 0 -> 600; writes runs/gpt``: the model's

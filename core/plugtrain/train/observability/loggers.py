@@ -10,17 +10,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from plugtrain.contract.protocols import TrainerView
 from plugtrain.errors import ConfigError, ConfigIssue
-from plugtrain.kinds import KINDS
+from plugtrain.registry.kinds import KINDS
 from plugtrain.train.observability.failures import Failures
-from plugtrain.train.observability.fit_summary import describe_fit
+from plugtrain.train.observability.fit_summary import SummarizedTrainer, describe_fit
 from plugtrain.train.observability.metrics import MetricsLog, Progress, set_aside_metrics
 from plugtrain.train.observability.throughput import Throughput
-
-if TYPE_CHECKING:
-    from plugtrain.train.trainer import Trainer
 
 __all__ = [
     "DEFAULT_CALLBACKS",
@@ -44,7 +42,7 @@ class ProgressLogger:
     def __init__(self) -> None:
         self._progress: Progress | None = None
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, trainer: SummarizedTrainer) -> None:
         """Say what the fit does, then start the bar at its step, ending at its last step."""
         self.close()
         stream = getattr(trainer, "stream", None)
@@ -53,7 +51,7 @@ class ProgressLogger:
         assert trainer.target_step is not None  # fit sets it before on_fit_start
         self._progress = Progress(trainer.target_step, trainer.global_step, show)
 
-    def on_train_step_start(self, trainer: Trainer, step: int) -> None:
+    def on_train_step_start(self, trainer: TrainerView, step: int) -> None:
         """Move the bar to the step just finished."""
         if self._progress is not None:
             self._progress.advance(step - 1, None)
@@ -86,7 +84,7 @@ class MetricsFilesLogger:
         self._log: MetricsLog | None = None
         self._directory: Path | None = None
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Open the files, dropping rows after the step the fit resumes from.
 
         A fit that does not resume from a checkpoint of its own folder (from scratch, or
@@ -107,7 +105,7 @@ class MetricsFilesLogger:
             log.info("metrics: the earlier run's rows are kept in %s", moved)
         self._log = MetricsLog(directory)
 
-    def on_validate_start(self, trainer: Trainer) -> None:
+    def on_validate_start(self, trainer: TrainerView) -> None:
         """Open the files for a ``validate`` (no rows dropped).
 
         A ``model_dir`` that cannot be written (a published, read-only results folder) does not
@@ -148,7 +146,7 @@ DEFAULT_LOGGERS: dict[str, Callable[[], Any]] = {
     "ProgressLogger": ProgressLogger,
     "MetricsFilesLogger": MetricsFilesLogger,
 }
-"""The loggers every trainer has unless removed, by registered name (``plugtrain.kinds``)."""
+"""The loggers every trainer has unless removed, by registered name (``registry.kinds``)."""
 
 DEFAULT_CALLBACKS: dict[str, Callable[[], Any]] = {
     "Throughput": lambda: Throughput(only_with_tokens=True),
@@ -190,7 +188,7 @@ class Loggers:
 
 
 def _build_mapping(kind: str, entry: Mapping[str, Any]) -> Any:
-    from plugtrain.plugins import get_registry
+    from plugtrain.discovery.loading import get_registry
     from plugtrain.train.components import build_component
 
     return build_component(get_registry(), kind, entry)

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from plugtrain.protocols import TrainerView
 from plugtrain.schema import validated_arguments
 from plugtrain_callbacks.schemas import (
     KeepNCheckpointsArgs,
@@ -22,7 +23,7 @@ class KeepNCheckpoints:
     """Deletes older checkpoints so that at most ``n`` of those this run wrote remain.
 
     Which checkpoints the run wrote is the checkpointer's record in the checkpoint folder
-    (:mod:`plugtrain.train.checkpointing.ownership`), never a path from a loaded state: the
+    (:mod:`plugtrain.train.checkpointing.run_folder.ownership`), never a path from a loaded state: the
     checkpoint a fine-tuning run starts from (``ckpt_path``), another run's or a copied folder's
     checkpoints and checkpoints from before the record existed are left alone.
     The checkpoint just saved is never deleted.
@@ -34,7 +35,7 @@ class KeepNCheckpoints:
         checked = validated_arguments(KeepNCheckpointsArgs, {"n": n}, owner="KeepNCheckpoints")
         self.n: int | None = checked["n"]
 
-    def on_save_checkpoint(self, trainer: Any, path: Path) -> None:
+    def on_save_checkpoint(self, trainer: TrainerView, path: Path) -> None:
         """Delete the oldest checkpoints this run wrote beyond ``n``."""
         if self.n is None:
             return
@@ -66,7 +67,7 @@ class LoadCheckpointStates:
         )
         self.load_checkpoint_states = checkpoint_states(checked["load_checkpoint_states"])
 
-    def on_before_load_checkpoint(self, trainer: Any, state: dict[str, Any]) -> None:
+    def on_before_load_checkpoint(self, trainer: TrainerView, state: dict[str, Any]) -> None:
         """Delete the parts not asked for."""
         wanted = self.load_checkpoint_states
         if wanted is None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from plugtrain.errors import TrainingError
+from plugtrain.protocols import TrainerView
 
 __all__ = ["CheckLoss"]
 
@@ -21,7 +21,7 @@ class CheckLoss:
     skipped, which the record counts as ``skipped_steps``) and at every evaluation.
     """
 
-    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_train_step_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """Raise :class:`~plugtrain.errors.TrainingError` for a non-finite training loss."""
         skipped = int(metrics.get("skipped_steps", 0))
         loss = metrics.get("loss", 0.0)
@@ -30,7 +30,7 @@ class CheckLoss:
             message = f"NaN or inf loss detected {what} step {trainer.global_step}. {ADVICE}"
             raise TrainingError(message)
 
-    def on_validate_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_validate_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """Raise :class:`~plugtrain.errors.TrainingError` for a non-finite validation loss."""
         loss = metrics.get("loss", 0.0)
         if not math.isfinite(loss):

@@ -10,6 +10,7 @@ import inspect
 from typing import Any, ClassVar
 
 from plugtrain.backend_base import report_inactive_flags
+from plugtrain.protocols import TrainerView
 from plugtrain.schema import constructor_signature, validated_arguments
 from plugtrain_callbacks.schemas import (
     GlobalFlagsArgs,
@@ -37,7 +38,7 @@ class _Flags:
         """The flags by dotted name: ``{"csx.performance.micro_batch_size": 2}``."""
         self._previous: dict[str, Any] | None = None
 
-    def _apply(self, trainer: Any, flags: dict[str, Any]) -> dict[str, Any]:
+    def _apply(self, trainer: TrainerView, flags: dict[str, Any]) -> dict[str, Any]:
         backend = trainer.backend
         apply = getattr(backend, "apply_flags", None)
         if not callable(apply):
@@ -45,11 +46,11 @@ class _Flags:
             return {}
         return dict(apply(flags))
 
-    def _set(self, trainer: Any) -> None:
+    def _set(self, trainer: TrainerView) -> None:
         if self._previous is None:
             self._previous = self._apply(trainer, self.flags)
 
-    def _restore(self, trainer: Any) -> None:
+    def _restore(self, trainer: TrainerView) -> None:
         if self._previous is not None:
             if self._previous:
                 self._apply(trainer, self._previous)
@@ -61,11 +62,11 @@ class GlobalFlags(_Flags):
 
     schema = GlobalFlagsArgs
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Set the flags (once)."""
         self._set(trainer)
 
-    def on_validate_start(self, trainer: Any) -> None:
+    def on_validate_start(self, trainer: TrainerView) -> None:
         """Set the flags (once)."""
         self._set(trainer)
 
@@ -75,11 +76,11 @@ class ScopedTrainFlags(_Flags):
 
     schema = ScopedTrainFlagsArgs
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Set the flags."""
         self._set(trainer)
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: TrainerView) -> None:
         """Restore the values they had."""
         self._restore(trainer)
 
@@ -89,10 +90,10 @@ class ScopedValidateFlags(_Flags):
 
     schema = ScopedValidateFlagsArgs
 
-    def on_validate_start(self, trainer: Any) -> None:
+    def on_validate_start(self, trainer: TrainerView) -> None:
         """Set the flags."""
         self._set(trainer)
 
-    def on_validate_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_validate_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """Restore the values they had."""
         self._restore(trainer)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from plugtrain.protocols import TrainerView
 from plugtrain.schema import validated_arguments
 from plugtrain_callbacks._extras import require_extra
 from plugtrain_callbacks.schemas import MLflowLoggerArgs
@@ -52,7 +53,7 @@ class MLflowLogger:
         self.tracking_uri: str | None = tracking_uri
         self._client: Any = None
 
-    def _open(self, trainer: Any) -> None:
+    def _open(self, trainer: TrainerView) -> None:
         if self._client is not None:
             return
         from mlflow.tracking import MlflowClient
@@ -86,11 +87,11 @@ class MLflowLogger:
             self.run_id = run.info.run_id
         self._client = client
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Start the run (or continue the checkpointed one)."""
         self._open(trainer)
 
-    def on_validate_start(self, trainer: Any) -> None:
+    def on_validate_start(self, trainer: TrainerView) -> None:
         """Start the run for a ``validate`` (unless open)."""
         self._open(trainer)
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from plugtrain.protocols import TrainerView
+
 __all__ = ["ComputeNorm"]
 
 LAYER = re.compile(r"(?:^|.*\.)layers\.(\d+)\.")
@@ -18,7 +20,7 @@ def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors]))
 
 
-def _clip_coefficient(trainer: Any) -> float | None:
+def _clip_coefficient(trainer: TrainerView) -> float | None:
     """What clipping by norm multiplied this step's gradients by (``None``: no such clipping).
 
     ``torch.nn.utils.clip_grad_norm_``'s rule: ``min(1, max_norm / (total_norm + 1e-6))``.
@@ -48,11 +50,11 @@ class ComputeNorm:
         self._logged_step = False
         self._grads: dict[str, torch.Tensor] = {}
 
-    def on_train_step_start(self, trainer: Any, step: int) -> None:
+    def on_train_step_start(self, trainer: TrainerView, step: int) -> None:
         """Note whether this step's metrics are logged (every ``logging.log_steps``)."""
         self._logged_step = step % trainer.logging.log_steps == 0 or step == trainer.target_step
 
-    def on_before_optimizer_step(self, trainer: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: TrainerView, optimizer: Any) -> None:
         """Measure the gradients of a logged step."""
         if not self._logged_step:
             return
@@ -77,7 +79,7 @@ class ComputeNorm:
                 self._grads = {name: norm / coefficient for name, norm in self._grads.items()}
                 self._grads["model_wise_grad_norm_clipped"] = clipped
 
-    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_train_step_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """Add the norms to the record about to be logged."""
         for name, value in self._grads.items():
             metrics[name] = float(value)

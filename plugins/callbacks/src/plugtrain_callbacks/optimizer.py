@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.protocols import TrainerView
 from plugtrain.schema import validated_arguments
 from plugtrain_callbacks.schemas import LogOptimizerParamGroupArgs
 
@@ -24,7 +23,7 @@ class LogOptimizerParamGroup:
         keys = checked["keys"]
         self.keys: list[str] = [keys] if isinstance(keys, str) else list(keys)
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Refuse a key that no param group has."""
         groups = trainer.optimizer.param_groups
         present = {key for group in groups for key in group}
@@ -36,7 +35,7 @@ class LogOptimizerParamGroup:
             )
             raise ConfigError([ConfigIssue("LogOptimizerParamGroup.keys", message)])
 
-    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_train_step_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """Add each group's values (numbers only; other values are not metrics)."""
         for index, group in enumerate(trainer.optimizer.param_groups):
             for key in self.keys:

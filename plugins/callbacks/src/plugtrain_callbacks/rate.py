@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from plugtrain.protocols import TrainerView
 
 __all__ = ["RateProfiler"]
 
@@ -21,13 +22,13 @@ class RateProfiler:
         self._start_samples = self._last_samples = 0
         self._last_step = 0
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Start the clocks."""
         self._start = self._last = time.perf_counter()
         self._start_samples = self._last_samples = trainer.samples_seen
         self._last_step = trainer.global_step
 
-    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_train_step_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """Add the rates since the last record and since the start."""
         now = time.perf_counter()
         samples, step = trainer.samples_seen, trainer.global_step

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from plugtrain.protocols import TrainerView
 from plugtrain.schema import validated_arguments
 from plugtrain_callbacks._extras import require_extra
 from plugtrain_callbacks.schemas import TensorBoardLoggerArgs
@@ -69,13 +70,13 @@ class TensorBoardLogger:
         self._model_dir: Path | None = None
         self._purge_step: int | None = None
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Open for a fit; events after the step it starts from are purged."""
         self.close()
         self._model_dir = Path(trainer.model_dir)
         self._purge_step = trainer.global_step + 1 if trainer.global_step else None
 
-    def on_validate_start(self, trainer: Any) -> None:
+    def on_validate_start(self, trainer: TrainerView) -> None:
         """Open for a ``validate`` (unless a fit already did)."""
         if self._model_dir is None:
             self._model_dir = Path(trainer.model_dir)

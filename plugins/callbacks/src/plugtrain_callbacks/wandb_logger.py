@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from plugtrain.errors import ConfigError, ConfigIssue
+from plugtrain.protocols import TrainerView
 from plugtrain.schema import validated_arguments
 from plugtrain_callbacks._extras import require_extra
 from plugtrain_callbacks.schemas import WandbLoggerArgs
@@ -80,7 +81,7 @@ class WandbLogger:
             raise ConfigError([ConfigIssue("WandbLogger.run_id", message)])
         return wanted if wanted is not None else previous
 
-    def _open(self, trainer: Any) -> None:
+    def _open(self, trainer: TrainerView) -> None:
         if self.run is not None:
             return
         import wandb
@@ -103,11 +104,11 @@ class WandbLogger:
         self.run.define_metric("global_step")
         self.run.define_metric("*", step_metric="global_step", step_sync=True)
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Start (or continue) the run."""
         self._open(trainer)
 
-    def on_validate_start(self, trainer: Any) -> None:
+    def on_validate_start(self, trainer: TrainerView) -> None:
         """Start (or continue) the run for a ``validate``."""
         self._open(trainer)
 

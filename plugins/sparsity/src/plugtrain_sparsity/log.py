@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+
+from plugtrain.protocols import TrainerView
 
 __all__ = ["LogSparsity"]
 
@@ -20,7 +21,7 @@ class LogSparsity:
     ``callbacks: [{LogSparsity: {}}]``.
     """
 
-    def on_train_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_train_step_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """Add the values to the record about to be logged."""
         sparsity = getattr(trainer, "sparsity", None)
         if sparsity is None or trainer.optimizer is None:

@@ -19,6 +19,7 @@ from typing import Any
 from torch import nn
 
 from plugtrain.errors import ConfigError, ConfigIssue, MissingDependencyError
+from plugtrain.protocols import TrainerView
 from plugtrain.schema import validated_arguments
 from plugtrain_models.evaluation.schemas import EleutherCLIArgs, lm_eval_missing
 from plugtrain_models.generation.text import TextTokenizer, has_tokenizer_files, load_text_tokenizer
@@ -172,7 +173,7 @@ class EleutherEvalHarness:
                 (folder / f"samples_{task}_{step}.jsonl").write_text("\n".join(lines) + "\n")
             results["samples"] = samples
 
-    def run(self, trainer: Any) -> dict[str, float]:
+    def run(self, trainer: TrainerView) -> dict[str, float]:
         """Evaluate the trainer's model now (its results written on the main process)."""
         step = int(trainer.global_step)
         main = bool(trainer.is_main_process)
@@ -183,15 +184,15 @@ class EleutherEvalHarness:
 
     # -- callback hooks ------------------------------------------------------------------------
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         """Count this fit's evaluations from zero."""
         self._in_fit, self._evaluations = True, 0
 
-    def on_load_checkpoint(self, trainer: Any, path: Any) -> None:
+    def on_load_checkpoint(self, trainer: TrainerView, path: Any) -> None:
         """A new checkpoint: ``validate``/``validate_all`` evaluate it once."""
         self._pending = True
 
-    def on_validate_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_validate_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         """In fit, every ``every_n_vals``-th evaluation; else once per checkpoint."""
         if self._in_fit:
             self._evaluations += 1
@@ -202,7 +203,7 @@ class EleutherEvalHarness:
         self._pending = False
         metrics.update(self.run(trainer))
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: TrainerView) -> None:
         """After the last step, unless its evaluation already ran lm-eval."""
         self._in_fit = False
         if self._evaluated_step == int(trainer.global_step):

@@ -18,6 +18,7 @@ from typing import Any
 from torch import nn
 
 from plugtrain.errors import CheckpointMismatchError, ConfigError, ConfigIssue
+from plugtrain.protocols import TrainerView
 from plugtrain_models.lora.apply import apply_lora, is_adapter
 from plugtrain_models.lora.checkpoints import RUN_PARTS, base_fingerprint, full, read_base_weights
 from plugtrain_models.lora.config import lora_configs
@@ -57,7 +58,7 @@ class Lora:
         self._saving = False
         self._loaded_base: str | None = None
 
-    def on_model_built(self, trainer: Any, model: nn.Module) -> nn.Module:
+    def on_model_built(self, trainer: TrainerView, model: nn.Module) -> nn.Module:
         """Wrap the targeted layers and freeze everything else (see :mod:`.apply`)."""
         seed = getattr(trainer, "seed", None) or 0
         try:
@@ -91,7 +92,7 @@ class Lora:
 
     # -- saving ---------------------------------------------------------------------------------
 
-    def on_before_save_checkpoint(self, trainer: Any, step: int) -> None:
+    def on_before_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
         """With adapter-only checkpoints: note the base's fingerprint, then save adapters only."""
         if not self.adapter_only:
             return
@@ -99,7 +100,7 @@ class Lora:
             self.base["fingerprint"] = base_fingerprint(trainer.unwrapped_model.state_dict())
         self._saving = True
 
-    def on_after_save_checkpoint(self, trainer: Any, step: int) -> None:
+    def on_after_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
         """The whole state again."""
         self._saving = False
 
@@ -119,7 +120,7 @@ class Lora:
 
     # -- loading --------------------------------------------------------------------------------
 
-    def on_before_load_checkpoint(self, trainer: Any, state: dict[str, Any]) -> None:
+    def on_before_load_checkpoint(self, trainer: TrainerView, state: dict[str, Any]) -> None:
         """A base without adapters, or adapters without their base: complete the model's state."""
         self._loaded_base = None
         weights = state.get("model")
@@ -151,7 +152,11 @@ class Lora:
         )  # fmt: skip
 
     def _add_base(
-        self, trainer: Any, state: dict[str, Any], weights: dict[str, Any], own: Mapping[str, Any]
+        self,
+        trainer: TrainerView,
+        state: dict[str, Any],
+        weights: dict[str, Any],
+        own: Mapping[str, Any],
     ) -> None:
         saved = _saved_state(state.get("callbacks"))
         reference = dict(saved.get("base") or {})
@@ -182,7 +187,7 @@ class Lora:
             raise CheckpointMismatchError(message)
         self.base = reference
 
-    def on_load_checkpoint(self, trainer: Any, path: Path) -> None:
+    def on_load_checkpoint(self, trainer: TrainerView, path: Path) -> None:
         """Remember the file a base was loaded from (adapter-only checkpoints name it)."""
         if self._loaded_base is not None:
             state = trainer.unwrapped_model.state_dict()
