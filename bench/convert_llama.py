@@ -29,7 +29,7 @@ import torch
 from plugtrain.conversion import export_hf, hf_to_plugtrain
 from plugtrain.conversion.plugtrain_files import read_model_state
 from plugtrain.discovery.loading import get_registry
-from plugtrain.train.checkpointing.archive import save_checkpoint
+from plugtrain.train.checkpointing.storage.archive import save_checkpoint
 import plugtrain_models.families, plugtrain_models.converters.llama
 get_registry()
 imported = time.perf_counter()

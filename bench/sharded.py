@@ -45,7 +45,7 @@ def _worker(mode: str, layers: int, out: Path) -> None:
     from torch.utils.data import DataLoader
 
     import plugtrain
-    from plugtrain.train.checkpointing.dcp import DCPCheckpointer, state_template
+    from plugtrain.train.checkpointing.storage.dcp import DCPCheckpointer, state_template
     from plugtrain.train.distributed.dtensor_state import local_tensor
     from plugtrain.train.trainer import Trainer
     from plugtrain_models.gpt import GPT
@@ -122,7 +122,7 @@ def _save_times(trainer: Any, work: Path, dist: Any, dcp_class: Any, template: A
     """
     import shutil
 
-    from plugtrain.train.checkpointing.formats import checkpointer_for
+    from plugtrain.train.checkpointing.storage.formats import checkpointer_for
 
     step = [100]
 

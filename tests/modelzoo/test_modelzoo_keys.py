@@ -22,7 +22,7 @@ from plugtrain.discovery import loading as plugins
 from plugtrain.errors import CheckpointError, CheckpointMismatchError, ConfigError
 from plugtrain.registry._suggest import did_you_mean
 from plugtrain.train.assembly.trainers import build_trainer
-from plugtrain.train.checkpointing.archive import load_checkpoint, save_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint, save_checkpoint
 from plugtrain.train.observability import console as console_module
 from plugtrain.train.trainer import Trainer
 

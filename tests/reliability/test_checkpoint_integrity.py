@@ -38,7 +38,7 @@ from plugtrain.errors import (
     CorruptCheckpointError,
     TrainingError,
 )
-from plugtrain.train.checkpointing.archive import find_latest, load_checkpoint, save_checkpoint
+from plugtrain.train.checkpointing.storage.archive import find_latest, load_checkpoint, save_checkpoint
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
@@ -387,7 +387,7 @@ def test_c06_a_valid_checkpoint_name_saves_and_resumes(tmp_path, caplog):
 
 @pytest.mark.parametrize("background", [False, True], ids=["sync", "async_save"])
 def test_c10_a_dcp_save_on_a_full_disk_fails_by_name_and_leaves_no_checkpoint(tmp_path, background):
-    from plugtrain.train.checkpointing.dcp import DCPCheckpointer
+    from plugtrain.train.checkpointing.storage.dcp import DCPCheckpointer
 
     with tmpfs(tmp_path, "1m") as disk:
         template = {"model": {"w": torch.zeros(600_000)}, "optimizer": None}  # 2.4 MB

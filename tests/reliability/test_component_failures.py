@@ -13,7 +13,7 @@ import torch
 from support.reliability import small_data, small_trainer
 
 from plugtrain.errors import ComponentFailedError, ConfigError
-from plugtrain.train.checkpointing.archive import load_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint
 
 
 class FailingCallback:

@@ -27,7 +27,7 @@ from support.reliability import HANG_GUARD_S, Outcome, small_data, small_trainer
 
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import CheckpointError, ConfigError, TrainingError
-from plugtrain.train.checkpointing.archive import find_latest, load_checkpoint
+from plugtrain.train.checkpointing.storage.archive import find_latest, load_checkpoint
 from plugtrain.train.distributed import TrainingInterrupted
 from plugtrain.train.trainer import Trainer
 

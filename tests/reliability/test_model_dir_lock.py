@@ -24,7 +24,7 @@ from support.reliability import (
 import plugtrain
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
-from plugtrain.train.checkpointing.lock import LOCK_NAME, ModelDirBusyError
+from plugtrain.train.checkpointing.run_folder.lock import LOCK_NAME, ModelDirBusyError
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

@@ -26,7 +26,7 @@ from support.reliability import (
     write_train_run,
 )
 
-from plugtrain.train.checkpointing.archive import load_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

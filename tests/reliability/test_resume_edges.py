@@ -13,7 +13,7 @@ from support.reliability import small_data, small_trainer
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import TrainingError
-from plugtrain.train.checkpointing.archive import load_checkpoint, save_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint, save_checkpoint
 from plugtrain.train.trainer import Trainer
 
 

@@ -26,7 +26,7 @@ from support.reliability import (
 )
 
 from plugtrain.errors import TrainingError
-from plugtrain.train.checkpointing.archive import load_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
 

@@ -17,7 +17,7 @@ from support.reliability import small_data, small_trainer
 
 import plugtrain
 from plugtrain.errors import CheckpointMismatchError
-from plugtrain.train.checkpointing.archive import load_checkpoint, save_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
 

@@ -27,7 +27,7 @@ from support.reliability import (
     write_train_run,
 )
 
-from plugtrain.train.checkpointing.archive import find_latest, load_checkpoint
+from plugtrain.train.checkpointing.storage.archive import find_latest, load_checkpoint
 from plugtrain.train.distributed.signals import StoppedAtOnce, TrainingInterrupted
 from plugtrain.train.trainer import Trainer
 
@@ -166,7 +166,7 @@ SPY = '''\
 
 import os
 
-from plugtrain.train.checkpointing import archive as checkpoint
+from plugtrain.train.checkpointing.storage import archive as checkpoint
 
 RECORD_DIR = os.environ["RECORD_DIR"]
 RANK = os.environ.get("RANK", "launcher")

@@ -15,7 +15,7 @@ import torch
 from support.reliability import small_data, small_trainer
 
 from plugtrain.errors import CheckpointError
-from plugtrain.train.checkpointing.archive import load_checkpoint, save_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint, save_checkpoint
 
 
 class Holder:

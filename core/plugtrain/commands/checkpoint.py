@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
 
 def convert_checkpoint(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     """``relayout`` (a file to a DCP folder or back; also ``convert``) or ``export``."""
-    from plugtrain.train.checkpointing import convert as checkpoint_convert
+    from plugtrain.train.checkpointing import export_weights, relayout_checkpoint
 
     if args.action == "convert" and (args.src_fmt or args.tgt_fmt):
         from plugtrain.commands.conversion import convert_formats
@@ -124,8 +124,8 @@ def convert_checkpoint(args: argparse.Namespace, registry: Registry, out: TextIO
             ]
         )
     if args.action in ("convert", "relayout"):
-        written = checkpoint_convert.convert(args.source, args.target)
+        written = relayout_checkpoint(args.source, args.target)
     else:
-        written = checkpoint_convert.export(args.source, args.target, args.format)
+        written = export_weights(args.source, args.target, args.format)
     out.write(f"{args.source} -> {written}\n")
     return EXIT_OK

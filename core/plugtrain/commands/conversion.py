@@ -51,13 +51,13 @@ def convert_formats(args: argparse.Namespace, registry: Registry, out: TextIO) -
 def _hf_to_plugtrain(
     args: argparse.Namespace, registry: Registry, source: Path, out: TextIO
 ) -> int:
-    from plugtrain.conversion import open_checkpoint
+    from plugtrain.conversion import open_checkpoint, read_checkpoint
     from plugtrain.train.checkpointing import save_checkpoint
 
     weights = hf_source_file(source)
     output = Path(args.output_dir) if args.output_dir else weights.parent
     opened = open_checkpoint(weights, registry, converter=args.model, config=args.config)
-    converted = opened.read(drop_unmatched=args.drop_unmatched_keys)
+    converted = read_checkpoint(opened, drop_unmatched=args.drop_unmatched_keys)
     output.mkdir(parents=True, exist_ok=True)
     checkpoint = output / f"{output_stem(weights)}_to_plugtrain.mdl"
     save_checkpoint(checkpoint, {"model": converted.state})

@@ -2,8 +2,13 @@
 
 Converters are components of kind ``checkpoint_converter``, registered through
 ``plugtrain_register_checkpoint_converters``; each is a :class:`CheckpointConverter`
-declaration (config table, weight rules, transforms) on the shared engine. The declarations and
-look-ups import no torch; :func:`hf_to_plugtrain` and :func:`export_hf` do.
+declaration (config table, weight rules, transforms) on the shared engine.
+
+:func:`open_checkpoint` is how every caller (the Trainer, ``check``, ``checkpoint convert``,
+``generate``, ``lm_eval``) opens a Hugging Face checkpoint: its ``config.json`` is compared with
+the caller's model before any shard is read, and :func:`read_checkpoint` reads the tensors.
+The declarations, look-ups and opening import no torch; reading, :func:`hf_to_plugtrain` and
+:func:`export_hf` do.
 """
 
 from __future__ import annotations
@@ -21,26 +26,39 @@ from plugtrain.conversion.declaration import (
     WeightRule,
     headless,
 )
+from plugtrain.conversion.opening import (
+    ConfigMismatchError,
+    ForeignCheckpoint,
+    describe_difference,
+    is_hf_checkpoint,
+    open_checkpoint,
+)
 
 if TYPE_CHECKING:
-    from plugtrain.conversion.engine import Converted, export_hf, hf_to_plugtrain
+    from plugtrain.conversion.engine import Converted, export_hf, hf_to_plugtrain, read_checkpoint
 
 __all__ = [
     "FORMATS",
     "CheckpointConverter",
     "ConfigKey",
+    "ConfigMismatchError",
     "ConversionContext",
     "ConversionError",
     "Converted",
     "ConverterArguments",
+    "ForeignCheckpoint",
     "Transform",
     "WeightRule",
+    "describe_difference",
     "export_hf",
     "headless",
     "hf_to_plugtrain",
+    "is_hf_checkpoint",
+    "open_checkpoint",
+    "read_checkpoint",
 ]
 
-_ENGINE = {"Converted", "export_hf", "hf_to_plugtrain"}
+_ENGINE = {"Converted", "export_hf", "hf_to_plugtrain", "read_checkpoint"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,10 @@
 """Hugging Face checkpoints to plugtrain state and back, for any registered converter.
 
-:func:`hf_to_plugtrain` reads a Hugging Face folder or file one shard at a time into the state
-dict of the plugtrain model its ``config.json`` describes; :func:`export_hf` writes a plugtrain
-model's state as a folder that ``transformers.AutoModelForCausalLM.from_pretrained`` loads.
+:func:`read_checkpoint` reads an opened Hugging Face checkpoint (see
+:mod:`plugtrain.conversion.opening`) one shard at a time into the state dict of the plugtrain
+model its ``config.json`` describes (:func:`hf_to_plugtrain` opens and reads in one call);
+:func:`export_hf` writes a plugtrain model's state as a folder that
+``transformers.AutoModelForCausalLM.from_pretrained`` loads.
 """
 
 from __future__ import annotations
@@ -18,26 +20,23 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
-from plugtrain.conversion.configs import (
-    hf_to_plugtrain_config,
-    plugtrain_to_hf_config,
-    read_hf_config,
-)
+from plugtrain.conversion.configs import plugtrain_to_hf_config
 from plugtrain.conversion.declaration import (
     CheckpointConverter,
     ConversionContext,
     ConversionError,
 )
-from plugtrain.conversion.hf_files import ShardedWriter, iter_hf_tensors, parse_size
+from plugtrain.conversion.hf_files import ShardedWriter, iter_file_tensors, parse_size
 from plugtrain.conversion.lookup import complete_model_keys, find_converter, model_defaults
+from plugtrain.conversion.opening import ForeignCheckpoint, open_checkpoint
 from plugtrain.conversion.weights import RuleApplier
 
 if TYPE_CHECKING:
-    from plugtrain.registry import Registry
+    from plugtrain.registry.components import Registry
 
 __all__ = [
     "TOKENIZER_FILES", "Converted", "export_hf", "hf_to_plugtrain", "hf_weight_names",
-    "model_layout",
+    "model_layout", "read_checkpoint",
 ]  # fmt: skip
 
 log = logging.getLogger("plugtrain.conversion")
@@ -94,16 +93,12 @@ def model_layout(registry: Registry, model: str, keys: Mapping[str, Any]) -> Mod
 
 
 def _registry(registry: Registry | None) -> Registry:
+    """The registry a Python caller of the helpers below gave, or the process's."""
     if registry is not None:
         return registry
-    from plugtrain.plugins import get_registry
+    from plugtrain.discovery.loading import get_registry
 
     return get_registry()
-
-
-def _config_beside(source: Path) -> Path:
-    folder = source if source.is_dir() else source.parent
-    return folder / "config.json"
 
 
 def hf_to_plugtrain(
@@ -116,22 +111,34 @@ def hf_to_plugtrain(
 ) -> Converted:
     """Read a Hugging Face checkpoint into the state of the plugtrain model it describes.
 
+    :func:`~plugtrain.conversion.opening.open_checkpoint` then its ``read``, for scripts.
+
     :param source: a folder, ``model.safetensors``, ``pytorch_model.bin`` or ``*.index.json``.
     :param model: the converter key (default: found from ``config.json``'s ``model_type``).
     :param config: the ``config.json`` (default: the one beside ``source``).
     :param drop_unmatched: leave out tensors no rule matches instead of failing.
+    :param registry: where converters and models are found (default: the process's).
     :raises ConversionError: naming the key or tensor that does not convert.
     """
-    registry = _registry(registry)
-    source = Path(source)
-    hf = read_hf_config(config if config is not None else _config_beside(source))
-    key, converter = find_converter(registry, model, hf)
-    keys, dropped = hf_to_plugtrain_config(converter, hf)
+    opened = open_checkpoint(source, _registry(registry), converter=model, config=config)
+    return read_checkpoint(opened, drop_unmatched=drop_unmatched)
+
+
+def read_checkpoint(opened: ForeignCheckpoint, *, drop_unmatched: bool = False) -> Converted:
+    """The state of an opened Hugging Face checkpoint, read one shard in memory at a time.
+
+    The model is built (on the ``meta`` device) through the registry the checkpoint was opened
+    with; no other registry is consulted.
+
+    :raises ConversionError: naming the tensor that does not convert, or the ones missing.
+    """
+    registry, converter, hf = opened.registry, opened.converter, opened.hf_config
+    source, keys = opened.source, opened.model_keys
     complete = complete_model_keys(registry, converter.model, keys)
     layout = model_layout(registry, converter.model, keys)
     applier = RuleApplier(converter.weights, "hf", ConversionContext(hf, complete))
     state: dict[str, torch.Tensor] = {}
-    for name, tensor in iter_hf_tensors(source):
+    for name, tensor in iter_file_tensors(opened.weight_files):
         for target, made in applier.add(name, tensor):
             state[_PREFIX + target] = _checked(made, _PREFIX + target, layout, source)
     applier.finish(drop_unmatched, str(source))
@@ -146,9 +153,14 @@ def hf_to_plugtrain(
             f" and {len(missing) - 8} more" if len(missing) > 8 else ""
         )
         raise ConversionError(f"{source}: the checkpoint lacks {shown}")
+    dropped = opened.dropped_config_keys
     if dropped:
-        log.info("config.json keys the %s converter does not use: %s", key, ", ".join(dropped))
-    return Converted(key, converter.model, keys, state, dropped)
+        log.info(
+            "config.json keys the %s converter does not use: %s",
+            opened.converter_key,
+            ", ".join(dropped),
+        )
+    return Converted(opened.converter_key, converter.model, keys, state, dropped)
 
 
 def _checked(tensor: torch.Tensor, name: str, layout: ModelLayout, source: Path) -> torch.Tensor:

@@ -8,6 +8,7 @@ is the name without every trailing alphabetic extension (``model.safetensors.ind
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ __all__ = [
     "HF_WEIGHT_FILES",
     "check_formats",
     "hf_source_file",
+    "hf_weight_files",
     "is_hf_checkpoint",
     "model_section",
     "output_stem",
@@ -48,6 +50,34 @@ def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
     if path.name.endswith(".index.json") or path.suffix == ".safetensors":
         return path.is_file()
     return path.is_file() and path.name.startswith("pytorch_model") and path.suffix == ".bin"
+
+
+def hf_weight_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The weight files behind ``path`` (a folder, an index or one file), in order.
+
+    :raises ConversionError: nothing to read, or an index naming a shard that is not there.
+    """
+    path = Path(path)
+    if path.is_dir():
+        found = next((path / n for n in HF_WEIGHT_FILES if (path / n).is_file()), None)
+        if found is None:
+            names = ", ".join(HF_WEIGHT_FILES)
+            raise ConversionError(f"{path}: no Hugging Face weights here (looked for {names})")
+        path = found
+    if not path.is_file():
+        raise ConversionError(f"{path}: no such file")
+    if not path.name.endswith(".index.json"):
+        return [path]
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+        weight_map = index["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConversionError(f"{path}: not a Hugging Face shard index ({exc})") from exc
+    shards = sorted({path.parent / name for name in weight_map.values()})
+    absent = [s.name for s in shards if not s.is_file()]
+    if absent:
+        raise ConversionError(f"{path}: names shards that are not there: {', '.join(absent)}")
+    return shards
 
 
 _CS_FORMAT = re.compile(r"^cs-(\d+\.\d+|auto|current)$")

@@ -12,20 +12,21 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from plugtrain.conversion.declaration import ConversionError
-from plugtrain.conversion.files import HF_WEIGHT_FILES, is_hf_checkpoint
+from plugtrain.conversion.files import HF_WEIGHT_FILES, hf_weight_files, is_hf_checkpoint
 
 __all__ = [
     "HF_WEIGHT_FILES",
     "ShardedWriter",
     "hf_weight_files",
     "is_hf_checkpoint",
+    "iter_file_tensors",
     "iter_hf_tensors",
     "parse_size",
 ]
@@ -49,37 +50,14 @@ def parse_size(text: str | int) -> int:
     return int(float(match.group(1)) * _UNITS[(match.group(2) or "B").upper()])
 
 
-def hf_weight_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The weight files behind ``path`` (a folder, an index or one file), in order.
-
-    :raises ConversionError: nothing to read, or an index naming a shard that is not there.
-    """
-    path = Path(path)
-    if path.is_dir():
-        found = next((path / n for n in HF_WEIGHT_FILES if (path / n).is_file()), None)
-        if found is None:
-            names = ", ".join(HF_WEIGHT_FILES)
-            raise ConversionError(f"{path}: no Hugging Face weights here (looked for {names})")
-        path = found
-    if not path.is_file():
-        raise ConversionError(f"{path}: no such file")
-    if not path.name.endswith(".index.json"):
-        return [path]
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-        weight_map = index["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConversionError(f"{path}: not a Hugging Face shard index ({exc})") from exc
-    shards = sorted({path.parent / name for name in weight_map.values()})
-    absent = [s.name for s in shards if not s.is_file()]
-    if absent:
-        raise ConversionError(f"{path}: names shards that are not there: {', '.join(absent)}")
-    return shards
-
-
 def iter_hf_tensors(path: str | os.PathLike[str]) -> Iterator[tuple[str, torch.Tensor]]:
     """Every ``(name, tensor)`` of the checkpoint at ``path``, one shard in memory at a time."""
-    for file in hf_weight_files(path):
+    yield from iter_file_tensors(hf_weight_files(path))
+
+
+def iter_file_tensors(files: Iterable[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every ``(name, tensor)`` of these weight files, one shard in memory at a time."""
+    for file in files:
         if file.suffix == ".safetensors":
             yield from _safetensors_tensors(file)
         else:

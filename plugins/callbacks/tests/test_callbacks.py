@@ -18,7 +18,7 @@ from plugtrain_callbacks.rate import RateProfiler
 import plugtrain
 from plugtrain.config import check_run, load_yaml
 from plugtrain.errors import ConfigError, TrainingError
-from plugtrain.train.checkpointing.archive import load_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint
 
 
 class TotalGradNorm:

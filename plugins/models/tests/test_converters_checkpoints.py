@@ -145,7 +145,7 @@ def test_a_mismatched_config_key_is_refused_naming_it(
 def test_a_weights_only_checkpoint_starts_a_fit_and_a_hf_file_is_named(
     llama: tuple[Any, Path], tmp_path: Path
 ) -> None:
-    from plugtrain.train.checkpointing.archive import load_checkpoint, save_checkpoint
+    from plugtrain.train.checkpointing.storage.archive import load_checkpoint, save_checkpoint
 
     _, folder = llama
     converted = hf_to_plugtrain(folder)

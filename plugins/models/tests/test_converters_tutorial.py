@@ -22,6 +22,8 @@ import transformers
 from support.hf_models import hf_logits, random_hf_model
 from support.plugtrain_cli import run_plugtrain
 
+from plugtrain.testing import write_run_file
+
 pytestmark = pytest.mark.slow
 
 HF_CONFIG = {
@@ -153,9 +155,7 @@ def _run_file(tmp_path: Path, ckpt_path: str | None = None, **model: object) -> 
     data["trainer"]["init"]["model"].update({**CPU_SIZES, **model})
     if ckpt_path is not None:
         data["trainer"]["fit"]["ckpt_path"] = ckpt_path
-    path = tmp_path / "model_config.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_run_file(tmp_path / "model_config.yaml", data)
 
 
 def _ok(result: object) -> None:
@@ -237,7 +237,7 @@ def test_the_fine_tuning_tutorial_converts_checks_trains_and_exports(tmp_path: P
     assert (exported / "model.safetensors.index.json").is_file()
     assert json.loads((exported / "config.json").read_text())["rope_theta"] == 500000.0
 
-    from plugtrain.train.checkpointing.archive import load_checkpoint
+    from plugtrain.train.checkpointing.storage.archive import load_checkpoint
     from plugtrain_models.families import build_decoder
 
     keys = dict(yaml.safe_load(TUTORIAL)["trainer"]["init"]["model"])

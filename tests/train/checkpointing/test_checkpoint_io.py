@@ -15,11 +15,11 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
 
-from plugtrain.train.checkpointing import direct_io
-from plugtrain.train.checkpointing.dcp import join_state, single_process_quiet, split_state
-from plugtrain.train.checkpointing.direct_io import BLOCK, CHUNK, DirectFile, DirectFileSystemWriter
-from plugtrain.train.checkpointing.fit_check import first_non_finite
-from plugtrain.train.checkpointing.staging import CachedStager
+from plugtrain.train.checkpointing.storage import direct_io
+from plugtrain.train.checkpointing.storage.dcp import join_state, single_process_quiet, split_state
+from plugtrain.train.checkpointing.storage.direct_io import BLOCK, CHUNK, DirectFile, DirectFileSystemWriter
+from plugtrain.train.checkpointing.state.fit_check import first_non_finite
+from plugtrain.train.checkpointing.storage.staging import CachedStager
 
 SIZES = [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, CHUNK - 1, CHUNK, CHUNK + 5, 2 * CHUNK + BLOCK + 3]
 
@@ -204,7 +204,7 @@ def test_scalars_of_the_optimizer_state_go_to_trainer_pt() -> None:
 
 
 def _background_save(tmp_path: Path):
-    from plugtrain.train.checkpointing.dcp import DCPCheckpointer
+    from plugtrain.train.checkpointing.storage.dcp import DCPCheckpointer
 
     template = {"model": {"w": torch.zeros(5000)}, "optimizer": None}
     checkpointer = DCPCheckpointer(

@@ -9,7 +9,7 @@ import pytest
 
 from plugtrain.testing.checkpointer_kit import CHECKPOINTER_PROPERTIES, check_checkpointer
 from plugtrain.testing.conformance import ConformanceError
-from plugtrain.train.checkpointing.file import FileCheckpointer
+from plugtrain.train.checkpointing.storage.file import FileCheckpointer
 
 
 def test_the_single_file_checkpointer_keeps_the_contract() -> None:
@@ -50,7 +50,7 @@ def test_a_save_whose_ownership_record_cannot_be_written_fails_by_name(
     import torch
 
     from plugtrain.errors import CheckpointError
-    from plugtrain.train.checkpointing.ownership import Ownership
+    from plugtrain.train.checkpointing.run_folder.ownership import Ownership
 
     def full_disk(self, names, owner=None) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

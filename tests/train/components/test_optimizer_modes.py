@@ -13,7 +13,7 @@ import torch
 import plugtrain
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
-from plugtrain.train.checkpointing.archive import load_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

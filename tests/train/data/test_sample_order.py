@@ -377,7 +377,7 @@ def test_a_resume_loads_no_batch_to_find_its_place(tmp_path):
 
 
 def test_ranks_that_loaded_different_checkpoints_are_named_with_their_files():
-    from plugtrain.train.checkpointing.agreement import disagreement
+    from plugtrain.train.checkpointing.ranks.agreement import disagreement
 
     def name(step: int) -> str:
         return f"checkpoint_{step}.mdl"
@@ -425,7 +425,7 @@ HIDE_ON_RANK_1 = """\
 
 import os
 
-from plugtrain.train.checkpointing.file import FileCheckpointer
+from plugtrain.train.checkpointing.storage.file import FileCheckpointer
 
 if os.environ.get("RANK") == "1":
 

@@ -41,7 +41,7 @@ import attrs
 
 import plugtrain
 from plugtrain import hookimpl
-from plugtrain.train.checkpointing import archive as checkpoint
+from plugtrain.train.checkpointing.storage import archive as checkpoint
 from plugtrain.schema import arg
 
 RECORD_DIR = os.environ["RECORD_DIR"]

@@ -157,7 +157,7 @@ def test_dcp_folders_hold_a_shard_per_process_and_async_writes_the_same(runs: Pa
 
 
 def test_a_damaged_dcp_checkpoint_is_skipped_for_the_previous_one(runs: Path, tmp_path) -> None:
-    from plugtrain.train.checkpointing.dcp import DCPCheckpointer, verify_folder
+    from plugtrain.train.checkpointing.storage.dcp import DCPCheckpointer, verify_folder
 
     for step in (10, 20):
         source = runs / "runs" / "fsdp2_dcp" / f"checkpoint_{step}.mdl"
@@ -304,22 +304,26 @@ def _equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def test_convert_round_trips_bit_exactly_and_exports_the_weights(runs: Path, tmp_path) -> None:
+def test_relayout_round_trips_bit_exactly_and_exports_the_weights(runs: Path, tmp_path) -> None:
     from safetensors.torch import load_file
 
     from plugtrain.cli import main
-    from plugtrain.train.checkpointing.convert import convert, export, load_any
+    from plugtrain.train.checkpointing.storage.relayout import (
+        export_weights,
+        load_any,
+        relayout_checkpoint,
+    )
 
     folder = runs / "runs" / "fsdp2_dcp" / "checkpoint_10.mdl"
     file = runs / "runs" / "fsdp2_file" / "checkpoint_10.mdl"  # the same run, gathered
     assert main(["checkpoint", "convert", str(folder), str(tmp_path / "a.mdl")]) == 0
-    convert(tmp_path / "a.mdl", tmp_path / "b_dcp")
-    convert(tmp_path / "b_dcp", tmp_path / "c.mdl")
+    relayout_checkpoint(tmp_path / "a.mdl", tmp_path / "b_dcp")
+    relayout_checkpoint(tmp_path / "b_dcp", tmp_path / "c.mdl")
     a, c = (torch.load(tmp_path / n, weights_only=True) for n in ("a.mdl", "c.mdl"))
     assert _equal(a, c)
     assert _equal(a, torch.load(file, weights_only=True))  # DCP of 2 processes == their file
     assert _equal(load_any(folder), load_any(tmp_path / "b_dcp"))
-    export(folder, tmp_path / "w.safetensors")
+    export_weights(folder, tmp_path / "w.safetensors")
     assert main(["checkpoint", "export", str(file), str(tmp_path / "w.pt")]) == 0
     plain = torch.load(tmp_path / "w.pt", weights_only=True)
     assert _equal(dict(load_file(tmp_path / "w.safetensors")), plain)

@@ -21,7 +21,7 @@ from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.config.precision import PrecisionSettings
 from plugtrain.errors import TrainingError
-from plugtrain.train.checkpointing.archive import load_checkpoint
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint
 from plugtrain.train.data import seed_everything
 from plugtrain.train.trainer import Trainer
 

@@ -16,7 +16,7 @@ from plugtrain.config.plan import (
     TrainerPlan,
     plain,
 )
-from plugtrain.registry import Registry
+from plugtrain.registry.components import Registry
 from plugtrain.train.components import (
     build_component,
     group_factor_wrapper,
@@ -87,6 +87,7 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
         backend=_backend_for(plan.backend, registry, backends),
         model_dir=plan.model_dir,
         model=lambda: build_component(registry, "model", plan.model),
+        registry=registry,
         optimizer=optimizer,
         schedulers=schedulers,
         loop=plan.loop,

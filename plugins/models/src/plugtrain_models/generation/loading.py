@@ -2,8 +2,9 @@
 
 The first trainer of the run file builds its model (on its backend's device; a Cerebras run
 file's model runs on this machine's GPU, else CPU) and loads, in this order: ``--ckpt`` (a
-plugtrain checkpoint, or a Hugging Face folder read by the converters), the newest checkpoint in
-``model_dir``, the run file's ``fit.ckpt_path``; with none, the model stays as initialised.
+plugtrain checkpoint, or a Hugging Face folder, opened as ``fit`` opens it: its ``config.json``
+must describe the run file's model), the newest checkpoint in ``model_dir``, the run file's
+``fit.ckpt_path``; with none, the model stays as initialised.
 """
 
 from __future__ import annotations
@@ -17,27 +18,14 @@ from typing import Any
 import attrs
 import torch
 
-from plugtrain import build_component
+from plugtrain import Trainer, build_component
 from plugtrain.config import load_plan
 from plugtrain.config.plan import TrainerPlan
-from plugtrain.errors import CheckpointError
 from plugtrain.registry import Registry
-from plugtrain.train.trainer import Trainer
 
-__all__ = ["LoadedRun", "data_tokenizer", "is_hf_folder", "load_run", "model_defaults"]
+__all__ = ["LoadedRun", "data_tokenizer", "load_run", "model_defaults"]
 
 log = logging.getLogger("plugtrain")
-
-HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-              "pytorch_model.bin.index.json")  # fmt: skip
-"""Any of these beside a ``config.json`` makes a folder a Hugging Face checkpoint."""
-
-
-def is_hf_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a Hugging Face model folder (``config.json`` and weights)."""
-    folder = Path(path)
-    has_weights = any((folder / name).is_file() for name in HF_WEIGHTS)
-    return folder.is_dir() and (folder / "config.json").is_file() and has_weights
 
 
 @attrs.frozen
@@ -65,25 +53,6 @@ def _device(plan: TrainerPlan) -> str:
     return "CPU"
 
 
-def _load_hf(trainer: Trainer, folder: Path) -> None:
-    from plugtrain.conversion import hf_to_plugtrain
-
-    converted = hf_to_plugtrain(folder)
-    model = trainer.unwrapped_model
-    try:
-        result = model.load_state_dict(converted.state, strict=False)
-    except RuntimeError as exc:  # shapes differ
-        message = f"{folder}: its weights do not fit the run file's model: {exc}"
-        raise CheckpointError(message) from None
-    if result.missing_keys or result.unexpected_keys:
-        message = (
-            f"{folder}: its weights do not fit the run file's model (converted as "
-            f"{converted.model_name!r}; missing {sorted(result.missing_keys)[:5]}, unexpected "
-            f"{sorted(result.unexpected_keys)[:5]}): give the run file the folder's model keys"
-        )
-        raise CheckpointError(message)
-
-
 def _load(trainer: Trainer, plan: TrainerPlan, ckpt: str | None) -> str | None:
     if ckpt is None:
         found = trainer.checkpointer.list_checkpoints()
@@ -96,10 +65,7 @@ def _load(trainer: Trainer, plan: TrainerPlan, ckpt: str | None) -> str | None:
             "plugtrain: warning: no checkpoint given or found: the model is untrained\n"
         )
         return None
-    if is_hf_folder(ckpt):
-        _load_hf(trainer, Path(ckpt))
-    else:
-        trainer.load_checkpoint(ckpt)
+    trainer.load_checkpoint(ckpt)  # a Hugging Face folder too, as fit opens it
     return ckpt
 
 
@@ -112,7 +78,7 @@ def load_run(run_file: str, overrides: list[str], ckpt: str | None) -> LoadedRun
     plan, registry = load_plan(run_file, overrides, import_local=True)
     first = plan.trainers[0]
     trainer = Trainer(
-        device=_device(first), model_dir=first.model_dir, seed=first.seed,
+        device=_device(first), model_dir=first.model_dir, seed=first.seed, registry=registry,
         model=lambda: build_component(registry, "model", first.model),
     )  # fmt: skip
     source = _load(trainer, first, ckpt)

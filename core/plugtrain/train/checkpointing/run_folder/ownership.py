@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from plugtrain.errors import CheckpointError
-from plugtrain.train.checkpointing.archive import create_temporary
+from plugtrain.train.checkpointing.run_folder.disk import create_temporary
 
 __all__ = ["RECORD_NAME", "CheckpointRootOwnedError", "Ownership"]
 

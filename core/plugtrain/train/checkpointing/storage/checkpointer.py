@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from plugtrain.errors import CheckpointError, CorruptCheckpointError
-from plugtrain.train.checkpointing import archive
-from plugtrain.train.checkpointing.ownership import Ownership
+from plugtrain.train.checkpointing.run_folder import Ownership
+from plugtrain.train.checkpointing.storage import archive
 
 __all__ = ["Checkpointer"]
 

@@ -16,31 +16,31 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from plugtrain._unset import UNSET
 from plugtrain._version import __version__
 from plugtrain.config.plan import plain
 from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingError
-from plugtrain.train.checkpointing.agreement import restore_agreed
-from plugtrain.train.checkpointing.disk import reserve
-from plugtrain.train.checkpointing.fit_check import check_fits
-from plugtrain.train.checkpointing.foreign import (
+from plugtrain.train.checkpointing.ranks import restore_agreed
+from plugtrain.train.checkpointing.run_folder import reserve
+from plugtrain.train.checkpointing.state.fit_check import check_fits
+from plugtrain.train.checkpointing.state.foreign import (
     hf_checkpoint_state,
     is_hf_checkpoint,
     with_model_prefix,
 )
-from plugtrain.train.checkpointing.optimizer_state import check_optimizer_state
-from plugtrain.train.checkpointing.parts import checkpoint_parts
-from plugtrain.train.checkpointing.state_rule import RULE, plain_problems
+from plugtrain.train.checkpointing.state.optimizer_state import check_optimizer_state
+from plugtrain.train.checkpointing.state.owner import StateOwner
+from plugtrain.train.checkpointing.state.parts import checkpoint_parts
+from plugtrain.train.checkpointing.state.state_rule import RULE, plain_problems
 from plugtrain.train.components import evaluation_mode
 from plugtrain.train.data import DataStream, rng_state, set_rng_state
 from plugtrain.train.distributed import gathered, model_shards, optimizer_shards
-from plugtrain.train.loop import UNSET
 
 if TYPE_CHECKING:
     from packaging.version import Version
 
-    from plugtrain.train.trainer import Trainer
 
-__all__ = ["TrainerState", "check_version"]
+__all__ = ["StateOwner", "TrainerState", "check_version"]
 
 log = logging.getLogger("plugtrain")
 
@@ -48,10 +48,11 @@ log = logging.getLogger("plugtrain")
 class TrainerState:
     """Saves and restores one :class:`~plugtrain.train.trainer.Trainer`.
 
-    :param trainer: whose components are saved and restored.
+    :param trainer: whose components are saved and restored (what it reads of the trainer:
+        :class:`~.owner.StateOwner`).
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: StateOwner) -> None:
         self.trainer = trainer
         self.verified = False
 
@@ -166,7 +167,12 @@ class TrainerState:
         """The checkpoint at ``path``: plugtrain's, or a Hugging Face one converted."""
         model = self.trainer.unwrapped_model
         if is_hf_checkpoint(path):
-            state = hf_checkpoint_state(model, path)
+            registry = self.trainer.registry
+            if registry is None:  # a Trainer built in Python: the process's plugins
+                from plugtrain.discovery.loading import get_registry
+
+                registry = get_registry()
+            state = hf_checkpoint_state(model, path, registry)
         else:
             state = self.trainer.checkpointer.load(path)
         if "model" in state:
@@ -290,7 +296,7 @@ _EVALUATION_PARTS = frozenset({"model", "sparsity", "global_step"})
 
 
 def _plain_state(
-    trainer: Trainer, state: dict[str, Any], owners: Mapping[str, Any]
+    trainer: StateOwner, state: dict[str, Any], owners: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """``state`` with unloadable callback states left out, and what was left out.
 

@@ -1,10 +1,10 @@
-"""``plugtrain checkpoint convert`` and ``export``: between the formats, and weights for elsewhere.
+"""``plugtrain checkpoint relayout`` and ``export``: the other layout, and weights for elsewhere.
 
-- :func:`convert`: a single-file checkpoint into a DCP folder or back, everything kept bit for
-  bit (model, optimizer, schedulers, step, RNG, data position, callbacks, sparsity, metadata).
-  A DCP checkpoint written by N processes becomes one file with full tensors; a file becomes a
-  DCP folder that any number of processes loads (resharded).
-- :func:`export`: the model's weights only, as a plain ``state_dict`` file (``torch.load``
+- :func:`relayout_checkpoint`: a single-file checkpoint into a DCP folder or back, everything
+  kept bit for bit (model, optimizer, schedulers, step, RNG, data position, callbacks,
+  sparsity, metadata). A DCP checkpoint written by N processes becomes one file with full
+  tensors; a file becomes a DCP folder that any number of processes loads (resharded).
+- :func:`export_weights`: the model's weights only, as a plain ``state_dict`` file (``torch.load``
   gives a ``{name: tensor}`` mapping) or as safetensors (needs the ``safetensors`` package).
 
 Both write atomically and run in one process, without a process group.
@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from plugtrain.errors import CheckpointError, MissingDependencyError
-from plugtrain.train.checkpointing import archive
-from plugtrain.train.checkpointing.dcp import (
+from plugtrain.train.checkpointing.storage import archive
+from plugtrain.train.checkpointing.storage.dcp import (
     REST_FILE,
     DCPCheckpointer,
     join_state,
@@ -29,7 +29,7 @@ from plugtrain.train.checkpointing.dcp import (
     verify_folder,
 )
 
-__all__ = ["convert", "export", "load_any"]
+__all__ = ["export_weights", "load_any", "relayout_checkpoint"]
 
 
 def is_dcp(path: Path) -> bool:
@@ -56,8 +56,8 @@ def load_any(path: str | os.PathLike[str]) -> dict[str, Any]:
     return join_state(tensors, rest)
 
 
-def convert(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
-    """Write ``source`` (a file or a DCP folder) in the other format at ``target``.
+def relayout_checkpoint(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Write ``source`` (a file or a DCP folder) in the other layout at ``target``.
 
     :raises CheckpointError: ``target`` exists, or ``source`` cannot be read.
     """
@@ -72,7 +72,7 @@ def convert(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> P
     return writer.save(int(state["global_step"]), state)
 
 
-def export(
+def export_weights(
     source: str | os.PathLike[str], target: str | os.PathLike[str], fmt: str | None = None
 ) -> Path:
     """Write the model weights of ``source`` to ``target``: ``torch`` or ``safetensors``.

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from plugtrain.train.checkpointing import archive
-from plugtrain.train.checkpointing.checkpointer import Checkpointer
-from plugtrain.train.checkpointing.state_rule import verify_first_checkpoint
+from plugtrain.train.checkpointing.state import verify_first_checkpoint
+from plugtrain.train.checkpointing.storage import archive
+from plugtrain.train.checkpointing.storage.checkpointer import Checkpointer
 
 __all__ = ["FileCheckpointer"]
 

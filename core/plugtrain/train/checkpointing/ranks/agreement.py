@@ -11,20 +11,40 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from plugtrain.errors import TrainingError
 
-if TYPE_CHECKING:
-    from plugtrain.train.trainer import Trainer
+__all__ = ["AgreeingTrainer", "disagreement", "restore_agreed"]
 
-__all__ = ["disagreement", "restore_agreed"]
+
+class _Reducing(Protocol):
+    """The strategy's collective: each key summed over the processes."""
+
+    def reduce_sums(self, sums: Mapping[str, float]) -> dict[str, float]:
+        """``sums`` summed over every process."""
+
+
+class AgreeingTrainer(Protocol):
+    """What the agreement reads of the trainer: its strategy, checkpoint paths, step loaded."""
+
+    @property
+    def strategy(self) -> _Reducing:
+        """Its ``rank``, ``world_size`` (read where present) and ``reduce_sums``."""
+
+    @property
+    def loaded_step(self) -> int | None:
+        """The step stored in the checkpoint loaded last."""
+
+    def checkpoint_path(self, step: int) -> Path:
+        """Where the checkpoint of ``step`` is."""
+
 
 _NOTHING = -1.0
 
 
 def restore_agreed(
-    trainer: Trainer, find_and_load: Callable[[], Path | None], load: Callable[[Path], None]
+    trainer: AgreeingTrainer, find_and_load: Callable[[], Path | None], load: Callable[[Path], None]
 ) -> Path | None:
     """Restore on every process the checkpoint rank 0 finds; the path this process loaded.
 
@@ -62,7 +82,7 @@ def restore_agreed(
     return path
 
 
-def _step_loaded(trainer: Trainer) -> float:
+def _step_loaded(trainer: AgreeingTrainer) -> float:
     """The step of the checkpoint this process just loaded (``load_checkpoint`` sets it)."""
     step = trainer.loaded_step
     assert step is not None, "loading a checkpoint sets trainer.loaded_step"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,10 +25,10 @@ from plugtrain.errors import (
     CorruptCheckpointError,
     PlugtrainError,
 )
+from plugtrain.train.checkpointing.run_folder import create_temporary
 
 __all__ = [
     "checkpoint_step",
-    "create_temporary",
     "find_checkpoints",
     "find_latest",
     "load_checkpoint",
@@ -37,19 +36,6 @@ __all__ = [
     "save_checkpoint",
     "verify_archive",
 ]
-
-
-def create_temporary(path: Path) -> tuple[int, Path]:
-    """A new hidden ``.NAME.XXXXXXXX`` next to ``path``, created with the umask's permissions.
-
-    (``tempfile.mkstemp`` would make it 0600 whatever the umask; the metrics files follow it.)
-    """
-    while True:
-        candidate = path.parent / f".{path.name}.{secrets.token_hex(4)}"
-        try:
-            return os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), candidate
-        except FileExistsError:
-            continue
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:

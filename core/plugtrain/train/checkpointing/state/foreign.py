@@ -2,8 +2,8 @@
 
 A ``ckpt_path`` naming a Hugging Face folder (or its weights file) is converted on the fly by
 the model's checkpoint converter, one shard in memory at a time, after its ``config.json`` is
-compared with the model's keys; what loads is the model's state alone (step 0, a fresh
-optimizer), as from a weights-only checkpoint.
+compared with the model's keys (:func:`plugtrain.conversion.open_checkpoint`); what loads is
+the model's state alone (step 0, a fresh optimizer), as from a weights-only checkpoint.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from plugtrain.errors import CheckpointError, CheckpointMismatchError
+from plugtrain.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from plugtrain.registry.components import Registry
 
 __all__ = ["hf_checkpoint_state", "is_hf_checkpoint", "with_model_prefix"]
 
@@ -25,20 +27,31 @@ log = logging.getLogger("plugtrain")
 
 def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a Hugging Face folder or weights file."""
-    from plugtrain.conversion.files import is_hf_checkpoint as found
+    from plugtrain.conversion import is_hf_checkpoint as found
 
     return found(path)
 
 
-def hf_checkpoint_state(model: torch.nn.Module, path: str | os.PathLike[str]) -> dict[str, Any]:
+def hf_checkpoint_state(
+    model: torch.nn.Module, path: str | os.PathLike[str], registry: Registry
+) -> dict[str, Any]:
     """``{"model": state}`` of the Hugging Face checkpoint at ``path``, for ``model``.
 
+    Opened by :func:`plugtrain.conversion.open_checkpoint` with the converter the model names
+    (its ``checkpoint_converter``) and its ``model_keys``, so that a ``config.json`` describing
+    another model is refused before any shard is read.
+
+    :param registry: the registry the converter and the model are found in.
     :raises CheckpointError: the model names no converter, or the checkpoint does not convert.
     :raises CheckpointMismatchError: ``config.json`` disagrees with the model's keys (each key
         named with both values).
     """
-    from plugtrain.conversion import ConversionError, hf_to_plugtrain
-    from plugtrain.conversion.configs import disagreements
+    from plugtrain.conversion import (
+        ConfigMismatchError,
+        ConversionError,
+        open_checkpoint,
+        read_checkpoint,
+    )
 
     converter = getattr(model, "checkpoint_converter", None)
     if converter is None:
@@ -47,20 +60,19 @@ def hf_checkpoint_state(model: torch.nn.Module, path: str | os.PathLike[str]) ->
             "no checkpoint converter (its checkpoint_converter attribute)"
         )
         raise CheckpointError(message)
+    keys = getattr(model, "model_keys", None)
     try:
-        converted = hf_to_plugtrain(path, converter)
+        opened = open_checkpoint(
+            path,
+            registry,
+            converter=converter,
+            model_keys=keys if isinstance(keys, Mapping) else None,
+        )
+        converted = read_checkpoint(opened)
+    except ConfigMismatchError:
+        raise
     except ConversionError as exc:
         raise CheckpointError(f"{path}: cannot be converted: {exc}") from exc
-    keys = getattr(model, "model_keys", None)
-    if isinstance(keys, Mapping):
-        differ = disagreements(converted.model_keys, keys)
-        if differ:
-            listed = "; ".join(
-                f"{key}: config.json has {theirs!r}, the model {ours!r}"
-                for key, theirs, ours in differ
-            )
-            message = f"{Path(path)}: does not describe this model: {listed}"
-            raise CheckpointMismatchError(message)
     log.info("converted the Hugging Face checkpoint %s (%s converter)", path, converted.converter)
     from plugtrain._version import __version__
 

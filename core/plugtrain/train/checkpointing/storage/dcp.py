@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -41,18 +41,16 @@ from torch.distributed.tensor import DTensor
 
 from plugtrain.config.plan import plain
 from plugtrain.errors import CheckpointError, CorruptCheckpointError
-from plugtrain.train.checkpointing import archive
-from plugtrain.train.checkpointing.checkpointer import Checkpointer
-from plugtrain.train.checkpointing.direct_io import DirectFileSystemWriter
-from plugtrain.train.checkpointing.staging import CachedStager
-from plugtrain.train.checkpointing.state_rule import verify_first_checkpoint
-
-if TYPE_CHECKING:
-    from plugtrain.train.trainer import Trainer
+from plugtrain.train.checkpointing.state import verify_first_checkpoint
+from plugtrain.train.checkpointing.storage import archive
+from plugtrain.train.checkpointing.storage.checkpointer import Checkpointer
+from plugtrain.train.checkpointing.storage.direct_io import DirectFileSystemWriter
+from plugtrain.train.checkpointing.storage.staging import CachedStager
 
 __all__ = [
     "REST_FILE",
     "DCPCheckpointer",
+    "HoldsState",
     "described",
     "join_state",
     "single_process_quiet",
@@ -171,7 +169,19 @@ def _planner() -> DefaultSavePlanner:
     return DefaultSavePlanner(enable_plan_caching=True)
 
 
-def state_template(trainer: Trainer, with_optimizer_state: bool) -> dict[str, Any]:
+class HoldsState(Protocol):
+    """What :func:`state_template` reads of the trainer: the model and the optimizer."""
+
+    @property
+    def unwrapped_model(self) -> torch.nn.Module:
+        """The module that holds the weights."""
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimizer (``None``: evaluation only)."""
+
+
+def state_template(trainer: HoldsState, with_optimizer_state: bool) -> dict[str, Any]:
     """Copies of ``trainer``'s model and optimizer state dicts, for DCP to load into.
 
     Copies, so that loading changes nothing before the Trainer applies the parts it keeps
