@@ -11,11 +11,11 @@ __all__ = ["SummarizedTrainer", "describe_fit"]
 
 
 class SummarizedTrainer(TrainerView, Protocol):
-    """What :func:`describe_fit` and the default progress logger read of the trainer."""
+    """What :func:`describe_fit` and the default progress logger read of the trainer.
 
-    @property
-    def precision(self) -> object:
-        """Its ``dtype`` (``None``: float32) and ``scaler`` (loss scaling) are described."""
+    Of its ``precision``, the ``dtype`` (``None``: float32) and ``scaler`` (loss scaling) when it
+    has them.
+    """
 
     @property
     def stream(self) -> object | None:

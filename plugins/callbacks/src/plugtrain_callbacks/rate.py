@@ -14,7 +14,7 @@ class RateProfiler:
 
     ``rate/samples_per_second`` and ``rate/steps_per_second`` since the previous record, and
     ``rate/avg_samples_per_second`` since the fit started. Samples are
-    :attr:`plugtrain.train.trainer.Trainer.samples_seen` (examples this process trained on).
+    :attr:`plugtrain.protocols.TrainerView.samples_seen` (examples this process trained on).
     """
 
     def __init__(self) -> None:
