@@ -28,6 +28,7 @@ __all__ = [
     "Logger",
     "LoggingSettingsView",
     "LoopSettingsView",
+    "PrecisionView",
     "SparseParameterView",
     "SparsityGroupView",
     "SparsityView",
@@ -146,6 +147,18 @@ class LoggingSettingsView(Protocol):
     @property
     def progress(self) -> bool | None:
         """Whether the progress bar is shown (``None``: when stderr is a terminal)."""
+
+
+class PrecisionView(Protocol):
+    """What a callback reads of ``trainer.precision`` (autocast, loss scaling, clipping)."""
+
+    @property
+    def settings(self) -> object:
+        """The ``precision:`` settings in effect (``max_gradient_norm`` ...)."""
+
+    @property
+    def last_grad_norm(self) -> float | None:
+        """The total gradient norm of the last step, before clipping (``None``: not measured)."""
 
 
 class SparseParameterView(Protocol):
@@ -292,6 +305,10 @@ class TrainerView(Protocol):
         """The loggers, defaults first (called on the main process only)."""
 
     @property
+    def precision(self) -> PrecisionView:
+        """Autocast, loss scaling and gradient clipping."""
+
+    @property
     def sparsity(self) -> SparsityView | None:
         """The model's weight sparsity (``None``: none)."""
 
@@ -320,8 +337,9 @@ class Callback(Protocol):
     it): the model, optimizer and schedulers, the backend, the folders and checkpoints, the
     settings, ``global_step``, ``target_step`` (the step the running fit ends at),
     ``samples_seen`` (training examples this process drew in the fit), ``is_main_process``, the
-    callbacks and loggers, and the sparsity (``None``, or groups each with ``algorithm`` and
-    ``params``, each parameter with ``name`` and ``mask``).
+    callbacks and loggers, the precision (its ``settings`` and ``last_grad_norm``), and the
+    sparsity (``None``, or groups each with ``algorithm`` and ``params``, each parameter with
+    ``name`` and ``mask``).
     """
 
     def on_model_built(self, trainer: TrainerView, model: Any) -> Any:
