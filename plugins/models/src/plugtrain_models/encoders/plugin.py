@@ -17,6 +17,14 @@ BERT_MODELS = (
     ("esm2", "esm2", "Esm2Args"),
 )
 """The BERT family and ESM-2: registry name, constructor in ``families_bert``, schema."""
+BERT_CONVERTERS = (
+    ("bert", "converters_bert:BERT"),
+    ("bert-sequence-classifier", "converters_bert:BERT_SEQUENCE_CLASSIFIER"),
+    ("bert-token-classifier", "converters_bert:BERT_TOKEN_CLASSIFIER"),
+    ("roberta", "converters_bert:ROBERTA"),
+    ("esm-2", "converters_esm:ESM2"),
+)
+"""The BERT family's and ESM-2's converters: Model Zoo's key, declaration under ``encoders``."""
 
 
 @hookimpl
@@ -44,6 +52,13 @@ def plugtrain_register_checkpoint_converters(registry: ComponentRegistrar) -> No
     """Register the Hugging Face converters of the encoder families under Model Zoo's keys."""
     from plugtrain.conversion.declaration import ConverterArguments
 
+    for key, target in BERT_CONVERTERS:
+        registry.register(
+            key,
+            f"plugtrain_models.encoders.{target}",
+            schema=ConverterArguments,
+            summary=f"Hugging Face <-> plugtrain checkpoints of {key}",
+        )
     for key, target in (("t5", "convert_t5:T5"), ("transformer", "convert_t5:TRANSFORMER")):
         registry.register(
             key,
