@@ -331,6 +331,17 @@ def test_every_documented_path_imports_and_is_its_room_module() -> None:
         assert public in (*DOCUMENTED, *DOCUMENTED_IN_GUIDES)
 
 
+def test_every_documented_path_of_a_room_module_has_its_types() -> None:
+    """A type checker sees ``plugtrain.schema`` ... through a stub that re-exports its module."""
+    for public, home in PUBLIC_PATHS.items():
+        stub = PACKAGE / (public.rpartition(".")[2] + ".pyi")
+        text = stub.read_text(encoding="utf-8")
+        assert f"from {home} import *" in text
+        assert f"from {home} import __all__ as __all__" in text
+    stubs = {p.stem for p in PACKAGE.glob("*.pyi")}
+    assert stubs == {public.rpartition(".")[2] for public in PUBLIC_PATHS}
+
+
 def test_the_documented_modules_are_in_the_readme() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     missing = [name for name in DOCUMENTED if f"`{name}`" not in readme]
