@@ -6,9 +6,8 @@ one process and interleaved round robin with a 256 MiB ``Tensor.copy_`` before e
 forward and backward evict the optimizer's tensors in training):
 
 - the step under each fixed plan: all threads in cache blocks and one thread in cache blocks
-  (the two :class:`plugtrain_optimizers._threads.StepTuner` chooses between), and all threads
-  on whole tensors (the path a quiet machine's one-time bandwidth probe picked before issue 43);
-- the default (the tuner choosing by measured step times);
+  (the two :class:`plugtrain_optimizers._threads.StepTuner` chooses between);
+- the tuned step (``PLUGTRAIN_TUNE_THREADS=1``, set here: the tuner choosing by step times);
 - the memory floor: the copy's bandwidth times the bytes the update must move (the acceptance
   script's counts, :data:`FLOOR_TENSORS`);
 - the arithmetic alone: the default step on a copy of the shape small enough to stay in the
@@ -34,7 +33,9 @@ from typing import Any
 import torch
 
 import plugtrain
-from plugtrain_optimizers._threads import Plan, StepTuner
+from plugtrain_optimizers._threads import TUNE_VARIABLE, Plan, StepTuner
+
+os.environ.setdefault(TUNE_VARIABLE, "1")  # the optimizers made here carry a tuner
 
 ROWS = [
     "ASGD", "Adadelta", "Adafactor", "Adagrad", "AdamW", "AdamWScheduleFree", "Adamax", "Lamb",
@@ -104,7 +105,6 @@ def row(name: str, shape: str, reps: int, shrink: int, threads: int) -> str:
     plans = {
         "all threads, blocks": Plan(threads),
         "one thread, blocks": Plan(1),
-        "all threads, whole": Plan(threads, whole=True),
     }
     for label, plan in plans.items():
         contestants[label] = FixedPlan(make(name, SHAPES[shape])[0], plan)
@@ -159,10 +159,10 @@ def main() -> None:
     started, load = time.perf_counter(), os.getloadavg()[0]
     print(
         "| shape | optimizer | all threads, blocks ms (x floor) | one thread, blocks | "
-        "all threads, whole | default (tuned) | tuner's choice (threads, whole) | floor ms | "
+        "default (tuned) | tuner's choice (threads) | floor ms | "
         "arithmetic alone x floor | goal |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes.split(","):
         for name in args.rows.split(","):
             print(row(name, shape, args.reps, args.shrink, args.threads), flush=True)

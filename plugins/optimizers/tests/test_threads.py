@@ -12,10 +12,9 @@ import pytest
 import torch
 
 import plugtrain
-from plugtrain_optimizers import _blocks, _threads
 from plugtrain_optimizers._threads import EXPLORE_FIRST, TUNE_VARIABLE, Plan, StepTuner
 
-ALL_BLOCKED, ONE, ALL_WHOLE = Plan(2), Plan(1), Plan(2, whole=True)
+ALL_BLOCKED, ONE = Plan(2), Plan(1)
 
 
 @pytest.fixture
@@ -48,7 +47,7 @@ class FakeLoad:
         ran = []
         for _ in range(n):
             with tuner.step():
-                plan = Plan(torch.get_num_threads(), _threads.whole_tensors())
+                plan = Plan(torch.get_num_threads())
                 self.now += self.cost[plan]
             ran.append(plan)
         return ran
@@ -63,7 +62,6 @@ def test_each_plan_is_tried_then_the_fastest_runs(two_threads):
     assert ran[4:] == [ALL_BLOCKED] * 6
     assert tuner.chosen == ALL_BLOCKED
     assert torch.get_num_threads() == 2
-    assert not _threads.whole_tensors()
 
 
 def test_the_other_plan_is_tried_again_less_and_less_often(two_threads):
@@ -110,39 +108,36 @@ def test_one_thread_has_a_single_plan(two_threads):
     assert StepTuner().plans(2) == [ALL_BLOCKED, ONE]
 
 
-def test_a_step_that_raises_restores_threads_and_blocks(two_threads):
+def test_a_step_that_raises_restores_threads(two_threads):
     tuner = StepTuner()
-    tuner.choose = lambda threads: (ALL_WHOLE, True)  # type: ignore[method-assign]
+    tuner.choose = lambda threads: (ONE, True)  # type: ignore[method-assign]
 
     inside = []
 
     def fail() -> None:
         with tuner.step():
-            inside.append((torch.get_num_threads(), _threads.whole_tensors()))
+            inside.append(torch.get_num_threads())
             raise RuntimeError
 
     with pytest.raises(RuntimeError):
         fail()
-    assert inside == [(2, True)]
+    assert inside == [1]
     assert torch.get_num_threads() == 2
-    assert not _threads.whole_tensors()
-    assert _blocks.block_elements() == _blocks.BLOCK_ELEMENTS
 
 
 @pytest.mark.parametrize("name", ["Lamb", "Lion", "Rprop", "Adadelta", "Adafactor", "Adagrad"])
 def test_every_plan_gives_the_same_numbers(train, two_threads, tuned, monkeypatch, name):
     kwargs = {"lr": 0.05} if name == "Adafactor" else {}
     results = {}
-    for plan in (ALL_BLOCKED, ONE, ALL_WHOLE):
+    for plan in (ALL_BLOCKED, ONE):
         monkeypatch.setattr(StepTuner, "choose", lambda self, threads, plan=plan: (plan, True))
         results[plan], _ = train(name, kwargs)
-    for plan in (ONE, ALL_WHOLE):
-        for key, value in results[plan].items():
-            want = results[ALL_BLOCKED][key]
-            if name in ("Lamb", "Adafactor"):  # float64: the order of the norms' sums differs
-                torch.testing.assert_close(value, want, rtol=1e-12, atol=1e-14, msg=key)
-            else:  # elementwise: the same bits
-                assert torch.equal(value, want), f"{name} {plan} {key}"
+    for key, value in results[ONE].items():
+        want = results[ALL_BLOCKED][key]
+        if name in ("Lamb", "Adafactor"):  # float64: the order of the norms' sums differs
+            torch.testing.assert_close(value, want, rtol=1e-12, atol=1e-14, msg=key)
+        else:  # elementwise: the same bits
+            assert torch.equal(value, want), f"{name} {key}"
 
 
 def test_by_default_a_step_leaves_torch_threads_alone(two_threads, monkeypatch):

@@ -18,28 +18,14 @@ from typing import Any
 
 import torch
 
-from plugtrain_optimizers._threads import whole_tensors
-
 __all__ = ["BLOCK_ELEMENTS", "FlatLayout", "block_elements", "consecutive", "split_blocks"]
 
 BLOCK_ELEMENTS = 1 << 19
 """Elements of each list per block (2 MiB of float32: a few lists fit the last-level cache)."""
-_DEFAULT_BLOCK = BLOCK_ELEMENTS
-
-
-UNBLOCKED = 1 << 62
-"""Block size of a step on whole tensors (:func:`block_elements`)."""
 
 
 def block_elements() -> int:
-    """The block size in force (read at each call, so tests can make blocks tiny).
-
-    :data:`BLOCK_ELEMENTS`, or :data:`UNBLOCKED` during a step that
-    :class:`~plugtrain_optimizers._threads.StepTuner` runs on whole tensors (unless a test set
-    another block size).
-    """
-    if whole_tensors() and BLOCK_ELEMENTS == _DEFAULT_BLOCK:
-        return UNBLOCKED
+    """The block size in force: :data:`BLOCK_ELEMENTS`, read at each call (tests shrink it)."""
     return BLOCK_ELEMENTS
 
 

@@ -1,28 +1,25 @@
 """One-pass CPU kernels for the optimizers' float32 updates, as torch operators.
 
-The multi-tensor path runs an update as a sequence of in-place operations, each a pass over
-memory (or over a cache block). The kernels in ``kernels.c`` make one pass: each element's
-parameter, gradient and state are read once and written once (Lion, ASGD, Rprop, Adadelta,
-Adamax, NAdam, the Schedule-Free pair); Lamb and Adafactor, which need norms or row and column means
-first, make the fewest passes those allow. They cover contiguous float32 tensors on the CPU;
-every other case, and every machine where they cannot be built, takes the multi-tensor path.
-Each line mirrors one torch operation, rounding as torch's CPU kernels do (what differs in the
-last bits: the kernels' square root is correctly rounded, sums run in another order).
+The kernels in ``kernels.c`` read each element's parameter, gradient and state once and write
+them once, where the multi-tensor path makes a pass per operation (Lion, ASGD, Rprop, Adadelta,
+Adamax, NAdam, the Schedule-Free pair); Lamb and Adafactor, which need norms or row and column
+means first, make the fewest passes those allow. Each line mirrors one torch operation, rounding
+as torch's CPU kernels do (the kernels' square root is correctly rounded, and sums run in
+another order). They take contiguous float32 CPU tensors; everything else takes the
+multi-tensor path, as does every machine where they cannot be built.
 
-Each exported C function ``plugtrain_<name>`` is operator ``torch.ops.plugtrain.<name>``, its
-schema read from the C declaration (a pointer is a tensor, written unless ``const``; an array of
-pointers a list of tensors; an elementwise function's element and thread counts are filled in):
-it shows by name in ``torch.profiler`` traces, and ``torch.compile`` traces it without a graph
-break. Its CPU implementation calls the C function through ``ctypes``.
+C function ``plugtrain_<name>`` is operator ``torch.ops.plugtrain.<name>``, its schema read from
+the C declaration (a pointer is a tensor, written unless ``const``; an array of pointers a list
+of tensors; an elementwise function's element and thread counts are filled in): it shows by
+name in ``torch.profiler`` traces and ``torch.compile`` traces it without a graph break.
 
-:func:`load` builds the library when an optimizer with kernels is made (never in a step) into
+:func:`load` builds the library when an optimizer with kernels is made, never in a step, into
 ``$PLUGTRAIN_CACHE_DIR/kernels`` (else ``$XDG_CACHE_HOME/plugtrain/kernels`` or
-``~/.cache/plugtrain/kernels``), named by a hash of the source, compiler (``$CC``, else ``cc``,
-``gcc`` or ``clang``), flags and CPU; processes building it at once wait for the first under a
-file lock. ``PLUGTRAIN_NATIVE_KERNELS=0`` turns the kernels off. Where torch's intra-op threads
-are GNU OpenMP's (``libgomp.so.1``), ``-fopenmp`` links that same runtime and loops over at
-least :data:`PARALLEL_ELEMENTS` elements are split between torch's threads; elsewhere every
-loop runs on one thread, which is logged once.
+``~/.cache/plugtrain/kernels``), named by a hash of source, compiler (``$CC``, ``cc``, ``gcc``
+or ``clang``), flags and CPU; processes building it at once wait for one under a file lock.
+Where torch's intra-op threads are GNU OpenMP's (``libgomp.so.1``), ``-fopenmp`` links that
+runtime and loops over :data:`PARALLEL_ELEMENTS` elements or more are split between torch's
+threads; elsewhere every loop runs on one thread, which is logged once.
 """
 
 from __future__ import annotations
@@ -46,6 +43,11 @@ from typing import Any
 
 import torch
 
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): processes building at once each compile
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = [
     "PARALLEL_ELEMENTS",
     "SWITCH_VARIABLE",
@@ -57,7 +59,6 @@ __all__ = [
     "status",
     "usable",
     "usable_matrix",
-    "usable_pair",
 ]
 
 _log = logging.getLogger(__name__)
@@ -151,29 +152,11 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def usable_pair(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """:func:`usable` for two tensors, quicker (called per parameter on many small ones)."""
-    if type(a) not in _PLAIN or type(b) not in _PLAIN:
-        return False
-    if a.dtype != torch.float32 or b.dtype != torch.float32 or not (a.is_cpu and b.is_cpu):
-        return False
-    if not (a.is_contiguous() and b.is_contiguous()) or a.shape != b.shape:
-        return False
-    if a.is_neg() or b.is_neg():  # a lazily negated view: its memory holds -value
-        return False
-    return abs(a.data_ptr() - b.data_ptr()) >= 4 * a.numel()
-
-
 def usable_matrix(p: torch.Tensor, g: torch.Tensor, row: torch.Tensor, col: torch.Tensor) -> bool:
     """Whether a kernel can update matrix ``p`` (gradient ``g``, statistics ``row``, ``col``)."""
-    if not usable_pair(p, g):
+    if g.shape != p.shape or row.numel() != p.shape[0] or col.numel() != p.shape[1]:
         return False
-    for t in (row, col):
-        if type(t) not in _PLAIN or t.dtype != torch.float32 or not t.is_cpu:
-            return False
-        if not t.is_contiguous() or t.is_neg():
-            return False
-    return row.numel() == p.shape[0] and col.numel() == p.shape[1]
+    return usable([p, g]) and usable([row]) and usable([col])
 
 
 def usable(tensors: Sequence[torch.Tensor]) -> bool:
@@ -195,9 +178,9 @@ _loaded: NativeKernels | None = None
 _tried = False
 _reason = "not built yet"
 _enabled = True
-_library: torch.library.Library | None = None
 _current: NativeKernels | None = None  # what the operators call: the last library loaded
 _ops: dict[str, Callable[..., None]] = {}
+_libraries: list[torch.library.Library] = []  # the operators live as long as the process
 
 
 def load() -> NativeKernels | None:
@@ -266,21 +249,16 @@ def _torch_not_gnu_openmp() -> str:
 
 
 def _register() -> None:
-    """Define the ``torch.ops.plugtrain`` operators (once per process)."""
-    global _library  # noqa: PLW0603 - the operators live as long as the process
-    if _library is not None:
+    """Define the ``torch.ops.plugtrain`` operators once; as fake ones, they return nothing."""
+    if _libraries:
         return
     library = torch.library.Library("plugtrain", "FRAGMENT")
+    _libraries.append(library)
     for name, parameters in _declarations().items():
         library.define(f"{name}({_schema(parameters)}) -> ()")
         library.impl(name, _implementation(name, parameters), "CPU")
-        torch.library.register_fake(f"plugtrain::{name}", _returns_nothing, lib=library)
+        torch.library.register_fake(f"plugtrain::{name}", lambda *_: None, lib=library)
         _ops[name] = getattr(torch.ops.plugtrain, name).default
-    _library = library
-
-
-def _returns_nothing(*_arguments: object) -> None:
-    """The fake (meta) implementation of every operator: it writes its tensors in place."""
 
 
 def _implementation(name: str, parameters: list[str]) -> Callable[..., None]:
@@ -364,17 +342,10 @@ def _compiler_version(compiler: str) -> str:
 @contextmanager
 def _exclusive(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on file ``path`` (where the system has ``flock``)."""
-    try:
-        import fcntl
-    except ImportError:  # no flock (Windows): concurrent builds each write a scratch file
+    with open(path, "a+b") as handle:  # closing it releases the lock
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
         yield
-        return
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _build(compiler: str, extra: list[str]) -> Path:

@@ -1,36 +1,21 @@
-"""How an optimizer step may run on the CPU: on how many intra-op threads, in cache blocks or not.
+"""On how many intra-op threads a CPU step runs, where asked for: :class:`StepTuner`.
 
-By default a step runs on torch's intra-op threads in cache blocks, and nothing here is used.
-``PLUGTRAIN_TUNE_THREADS=1`` (read when an optimizer is made) asks for the tuner below, which
-sets torch's thread count (a process-wide setting) around each step.
+By default a step runs on torch's intra-op threads and nothing here is used.
+``PLUGTRAIN_TUNE_THREADS=1`` (read when an optimizer is made) asks for the tuner, which sets
+torch's thread count (a process-wide setting) around each step: all threads, fastest on a quiet
+machine, or one, which wins when another process keeps a core busy and each of a step's many
+parallel regions waits for the descheduled thread. The numbers are the same either way (bit for
+bit where every operation is elementwise; Lamb's and Adafactor's sums may run in another order).
 
-The plans give the same numbers at very different speeds (bit for bit where every operation is
-elementwise; updates that need per-tensor norms or means, Lamb's and Adafactor's, may differ in
-the last bits, their sums running in another order), and which is fastest depends on the
-moment:
-
-- all threads, cache blocks (:mod:`plugtrain_optimizers._blocks`): each operation of the
-  update is a parallel region over a block that stays in cache; fastest on a quiet machine
-  (measured on 2 cores: about twice one thread's speed, the arithmetic being halved);
-- one thread, cache blocks: no parallel regions; when another process keeps a core busy, a
-  parallel region ends only once the descheduled thread has run, and hundreds of them per
-  step then cost 3-10x more than one thread (measured under load).
-
-(All threads on whole tensors, where every operation streams each tensor through memory, was
-the path of a quiet machine before; it is slower than one of these two in every row measured,
-so it is not tried: ``bench/optimizer_plans.py`` still times it, as :class:`Plan` ``whole``.)
-
-A one-time guess (a bandwidth probe, say) picks one plan for the whole process and falls off a
-cliff when the load changes. :class:`StepTuner` times the steps instead: after the first step
-(which allocates) it runs all threads, one thread and all threads again, then the faster by the
-median of its recent times, and tries the other again now and then (after
-:data:`EXPLORE_FIRST` steps, the interval doubling up to :data:`EXPLORE_LAST` while the choice
-holds; a try replaces the plan's stale times). Two steps in a row slower than :data:`SLOWDOWN`
-times the chosen plan's recent best mean the machine may have changed: every plan is timed
-again at once (the others, then the chosen one) and the faster by those fresh times runs, so
-that a passing stall (another tenant's burst) does not move the steps for a whole interval,
-while a lasting load moves them after three slow steps. Torch's thread count is restored after
-every step.
+The tuner times the steps: after the first step (which allocates) it runs all threads, one
+thread and all threads again, then the faster by the median of its recent times, and tries the
+other again now and then (after :data:`EXPLORE_FIRST` steps, the interval doubling up to
+:data:`EXPLORE_LAST` while the choice holds; a try replaces the plan's stale times). Two steps
+in a row slower than :data:`SLOWDOWN` times the chosen plan's recent best mean the machine may
+have changed: every plan is timed again at once (the others, then the chosen one) and the
+faster by those fresh times runs, so that a passing stall does not move the steps for a whole
+interval, while a lasting load moves them after three slow steps. Torch's thread count is
+restored after every step.
 """
 
 from __future__ import annotations
@@ -54,7 +39,6 @@ __all__ = [
     "Plan",
     "StepTuner",
     "tuning_threads",
-    "whole_tensors",
 ]
 
 TUNE_VARIABLE = "PLUGTRAIN_TUNE_THREADS"
@@ -80,27 +64,13 @@ SLOWDOWN = 2.0
 
 
 class Plan(NamedTuple):
-    """How one step runs: ``threads`` intra-op threads, cache blocks unless ``whole``.
-
-    The tuner chooses among the block plans; ``whole`` is for comparisons (the bench).
-    """
+    """How one step runs: on ``threads`` intra-op threads."""
 
     threads: int
-    whole: bool = False
-
-
-_whole = False
-
-
-def whole_tensors() -> bool:
-    """Whether the step in progress runs on whole tensors (no cache blocks)."""
-    return _whole
 
 
 class StepTuner:
     """Chooses the :class:`Plan` of each step of one optimizer by the measured step times.
-
-    A fused kernel (one pass) runs the same plans: for it only the thread count matters.
 
     :param clock: the timer (seconds); tests pass their own.
     """
@@ -186,19 +156,15 @@ class StepTuner:
     @contextmanager
     def step(self) -> Iterator[None]:
         """Run the body (one optimizer step) with the chosen plan, timed."""
-        global _whole  # noqa: PLW0603 - read by block_elements() during this step only
         threads = torch.get_num_threads()
         plan, timed = self.choose(threads)
-        previous_whole = _whole
         if plan.threads != threads:
             torch.set_num_threads(plan.threads)
-        _whole = plan.whole
         start = self.clock()
         try:
             yield
         finally:
             seconds = self.clock() - start
-            _whole = previous_whole
             if plan.threads != threads:
                 torch.set_num_threads(threads)
         if timed:

@@ -4,9 +4,8 @@
  * read once and every output written once, where the multi-tensor path makes one pass over
  * memory per operation. Lamb and Adafactor, which need norms or row and column means before
  * the update, take two and three passes. The caller (plugtrain_optimizers/_native.py) splits
- * the work between threads and checks that the arrays are float32, contiguous and distinct, and
- * makes each exported function a torch operator: each pointer a tensor (const: read only), each
- * array of pointers a list of tensors.
+ * the work between threads, checks that the arrays are float32, contiguous and distinct, and
+ * makes each exported function a torch operator (a pointer a tensor, written unless const).
  *
  * Each line mirrors one in-place operation of the Python path, rounding as torch's CPU kernels
  * do: `add(x, y, alpha)`, `lerp` and `addcmul(x, a, b, value)` (as `fma(value * a, b, x)`) are
@@ -17,6 +16,9 @@
 #include <stdint.h>
 #ifdef _OPENMP
 #include <omp.h>
+#else
+#define omp_get_thread_num() 0
+#define omp_get_num_threads() 1
 #endif
 
 #define RESTRICT __restrict__
@@ -25,22 +27,6 @@
  * library links the libgomp torch has loaded, so its threads, idle or spinning after torch's
  * last operation, take the work at once). Built without OpenMP, a loop runs on one thread. */
 #define PARALLEL_FOR _Pragma("omp parallel for num_threads(threads) if (threads > 1) schedule(static)")
-
-static inline int thread_index(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static inline int team_size(void) {
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
 
 /* torch.lerp(start, end, weight) for a weight known outside the loop. */
 static inline float lerp(float start, float end, float weight) {
@@ -396,8 +382,8 @@ void plugtrain_adafactor_stats(int64_t rows, int64_t cols, int64_t threads,
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         int64_t first, last;
-        const int t = thread_index();
-        row_share(rows, t, team_size(), &first, &last);
+        const int t = omp_get_thread_num();
+        row_share(rows, t, omp_get_num_threads(), &first, &last);
         stats_range(last - first, cols, p + first * cols, g + first * cols, row_sums + first,
                     col_sums + t * cols, sums + t);
     }
@@ -409,8 +395,8 @@ void plugtrain_adafactor_rms(int64_t rows, int64_t cols, int64_t threads,
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         int64_t first, last;
-        const int t = thread_index();
-        row_share(rows, t, team_size(), &first, &last);
+        const int t = omp_get_thread_num();
+        row_share(rows, t, omp_get_num_threads(), &first, &last);
         rms_range(last - first, cols, g + first * cols, rf + first, cf, sums + t);
     }
 }
@@ -421,7 +407,7 @@ void plugtrain_adafactor_apply(int64_t rows, int64_t cols, int64_t threads, floa
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         int64_t first, last;
-        row_share(rows, thread_index(), team_size(), &first, &last);
+        row_share(rows, omp_get_thread_num(), omp_get_num_threads(), &first, &last);
         apply_range(last - first, cols, p + first * cols, g + first * cols, rf + first, cf,
                     scale, decay);
     }
@@ -456,7 +442,7 @@ void plugtrain_adafactor_matrices(int64_t count, int64_t rows, int64_t cols, int
     const double root = sqrt((double)(rows * cols));
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        double *row_sums = work + thread_index() * 2 * (rows + cols);
+        double *row_sums = work + omp_get_thread_num() * 2 * (rows + cols);
         float *col_sums = (float *)(row_sums + rows), *rf = col_sums + cols, *cf = rf + rows;
 #pragma omp for schedule(static)
         for (int64_t k = 0; k < count; k++) {
