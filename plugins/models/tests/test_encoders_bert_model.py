@@ -254,14 +254,22 @@ def test_mup_scales_logits_attention_init_and_learning_rates() -> None:
     with torch.no_grad():
         plain.load_state_dict(model.state_dict())
         mlm = model.logits(batch)["mlm_logits"]
-        hidden, pooled = model.model.bert_encoder(batch["input_ids"], None, batch["token_type_ids"])
+        hidden, _ = model.model.bert_encoder(batch["input_ids"], None, batch["token_type_ids"])
     torch.testing.assert_close(mlm, model.model.bert_mlm_head(hidden) * 1.5)
 
 
 def test_initialisation_is_model_zoos() -> None:
     torch.manual_seed(0)
-    model = build_bert("bert/classifier", {**TINY, "hidden_size": 64, "num_labels": 2,
-                                           "problem_type": "regression", "task_dropout": 0.0})  # fmt: skip
+    model = build_bert(
+        "bert/classifier",
+        {
+            **TINY,
+            "hidden_size": 64,
+            "num_labels": 2,
+            "problem_type": "regression",
+            "task_dropout": 0.0,
+        },
+    )
     encoder = model.model.bert
     words = encoder.embedding_layer.word_embeddings.weight
     assert torch.equal(words[0], torch.zeros(64))  # the padding row
@@ -280,8 +288,15 @@ def test_losses_follow_the_heads_rules() -> None:
     out = regression({"input_ids": ids, "labels": labels})
     logits = regression.logits({"input_ids": ids})["logits"]
     torch.testing.assert_close(out["loss"], ((logits[:, 0] - labels) ** 2).mean())
-    token = build_bert("bert/token_classifier", {**TINY, "num_classes": 3,
-                       "encoder_output_dropout_rate": 0.0, "include_padding_in_loss": True}).eval()  # fmt: skip
+    token = build_bert(
+        "bert/token_classifier",
+        {
+            **TINY,
+            "num_classes": 3,
+            "encoder_output_dropout_rate": 0.0,
+            "include_padding_in_loss": True,
+        },
+    ).eval()
     labels = torch.randint(0, 3, (2, 6))
     loss_mask = torch.ones(2, 6)
     out = token({"input_ids": ids, "labels": labels, "loss_mask": loss_mask})
@@ -310,9 +325,13 @@ def test_a_training_step_under_bfloat16_autocast() -> None:
                                 "dropout_rate": 0.1})  # fmt: skip
     ids = torch.randint(2, 39, (2, 8))
     ids[0, 3] = 39
-    batch = {"input_ids": ids, "attention_mask": torch.ones(2, 8),
-             "masked_lm_positions": torch.tensor([[3, 4], [1, 2]]),
-             "masked_lm_mask": torch.ones(2, 2), "labels": torch.tensor([[5, 6], [7, 8]])}  # fmt: skip
+    batch = {
+        "input_ids": ids,
+        "attention_mask": torch.ones(2, 8),
+        "masked_lm_positions": torch.tensor([[3, 4], [1, 2]]),
+        "masked_lm_mask": torch.ones(2, 2),
+        "labels": torch.tensor([[5, 6], [7, 8]]),
+    }
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(batch)
     out["loss"].backward()
