@@ -53,7 +53,12 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
         "callback": ("LogSparsity",),
     },
     "plugtrain-models": {
-        "dataloader": ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor"),
+        "dataloader": (
+            "BertCSVDataProcessor", "BertCSVDynamicMaskDataProcessor", "BertHDF5DataProcessor",
+            "BertSumCSVDataProcessor", "BertTokenClassifierDataProcessor", "DPRHDF5DataProcessor",
+            "GptHDF5DataProcessor", "GptHDF5MapDataProcessor", "MNLIDataProcessor",
+            "SST2DataProcessor", "T5DynamicDataProcessor", "TransformerDynamicDataProcessor",
+        ),
         "model": (
             "GPT", "bloom", "btlm", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3", "gptj",
             "jais", "llama", "mistral", "mixtral", "santacoder", "starcoder",
