@@ -38,7 +38,11 @@ from plugtrain.errors import (
     CorruptCheckpointError,
     TrainingError,
 )
-from plugtrain.train.checkpointing.storage.archive import find_latest, load_checkpoint, save_checkpoint
+from plugtrain.train.checkpointing.storage.archive import (
+    find_latest,
+    load_checkpoint,
+    save_checkpoint,
+)
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

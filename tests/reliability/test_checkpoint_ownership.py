@@ -16,10 +16,10 @@ from support.reliability import small_data, small_trainer, write_train_run
 
 import plugtrain
 from plugtrain.errors import CheckpointError, ModelDirBusyError
+from plugtrain.train.checkpointing.run_folder.lock import ModelDirLock
 from plugtrain.train.checkpointing.storage.archive import load_checkpoint, save_checkpoint
 from plugtrain.train.checkpointing.storage.checkpointer import Checkpointer
 from plugtrain.train.checkpointing.storage.file import FileCheckpointer
-from plugtrain.train.checkpointing.run_folder.lock import ModelDirLock
 
 
 def _keep(n: int) -> Any:

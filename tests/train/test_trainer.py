@@ -14,7 +14,11 @@ from plugtrain import hookimpl
 from plugtrain.builtin.data import synthetic_loader
 from plugtrain.builtin.models import MLP
 from plugtrain.errors import ConfigError, TrainingError
-from plugtrain.train.checkpointing.storage.archive import find_latest, load_checkpoint, save_checkpoint
+from plugtrain.train.checkpointing.storage.archive import (
+    find_latest,
+    load_checkpoint,
+    save_checkpoint,
+)
 from plugtrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")

@@ -1,4 +1,4 @@
-"""The contract every :class:`~plugtrain.train.checkpointing.storage.checkpointer.Checkpointer` must keep.
+"""The contract every :class:`~plugtrain.train.checkpointing.Checkpointer` must keep.
 
 :func:`check_checkpointer` takes a factory ``make(directory, name) -> Checkpointer`` and tries
 each property of :data:`CHECKPOINTER_PROPERTIES` in fresh temporary folders: a save loads back

@@ -15,10 +15,15 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
 
+from plugtrain.train.checkpointing.state.fit_check import first_non_finite
 from plugtrain.train.checkpointing.storage import direct_io
 from plugtrain.train.checkpointing.storage.dcp import join_state, single_process_quiet, split_state
-from plugtrain.train.checkpointing.storage.direct_io import BLOCK, CHUNK, DirectFile, DirectFileSystemWriter
-from plugtrain.train.checkpointing.state.fit_check import first_non_finite
+from plugtrain.train.checkpointing.storage.direct_io import (
+    BLOCK,
+    CHUNK,
+    DirectFile,
+    DirectFileSystemWriter,
+)
 from plugtrain.train.checkpointing.storage.staging import CachedStager
 
 SIZES = [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, CHUNK - 1, CHUNK, CHUNK + 5, 2 * CHUNK + BLOCK + 3]

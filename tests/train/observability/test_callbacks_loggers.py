@@ -20,8 +20,8 @@ from plugtrain.config import check_run, load_yaml
 from plugtrain.config.plan import ComponentSpec, RemovedDefault
 from plugtrain.errors import ConfigError
 from plugtrain.protocols import CALLBACK_HOOKS
-from plugtrain.train.checkpointing.storage.archive import load_checkpoint
 from plugtrain.train.checkpointing.state.parts import PARTS
+from plugtrain.train.checkpointing.storage.archive import load_checkpoint
 from plugtrain.train.observability.loggers import MetricsFilesLogger, ProgressLogger
 from plugtrain.train.trainer import Trainer
 

@@ -23,9 +23,9 @@ class KeepNCheckpoints:
     """Deletes older checkpoints so that at most ``n`` of those this run wrote remain.
 
     Which checkpoints the run wrote is the checkpointer's record in the checkpoint folder
-    (:mod:`plugtrain.train.checkpointing.run_folder.ownership`), never a path from a loaded state: the
-    checkpoint a fine-tuning run starts from (``ckpt_path``), another run's or a copied folder's
-    checkpoints and checkpoints from before the record existed are left alone.
+    (:mod:`plugtrain.train.checkpointing.run_folder.ownership`), never a path from a loaded
+    state: the checkpoint a fine-tuning run starts from (``ckpt_path``), another run's or a
+    copied folder's checkpoints and checkpoints from before the record existed are left alone.
     The checkpoint just saved is never deleted.
 
     :param n: how many to keep; ``None``: all.
