@@ -63,7 +63,7 @@ class TrainerState:
         Gathering is a collective: then every process composes the state, the writer writes.
         """
         trainer = self.trainer
-        sharded = bool(getattr(trainer.strategy, "sharded_parameters", False))
+        sharded = bool(trainer.strategy.sharded_parameters)
         return sharded and not trainer.checkpointer.sharded
 
     def state_dict(self) -> dict[str, Any]:
@@ -198,7 +198,7 @@ class TrainerState:
         same_keys = "model" not in parts or set(parts["model"]) == set(model.state_dict())
         optimizer = trainer.optimizer if strict or same_keys else None
         check_fits(path, kept, model, optimizer, trainer.schedulers, strict=strict)
-        sharded = bool(getattr(trainer.strategy, "sharded_parameters", False))
+        sharded = bool(trainer.strategy.sharded_parameters)
         if not sharded:  # a sharded state is checked by its first step
             check_optimizer_state(path, parts.get("optimizer"), optimizer)
         if "model" in parts:
