@@ -6,15 +6,14 @@ line. Names of keys and values are Model Zoo's.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from plugtrain.schema import Problem, about
+from plugtrain_models.encoder_data.paths import path_problems
 from plugtrain_models.rules import ACTIVATIONS, GLU_ACTIVATIONS
 
-__all__ = ["bert_problems", "expand_path", "head_problems", "path_problem"]
+__all__ = ["PROBLEM_TYPES", "bert_problems", "head_problems"]
 
 _NUMBERS = (
     "layer_norm_epsilon", "dropout_rate", "attention_dropout_rate", "embedding_dropout_rate",
@@ -38,7 +37,6 @@ _UNSUPPORTED: dict[str, Any] = {
 }
 _POSITIONS = ("learned", "rotary", None)
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
-_VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
 
 
 def _is_number(value: Any) -> bool:
@@ -49,27 +47,6 @@ def _is_number(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
-
-
-def expand_path(value: str) -> tuple[str, str | None]:
-    """``value`` with ``$VAR`` expanded from the environment, and the first unset variable."""
-    for match in _VARIABLE.finditer(value):
-        name = match.group(1) or match.group(2)
-        if name not in os.environ:
-            return value, name
-    return os.path.expandvars(value), None
-
-
-def path_problem(key: str, value: Any) -> Problem | None:
-    """A problem when the file or folder ``value`` names does not exist (``None``: fine)."""
-    if value is None:
-        return None
-    path, unset = expand_path(str(value))
-    if unset is not None:
-        return about(key, f"{value} names ${unset}, which is not set in the environment")
-    if not os.path.exists(path):
-        return about(key, f"Path {path} does not exist.")
-    return None
 
 
 def _unsupported(arguments: Mapping[str, Any]) -> Iterator[Problem]:
@@ -127,6 +104,4 @@ def head_problems(arguments: Mapping[str, Any]) -> Iterator[Problem]:
         message = f"problem_type {problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}"
         yield about("problem_type", message)
     for key in ("vocab_file", "label_vocab_file"):
-        found = path_problem(key, arguments.get(key))
-        if found is not None:
-            yield found
+        yield from path_problems(key, arguments.get(key), folder=False)
