@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from plugtrain.testing import run_plugtrain, write_run_file
 
 pytestmark = pytest.mark.slow
 
@@ -50,26 +51,14 @@ trainer:
 """
 
 
-def _plugtrain(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "plugtrain", *arguments],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        timeout=HANG_LIMIT_S,
-    )
-
-
 def test_a_run_file_with_every_built_in_callback_trains_on_cpu(tmp_path):
     model_dir = tmp_path / "run"
-    run = tmp_path / "run.yaml"
-    run.write_text(RUN.format(model_dir=model_dir))
-    checked = _plugtrain("check", str(run), cwd=tmp_path)
-    assert checked.returncode == 0, checked.stderr
-    done = _plugtrain("fit", str(run), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    inactive = [line for line in done.stderr.splitlines() if "only act on the CSX" in line]
+    run = write_run_file(tmp_path, RUN.format(model_dir=model_dir))
+    checked = run_plugtrain("check", run, subprocess_run=True, cwd=tmp_path)
+    assert checked.status == 0, checked.err
+    done = run_plugtrain("fit", run, subprocess_run=True, cwd=tmp_path)
+    assert done.status == 0, done.err
+    inactive = [line for line in done.err.splitlines() if "only act on the CSX" in line]
     assert len(inactive) == 2  # once per flag, not per callback or evaluation
     assert "the flags csx.performance.micro_batch_size only act" in inactive[0]
     assert "the flags csx.debug.retrace_every_iteration only act" in inactive[1]
@@ -85,12 +74,11 @@ def test_a_run_file_with_every_built_in_callback_trains_on_cpu(tmp_path):
     kept = sorted(p.name for p in model_dir.glob("checkpoint_*.mdl"))
     assert kept == ["checkpoint_12.mdl", "checkpoint_9.mdl"]
     assert list((model_dir / "events").glob("events.out.tfevents.*"))
-    assert "step 12/12" not in done.stderr  # ProgressLogger: null removed the progress lines
+    assert "step 12/12" not in done.err  # ProgressLogger: null removed the progress lines
 
 
 def test_check_of_that_run_file_imports_no_torch_and_no_logger_package(tmp_path):
-    run = tmp_path / "run.yaml"
-    run.write_text(RUN.format(model_dir=tmp_path / "run"))
+    run = write_run_file(tmp_path, RUN.format(model_dir=tmp_path / "run"))
     code = (
         "import sys\n"
         "from plugtrain.cli import main\n"

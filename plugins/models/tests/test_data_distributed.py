@@ -10,8 +10,6 @@ GptHDF5DataProcessor's batches out whole.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -20,6 +18,7 @@ import pytest
 import torch
 
 from plugtrain.cli import main
+from plugtrain.testing import run_plugtrain, write_run_file
 from plugtrain_models.data.order import MapOrder
 
 RECORDER = '''\
@@ -99,21 +98,14 @@ def test_two_gloo_ranks_train_on_disjoint_rows_of_each_global_batch(tmp_path: Pa
     assert main(["preprocess", *arguments, "--samples-per-file", "40", "-o", str(data_dir)]) == 0
     (tmp_path / "recorder.py").write_text(RECORDER)
     (tmp_path / "records").mkdir()
-    run = tmp_path / "run.yaml"
-    run.write_text(RUN.format(model_dir=tmp_path / "model", steps=STEPS, data_dir=data_dir))
+    run = write_run_file(
+        tmp_path, RUN.format(model_dir=tmp_path / "model", steps=STEPS, data_dir=data_dir)
+    )
     environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     environ["RECORD_DIR"] = str(tmp_path / "records")
     environ["PYTHONPATH"] = os.pathsep.join([str(tmp_path), environ.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        [sys.executable, "-m", "plugtrain", "fit", str(run)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=environ,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_plugtrain("fit", run, subprocess_run=True, cwd=tmp_path, env=environ, timeout=180)
+    assert done.status == 0, done.err[-3000:]
 
     files = sorted(data_dir.glob("*.h5"))
     assert len(files) > 2

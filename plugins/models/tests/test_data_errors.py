@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import plugtrain
-from plugtrain.cli import main
 from plugtrain.errors import TrainingError
+from plugtrain.testing import run_plugtrain, write_run_file
 
 
 def _write(path: Path, data: np.ndarray, *, count: bool = True) -> None:
@@ -102,35 +102,28 @@ trainer:
 """
 
 
-def _check(tmp_path: Path, capsys: pytest.CaptureFixture[str], **values: str) -> tuple[int, str]:
+def _check(tmp_path: Path, **values: str) -> tuple[int, str]:
     fields = {
         "train": str(tmp_path / "data"),
         "val": str(tmp_path / "data"),
         "extra": "shuffle: false",
     }
     fields.update(values)
-    run = tmp_path / "run.yaml"
-    run.write_text(RUN.format(**fields))
-    status = main(["check", str(run)])
-    captured = capsys.readouterr()
-    return status, captured.out + captured.err
+    result = run_plugtrain("check", write_run_file(tmp_path, RUN.format(**fields)))
+    return result.status, result.out + result.err
 
 
-def test_model_zoo_spelling_checks_with_a_warning_for_deprecated_keys(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_model_zoo_spelling_checks_with_a_warning_for_deprecated_keys(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
-    status, output = _check(tmp_path, capsys)
+    status, output = _check(tmp_path)
     assert status == 0, output
     run = tmp_path / "run.yaml"
     assert f"{run}:13:7: trainer.fit.train_dataloader.GptHDF5MapDataProcessor.vocab_size" in output
 
 
-def test_a_missing_data_dir_is_a_check_error_at_its_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_missing_data_dir_is_a_check_error_at_its_line(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
-    status, output = _check(tmp_path, capsys, train=str(missing), val=f"{tmp_path}, {missing}")
+    status, output = _check(tmp_path, train=str(missing), val=f"{tmp_path}, {missing}")
     assert status == 2
     run = tmp_path / "run.yaml"
     prefix = f"{run}:14:7: trainer.fit.train_dataloader.GptHDF5MapDataProcessor.data_dir"
@@ -147,13 +140,9 @@ def test_a_missing_data_dir_is_a_check_error_at_its_line(
         ("", "missing required argument 'shuffle'"),
     ],
 )
-def test_bad_keys_are_errors_at_their_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, message: str
-) -> None:
+def test_bad_keys_are_errors_at_their_line(tmp_path: Path, extra: str, message: str) -> None:
     (tmp_path / "data").mkdir()
-    status, output = _check(
-        tmp_path, capsys, extra=f"shuffle: false\n      {extra}" if extra else ""
-    )
+    status, output = _check(tmp_path, extra=f"shuffle: false\n      {extra}" if extra else "")
     assert status == 2
     assert message in output
     if extra:

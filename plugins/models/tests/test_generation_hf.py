@@ -22,6 +22,7 @@ import yaml
 
 from plugtrain.cli import main
 from plugtrain.conversion import hf_to_plugtrain
+from plugtrain.testing import trainer_run, write_run_file
 from plugtrain_models.families import build_decoder
 from plugtrain_models.generation import generate
 
@@ -120,20 +121,14 @@ def test_greedy_ids_equal_transformers_generate(family: str, tmp_path: Path) -> 
 
 
 def _run_file(tmp_path: Path, model_keys: dict[str, Any], name: str) -> Path:
-    run = {
-        "trainer": {
-            "init": {
-                "backend": {"backend_type": "CPU"},
-                "model_dir": str(tmp_path / "model_dir"),
-                "seed": 1,  # the same untrained weights in every command
-                "model": {"name": name, **model_keys},
-            },
-            "validate_all": {"val_dataloaders": [], "ckpt_paths": None},
-        }
+    init = {
+        "backend": {"backend_type": "CPU"},
+        "model_dir": str(tmp_path / "model_dir"),
+        "seed": 1,  # the same untrained weights in every command
+        "model": {"name": name, **model_keys},
     }
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(run))
-    return path
+    validate_all = {"val_dataloaders": [], "ckpt_paths": None}
+    return write_run_file(tmp_path, trainer_run(init, validate_all=validate_all))
 
 
 def test_the_generate_command_prints_json_with_the_checkpoints_tokenizer(

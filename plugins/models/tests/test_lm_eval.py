@@ -25,6 +25,7 @@ import yaml
 from plugtrain.cli import main
 from plugtrain.conversion import hf_to_plugtrain
 from plugtrain.errors import ConfigError
+from plugtrain.testing import trainer_run, write_run_file
 from plugtrain.train.trainer import Trainer
 from plugtrain_models.evaluation.harness import EleutherEvalHarness, flat_metrics
 from plugtrain_models.families import build_decoder
@@ -224,20 +225,14 @@ def test_validate_all_runs_it_once_per_checkpoint(
 
 def _run_file(tmp_path: Path, hf_folder: Path, callback: dict[str, Any]) -> Path:
     converted = hf_to_plugtrain(hf_folder)
-    run = {
-        "trainer": {
-            "init": {
-                "backend": {"backend_type": "CPU"},
-                "model_dir": str(tmp_path / "model_dir"),
-                "model": {"name": converted.model_name, **converted.model_keys},
-                "callbacks": [{"EleutherEvalHarness": callback}],
-            },
-            "validate_all": {"val_dataloaders": [], "ckpt_paths": None},
-        }
+    init = {
+        "backend": {"backend_type": "CPU"},
+        "model_dir": str(tmp_path / "model_dir"),
+        "model": {"name": converted.model_name, **converted.model_keys},
+        "callbacks": [{"EleutherEvalHarness": callback}],
     }
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(run))
-    return path
+    validate_all = {"val_dataloaders": [], "ckpt_paths": None}
+    return write_run_file(tmp_path, trainer_run(init, validate_all=validate_all))
 
 
 def test_the_lm_eval_command_writes_lm_evals_results_json(

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from plugtrain.config import load_plan
 from plugtrain.errors import ConfigError
+from plugtrain.testing import trainer_run, write_run_file
 from plugtrain_models.families import build_decoder
 from plugtrain_models.lora.apply import adaptable_layers
 from plugtrain_models.lora.tree import decoder_layers
@@ -48,9 +48,7 @@ def _run_file(tmp_path: Path, lora: Any, sparsity: Any = None) -> Path:
     if sparsity is not None:
         init["sparsity"] = sparsity
     fit = {"train_dataloader": {"Synthetic": {"batch_size": 2}}}
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({"trainer": {"init": init, "fit": fit}}, sort_keys=False))
-    return path
+    return write_run_file(tmp_path, trainer_run(init, fit=fit))
 
 
 def _refusal(path: Path) -> str:

@@ -22,6 +22,7 @@ import plugtrain
 from plugtrain.cli import main as plugtrain_main
 from plugtrain.conversion import hf_to_plugtrain
 from plugtrain.errors import CheckpointMismatchError
+from plugtrain.testing import trainer_run, write_run_file
 from plugtrain_models.families import build_decoder
 from plugtrain_models.lora.apply import is_adapter
 from plugtrain_models.lora.callback import Lora
@@ -205,23 +206,16 @@ def test_a_hugging_face_base_loads_into_a_lora_model_as_it_is(
 
 def _run_file(base: dict[str, Any], folder: Path, lora: Any) -> Path:
     keys = dict(base["converted"].model_keys)
-    run = {
-        "trainer": {
-            "init": {
-                "model_dir": str(folder),
-                "backend": {"backend_type": "CPU"},
-                "model": {"name": "llama", **keys},
-                "optimizer": {"AdamW": {"lr": 0.01}},
-                "loop": {"max_steps": 3},
-                "checkpoint": {"steps": 3},
-                "callbacks": [{"Lora": {"lora_params": lora}}],
-            },
-        }
+    init = {
+        "model_dir": str(folder),
+        "backend": {"backend_type": "CPU"},
+        "model": {"name": "llama", **keys},
+        "optimizer": {"AdamW": {"lr": 0.01}},
+        "loop": {"max_steps": 3},
+        "checkpoint": {"steps": 3},
+        "callbacks": [{"Lora": {"lora_params": lora}}],
     }
-    path = folder / "run.yaml"
-    folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(run), encoding="utf-8")
-    return path
+    return write_run_file(folder, trainer_run(init))
 
 
 @pytest.fixture(scope="module")

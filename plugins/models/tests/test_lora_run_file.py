@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -25,6 +24,7 @@ from support.hf_models import LOGITS_ATOL, hf_logits, ids, random_hf_model, save
 from support.plugtrain_cli import run_plugtrain
 
 from plugtrain.conversion import hf_to_plugtrain
+from plugtrain.testing import trainer_run, write_run_file
 from plugtrain_models.families import build_decoder
 from plugtrain_models.lora.apply import apply_lora
 from plugtrain_models.lora.config import lora_configs
@@ -47,33 +47,27 @@ def _ok(result: object) -> None:
 
 
 def _run_file(tmp_path: Path, folder: Path | None, keys: dict[str, object], steps: int) -> Path:
-    run = {
-        "trainer": {
-            "init": {
-                "backend": {"backend_type": "CPU"},
-                "model_dir": "model",
-                "seed": 1,
-                "model": {"name": "llama", **keys},
-                "optimizer": {"AdamW": {"learning_rate": 0.01}},
-                "loop": {"max_steps": steps},
-                "checkpoint": {"steps": 2},
-                "callbacks": [{"Lora": {"lora_params": LORA}}],
-            },
-            "fit": {
-                **({"ckpt_path": str(folder)} if folder is not None else {}),
-                "train_dataloader": {
-                    "data_processor": "GptHDF5MapDataProcessor",
-                    "data_dir": "train_data",
-                    "batch_size": 2,
-                    "shuffle": False,
-                    "num_workers": 0,
-                },
-            },
-        }
+    init = {
+        "backend": {"backend_type": "CPU"},
+        "model_dir": "model",
+        "seed": 1,
+        "model": {"name": "llama", **keys},
+        "optimizer": {"AdamW": {"learning_rate": 0.01}},
+        "loop": {"max_steps": steps},
+        "checkpoint": {"steps": 2},
+        "callbacks": [{"Lora": {"lora_params": LORA}}],
     }
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(run, sort_keys=False))
-    return path
+    fit = {
+        **({"ckpt_path": str(folder)} if folder is not None else {}),
+        "train_dataloader": {
+            "data_processor": "GptHDF5MapDataProcessor",
+            "data_dir": "train_data",
+            "batch_size": 2,
+            "shuffle": False,
+            "num_workers": 0,
+        },
+    }
+    return write_run_file(tmp_path, trainer_run(init, fit=fit))
 
 
 def test_a_run_file_trains_resumes_and_exports_folded_and_as_peft(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from plugtrain.config.reading.yaml_loader import load_yaml
 from plugtrain.errors import ConfigError
 from plugtrain.registry import Registry
 from plugtrain.schema import check_arguments
-from plugtrain.testing import assert_plugin_contract
+from plugtrain.testing import assert_plugin_contract, write_run_file
 from plugtrain_models.families import FAMILIES, build_decoder
 from plugtrain_models.schemas import Gpt2PathArgs, GptjPathArgs
 
@@ -41,10 +41,8 @@ trainer:
 
 
 def _run_file(tmp_path: Path, model_lines: list[str]) -> Path:
-    path = tmp_path / "run.yaml"
     model = "\n".join(f"      {line}" for line in model_lines)
-    path.write_text(RUN.format(model=model), encoding="utf-8")
-    return path
+    return write_run_file(tmp_path, RUN.format(model=model))
 
 
 def _check(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

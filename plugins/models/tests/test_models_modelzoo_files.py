@@ -17,10 +17,10 @@ import pytest
 import torch
 import yaml
 
-from plugtrain.cli import main
 from plugtrain.config import check_run
 from plugtrain.config.reading.yaml_loader import load_yaml
 from plugtrain.registry import Registry
+from plugtrain.testing import run_plugtrain, trainer_run, write_run_file
 from plugtrain_models.families import build_decoder
 
 SECTIONS: dict[str, dict[str, Any]] = yaml.safe_load(
@@ -30,19 +30,16 @@ EXPECTED_WARNINGS = ("num_kv_groups: using 1", "has no effect with loss_scaling:
 
 
 def _run_file(model: dict[str, Any], max_steps: int = 10) -> dict[str, Any]:
-    return {
-        "trainer": {
-            "init": {
-                "backend": {"backend_type": "CPU"},
-                "model": model,
-                "optimizer": {"AdamW": {"lr": 1e-3}},
-                "loop": {"max_steps": max_steps},
-                "checkpoint": {"steps": max_steps},
-                "logging": {"log_steps": 1},
-            },
-            "fit": {"train_dataloader": {"StdlibText": {"batch_size": 4, "block_size": 32}}},
-        }
+    init = {
+        "backend": {"backend_type": "CPU"},
+        "model": model,
+        "optimizer": {"AdamW": {"lr": 1e-3}},
+        "loop": {"max_steps": max_steps},
+        "checkpoint": {"steps": max_steps},
+        "logging": {"log_steps": 1},
     }
+    fit = {"train_dataloader": {"StdlibText": {"batch_size": 4, "block_size": 32}}}
+    return trainer_run(init, fit=fit)
 
 
 def _shrunk(section: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +133,5 @@ def test_a_model_zoo_section_fits_through_plugtrain(origin: str, tmp_path: Path)
     run = _run_file(_shrunk(SECTIONS[origin]), max_steps=3)
     run["trainer"]["init"]["model"]["vocab_size"] = 256  # StdlibText's bytes
     run["trainer"]["init"]["model_dir"] = str(tmp_path / "model_dir")
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(run, sort_keys=False), encoding="utf-8")
-    assert main(["fit", str(path)]) == 0
+    assert run_plugtrain("fit", write_run_file(tmp_path, run)).status == 0
     assert (tmp_path / "model_dir" / "checkpoint_3.mdl").exists()

@@ -14,6 +14,8 @@ import sys
 import pytest
 import torch
 
+from plugtrain.testing import run_plugtrain, write_run_file
+
 pytestmark = pytest.mark.slow
 
 SCRIPT = """\
@@ -144,22 +146,13 @@ def test_a_run_file_on_two_processes_keeps_identical_masks(tmp_path):
     (tmp_path / "maskplugin.py").write_text(PLUGIN)
     masks = tmp_path / "masks"
     masks.mkdir()
-    run = tmp_path / "run.yaml"
-    run.write_text(RUN.format(model_dir=tmp_path / "model"))
+    run = write_run_file(tmp_path, RUN.format(model_dir=tmp_path / "model"))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(
         MASK_DIR=str(masks), PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "plugtrain", "fit", str(run)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_plugtrain("fit", run, subprocess_run=True, cwd=tmp_path, env=env, timeout=300)
+    assert done.status == 0, done.err[-3000:]
     zero = torch.load(masks / "rank0.pt", weights_only=True)
     one = torch.load(masks / "rank1.pt", weights_only=True)
     assert sorted(zero) == ["fc1.weight", "fc2.weight"]

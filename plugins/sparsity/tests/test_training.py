@@ -165,15 +165,13 @@ trainer:
 """
 
 
-def test_a_runtime_error_of_a_run_file_names_the_group_and_its_position(
-    tmp_path, capsys, fresh_backend
-):
-    from plugtrain.cli import main
+def test_a_runtime_error_of_a_run_file_names_the_group_and_its_position(tmp_path, fresh_backend):
+    from plugtrain.testing import run_plugtrain, write_run_file
 
-    run = tmp_path / "run.yaml"
-    run.write_text(BAD_BALANCE.format(model_dir=tmp_path / "model"))
-    assert main(["fit", str(run)]) == 2
-    assert capsys.readouterr().err.strip() == (
+    run = write_run_file(tmp_path, BAD_BALANCE.format(model_dir=tmp_path / "model"))
+    result = run_plugtrain("fit", run)
+    assert result.status == 2
+    assert result.err.strip() == (
         f"plugtrain: error: {run}:9:7: trainer.init.sparsity: RigL: Sparsity group configured "
         "with `balance_out_groups`=5 but parameter fc1.weight does not have a dimension with a "
         "multiple of 5: torch.Size([8, 6])"
