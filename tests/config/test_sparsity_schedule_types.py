@@ -170,6 +170,7 @@ def test_check_places_a_bad_argument_of_a_plugin_schedule(
     assert "Did you mean 'every'?" in err
 
 
+@pytest.mark.slow
 def test_a_run_file_trains_with_a_plugin_schedule_type(
     stairplug: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_backend: None
 ) -> None:

@@ -176,6 +176,7 @@ def test_plot_with_matplotlib_draws(tmp_path):
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_fit_without_matplotlib_says_why_there_is_no_schedule_png(tmp_path):
     run = tmp_path / "run.yaml"
     run.write_text(RUN.format(model_dir=tmp_path / "m", optimizer="SGD"), encoding="utf-8")

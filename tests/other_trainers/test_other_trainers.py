@@ -152,6 +152,7 @@ def _same(a, b):
 
 @pytest.mark.filterwarnings("ignore:.*does not have many workers")
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
+@pytest.mark.slow
 def test_lightning_takes_the_schedulers_as_they_are_and_resumes_exactly(tmp_path, plugtrain_lrs):
     """Resumed, Lightning restores weights, optimizer and schedule exactly and the rates go on.
 
@@ -198,6 +199,7 @@ def _hf_lrs(page, output, max_steps, *, save_at=None, resume=None):
     return seen, model
 
 
+@pytest.mark.slow
 def test_the_hugging_face_trainer_takes_them_and_resumes_exactly(tmp_path, plugtrain_lrs,
                                                                   monkeypatch):  # fmt: skip
     pytest.importorskip("transformers", reason="transformers is not installed")

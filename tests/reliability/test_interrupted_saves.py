@@ -36,6 +36,7 @@ VALIDATE = """\
 """
 
 
+@pytest.mark.slow
 def test_v03_validate_of_a_read_only_model_dir_evaluates_and_says_where_metrics_went(tmp_path):
     with tmpfs(tmp_path, "4m") as disk:
         run = write_train_run(disk, steps=5, every=5)
@@ -70,6 +71,7 @@ def test_v03_validate_of_a_read_only_model_dir_evaluates_and_says_where_metrics_
         assert '"step": 5, "split": "val"' in rows[0]
 
 
+@pytest.mark.slow
 def test_i16_a_second_sigterm_while_the_first_ones_checkpoint_is_written(tmp_path):
     # About 40 MB per checkpoint (weights and momentum): writing one takes a while, long enough
     # for the second signal to land inside the write.

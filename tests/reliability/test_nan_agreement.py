@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -58,6 +59,7 @@ def _worker(rank: int, port: int, folder: str) -> None:
     trainer.backend.close()
 
 
+@pytest.mark.slow
 def test_i14_two_processes_skip_a_step_that_is_not_finite_on_one_of_them(tmp_path: Path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

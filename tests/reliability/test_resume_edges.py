@@ -133,6 +133,7 @@ def test_r10_fine_tuning_into_the_same_folder_keeps_the_earlier_rows(tmp_path, f
     assert len(list(model_dir.glob("metrics.before-*.jsonl"))) == 1
 
 
+@pytest.mark.slow
 def test_r11_mlflow_with_its_default_store_resumes_and_a_copy_logs_into_its_own(
     tmp_path, monkeypatch
 ):

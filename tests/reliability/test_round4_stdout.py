@@ -20,6 +20,8 @@ import pytest
 from support.offline_install import clean_environment, offline_build_problem
 from support.plugtrain_cli import run_plugtrain
 
+pytestmark = pytest.mark.slow  # pip installs a distribution, then runs plugtrain
+
 # A safety net against a hung pip, not a performance assertion.
 PIP_HANG_LIMIT_S = 600
 

@@ -154,6 +154,7 @@ def test_activation_checkpointing_keeps_gradients_and_losses(
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@pytest.mark.slow
 def test_regional_compile_matches_eager(eager_losses: list[float], tmp_path: Path) -> None:
     from torch._dynamo.utils import counters
 

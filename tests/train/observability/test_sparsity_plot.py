@@ -126,6 +126,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow
 def test_plot_command_draws_sparsity_in_a_real_process_without_torch(
     tmp_path: Path, registry: Registry
 ) -> None:
