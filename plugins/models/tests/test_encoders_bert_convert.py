@@ -23,7 +23,14 @@ from safetensors.torch import load_file
 from support.hf_models import random_hf_model, save_hf
 
 from plugtrain.cli import main
-from plugtrain.conversion import ConversionError, export_hf, hf_to_plugtrain
+from plugtrain.conversion import (
+    ConfigMismatchError,
+    ConversionError,
+    export_hf,
+    hf_to_plugtrain,
+    open_checkpoint,
+    read_checkpoint,
+)
 from plugtrain.discovery.loading import get_registry
 
 with warnings.catch_warnings():
@@ -110,6 +117,10 @@ CASES = {
     ),
 }  # fmt: skip
 CASES["esm-2"].batch["input_ids"][0, [2, 5, 9]] = 32
+CASES_NAMES = {
+    "bert": "bert", "bert-sequence-classifier": "bert/classifier",
+    "bert-token-classifier": "bert/token_classifier", "roberta": "bert", "esm-2": "esm2",
+}  # fmt: skip
 NOT_KEPT = ("esm.contact_head.", "inv_freq")
 """Tensors without a Model Zoo counterpart: the contact head (zeros on export) and buffers."""
 
@@ -178,15 +189,33 @@ def test_round_trip_is_bit_equal_and_gives_the_hf_outputs(key: str, tmp_path: Pa
 
 def test_sections_name_the_registered_models(tmp_path: Path) -> None:
     names = {key: hf_to_plugtrain(_saved(key, tmp_path)[1], key).model_name for key in CASES}
-    assert names == {
-        "bert": "bert", "bert-sequence-classifier": "bert/classifier",
-        "bert-token-classifier": "bert/token_classifier", "roberta": "bert", "esm-2": "esm2",
-    }  # fmt: skip
+    assert names == CASES_NAMES
     keys = hf_to_plugtrain(tmp_path / "roberta", "roberta").model_keys
     assert (keys["disable_nsp"], keys["mask_padding_in_positional_embed"]) == (True, True)
     assert keys["max_position_embeddings"] == 32  # HF's 33 rows less the padding row
     esm = hf_to_plugtrain(tmp_path / "esm-2", "esm-2").model_keys
     assert (esm["rotary_dim"], esm["token_dropout"], esm["mask_token_id"]) == (8, True, 32)
+
+
+@pytest.mark.parametrize("key", ["roberta", "esm-2", "bert-token-classifier"])
+def test_a_model_opens_a_hugging_face_folder_with_its_own_converter(
+    key: str, tmp_path: Path
+) -> None:
+    """What a fit does with a ``ckpt_path`` naming a Hugging Face folder."""
+    hf, folder = _saved(key, tmp_path)
+    keys = hf_to_plugtrain(folder, key).model_keys
+    model = get_registry().resolve("model", CASES_NAMES[key])(**keys).eval()
+    assert model.checkpoint_converter == key
+    opened = open_checkpoint(
+        folder, get_registry(), converter=model.checkpoint_converter, model_keys=model.model_keys
+    )
+    model.load_state_dict(read_checkpoint(opened).state)
+    case = CASES[key]
+    with torch.no_grad():
+        _assert_outputs(_outputs_of(model, case.batch), case.outputs(hf, case.batch))
+    other = get_registry().resolve("model", CASES_NAMES[key])(**{**keys, "num_hidden_layers": 1})
+    with pytest.raises(ConfigMismatchError, match="num_hidden_layers"):
+        open_checkpoint(folder, get_registry(), converter=key, model_keys=other.model_keys)
 
 
 def test_what_does_not_convert_is_named(tmp_path: Path) -> None:

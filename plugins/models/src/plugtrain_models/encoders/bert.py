@@ -247,7 +247,8 @@ class BertClassifierModel(_BertTask):
         labels, logits = batch["labels"], outputs["logits"]
         loss = classifier_loss(logits, labels, self.problem_type)
         result: dict[str, Any] = {"loss": loss, "num_examples": int(labels.shape[0])}
-        if self.problem_type == "single_label_classification":
+        wanted = self.metrics_wanted or not self.training
+        if wanted and self.problem_type == "single_label_classification":
             with torch.no_grad():
                 flat = labels.reshape(-1)
                 result["accuracy"] = _accuracy(logits, flat, torch.ones_like(flat))
@@ -287,8 +288,9 @@ class BertTokenClassifierModel(_BertTask):
             mask = batch.get("attention_mask", torch.ones_like(labels))
         loss = token_loss(logits, labels, mask, self.loss_weight, self.include_padding)
         result: dict[str, Any] = {"loss": loss, "num_examples": int(labels.shape[0])}
-        with torch.no_grad():
-            result["accuracy"] = _accuracy(logits, labels, mask)
+        if self.metrics_wanted or not self.training:
+            with torch.no_grad():
+                result["accuracy"] = _accuracy(logits, labels, mask)
         return result
 
 
@@ -316,6 +318,7 @@ class BertSummarizationModel(_BertTask):
         weights = torch.ones_like(labels, dtype=torch.float32) if weights is None else weights
         loss = summarization_loss(logits, labels, weights, self.loss_weight)
         result: dict[str, Any] = {"loss": loss, "num_examples": int(labels.shape[0])}
-        with torch.no_grad():
-            result["accuracy"] = _accuracy(logits, labels, weights)
+        if self.metrics_wanted or not self.training:
+            with torch.no_grad():
+                result["accuracy"] = _accuracy(logits, labels, weights)
         return result
