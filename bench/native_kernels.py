@@ -74,7 +74,7 @@ def measure(name: str, shape: str, reps: int, copy: tuple[torch.Tensor, torch.Te
     optimizers = {on: build(name, shape, on) for on in (True, False)}
     times: dict[bool, list[float]] = {True: [], False: []}
     copies: list[float] = []
-    for on, opt in optimizers.items():  # warm: state, scratch, the thread tuner's first tries
+    for on, opt in optimizers.items():  # warm: state and scratch
         switch(on)
         for _ in range(4):
             opt.step()

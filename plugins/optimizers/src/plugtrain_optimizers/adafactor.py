@@ -372,7 +372,7 @@ class _NativePlan:
     done: list[int]
     large: list[int]
     # (rows, cols, beta or 0.0 when all agree) -> (first index, count, tensor lists)
-    small: dict[tuple[int, int, float], tuple[int, int, tuple[list[torch.Tensor], ...]]]
+    small: dict[tuple[int, int, float], tuple[int, int, tuple[list[Any], ...]]]
 
 
 def _plan_pointers(
