@@ -134,7 +134,15 @@ def test_name_resolves_to_the_distributions_implementation(
     assert name in plugtrain.names(kind)
 
 
-@pytest.mark.parametrize(("distribution", "package", "kind", "name"), BUILT_IN)
+CONTRACT_CASES = [
+    pytest.param(*case.values, marks=pytest.mark.slow, id=case.id) if case.id == "models" else case
+    for case in BUILT_IN
+]
+"""The distributions whose contract is checked; plugtrain-models' (every model family built and
+round-tripped) is in the slow lane, its own tests check its contract in the fast one."""
+
+
+@pytest.mark.parametrize(("distribution", "package", "kind", "name"), CONTRACT_CASES)
 def test_distribution_passes_the_plugin_contract(
     distribution: str, package: str, kind: str, name: str, installed_registry: Registry
 ) -> None:

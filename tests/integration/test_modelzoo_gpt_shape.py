@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from support.plugtrain_cli import run_plugtrain
 
+pytestmark = pytest.mark.slow  # every test reads the files of one real fit, in a subprocess
+
 RUN = Path(__file__).resolve().parents[2] / "examples" / "modelzoo_gpt_shape.yaml"
 MODEL_DIR = "runs/modelzoo_gpt_shape"
 
@@ -39,7 +41,6 @@ def _records(cwd: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in lines]
 
 
-@pytest.mark.slow
 def test_it_checks_with_the_model_zoo_warnings_at_their_positions(trained):
     checked = trained["check"]
     assert checked.returncode == 0, checked.stderr
