@@ -54,6 +54,7 @@ def test_a_step_shows_its_kernels_by_name_in_the_profiler(kernels, name, shapes,
     assert set(operators) <= seen, sorted(seen)
 
 
+@pytest.mark.slow  # torch.compile's first use takes seconds
 def test_an_operator_is_traced_by_torch_compile_without_a_graph_break(kernels):
     """fullgraph=True fails on a graph break; the compiled call gives the eager call's bits."""
 
