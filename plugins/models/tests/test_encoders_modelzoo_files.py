@@ -173,3 +173,26 @@ def test_every_file_trains_ten_steps_on_cpu_with_a_finite_loss(tmp_path, monkeyp
         if len(losses) != 10 or not all(math.isfinite(loss) for loss in losses):
             failures[name] = losses
     assert failures == {}
+
+
+EXAMPLES = sorted(
+    (Path(__file__).parents[3] / "examples").glob("modelzoo_*.yaml"),
+)
+ENCODER_EXAMPLES = [
+    path for path in EXAMPLES if "runs/data/encoders" in path.read_text(encoding="utf-8")
+]
+
+
+def test_the_laptop_examples_check_on_their_sample_data(tmp_path, monkeypatch, capsys) -> None:
+    """One example per family, on the data ``python -m ...encoder_data.samples`` writes."""
+    monkeypatch.chdir(tmp_path)
+    samples.write_examples("runs/data/encoders")
+    names = set()
+    for path in ENCODER_EXAMPLES:
+        assert main(["check", str(path)]) == 0, capsys.readouterr().err
+        assert f"{path}: OK (1 trainer)" in capsys.readouterr().out
+        names.add(yaml.safe_load(path.read_text())["trainer"]["init"]["model"]["name"])
+    assert names == {
+        "bert", "bert/classifier", "bert/token_classifier", "bert/extractive_summarization",
+        "esm2", "dpr", "t5", "transformer",
+    }  # fmt: skip

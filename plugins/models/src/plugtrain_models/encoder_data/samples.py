@@ -1,5 +1,8 @@
 """Small data sets in Model Zoo's on-disk formats, for trying a run file on a laptop and for tests.
 
+``python -m plugtrain_models.encoder_data.samples [FOLDER]`` writes the data of the
+``examples/modelzoo_*`` encoder run files (default ``runs/data/encoders``).
+
 Each writer fills a folder (or a file) with seeded, made-up samples in the layout the matching
 data processor reads, and returns what it wrote, row by row, so that a test can compare a
 loader's batches with the files. Nothing here is real text.
@@ -22,6 +25,7 @@ __all__ = [
     "write_bert_hdf5",
     "write_bert_sum_csv",
     "write_dpr_hdf5",
+    "write_examples",
     "write_glue",
     "write_masked_csv",
     "write_ner_csv",
@@ -341,3 +345,37 @@ def write_transformer_text(
     source.write_text("".join(" ".join(a) + "\n" for a, _ in written), encoding="utf-8")
     target.write_text("".join(" ".join(b) + "\n" for _, b in written), encoding="utf-8")
     return written
+
+
+def write_examples(out: str | Path) -> list[Path]:
+    """The data the ``examples/modelzoo_*`` encoder run files read, under ``out``.
+
+    :returns: the folders and files written.
+    """
+    out = Path(out)
+    write_vocab(out / "vocab.txt")
+    write_masked_csv(out / "bert" / "train", 256, 64, seed=1)
+    write_masked_csv(out / "bert" / "val", 32, 64, seed=2)
+    write_glue(out / "sst2", "sst2", 256, seed=3)
+    write_ner_csv(out / "ner" / "train", 256, 32, ["O", "B-Chemical", "I-Chemical"], seed=4)
+    write_ner_csv(out / "ner" / "dev", 32, 32, ["O", "B-Chemical", "I-Chemical"], seed=5)
+    write_bert_sum_csv(out / "summarization" / "train", 256, 128, 8, vocab_size=39, seed=6)
+    write_bert_sum_csv(out / "summarization" / "valid", 32, 128, 8, vocab_size=39, seed=7)
+    write_bert_hdf5(out / "esm2" / "train", 256, 64, 8, seed=8)
+    write_premasked_csv(out / "esm2" / "val", 32, 64, 8, seed=9)
+    write_dpr_hdf5(out / "dpr" / "train", 256, 32, 2, vocab_size=39, seed=10)
+    write_t5_text(out / "t5" / "train", 256, vocab=out / "t5" / "vocab.txt", seed=11)
+    write_t5_text(out / "t5" / "val", 32, vocab=out / "t5" / "vocab.txt", seed=12)
+    write_transformer_text(
+        out / "wmt" / "train.bpe.en", 512, vocab=out / "wmt" / "vocab.bpe", seed=13
+    )
+    write_transformer_text(out / "wmt" / "val.bpe.en", 64, vocab=out / "wmt" / "vocab.bpe", seed=14)
+    return sorted(out.iterdir())
+
+
+if __name__ == "__main__":
+    import sys
+
+    folder = sys.argv[1] if len(sys.argv) > 1 else "runs/data/encoders"
+    for path in write_examples(folder):
+        print(path)
