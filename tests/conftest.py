@@ -11,6 +11,10 @@ import pytest
 STDLIB_GPT = "runs/data/stdlib_gpt"
 """Where the Model Zoo-shaped examples read the HDF5 files ``plugtrain preprocess`` writes."""
 
+ENCODERS = "runs/data/encoders"
+"""Where the encoder examples read the sample data ``plugtrain_models.encoder_data.samples``
+writes."""
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _sigint_delivered() -> Iterator[None]:
@@ -40,6 +44,15 @@ def stdlib_gpt_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def encoder_examples_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding ``runs/data/encoders``: the encoder examples' sample data."""
+    samples = pytest.importorskip("plugtrain_models.encoder_data.samples")
+    root = tmp_path_factory.mktemp("encoder_examples_cwd")
+    samples.write_examples(root / ENCODERS)
+    return root
+
+
 @pytest.fixture
 def example_cwd(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -52,6 +65,8 @@ def example_cwd(
     def enter(example: Path) -> None:
         if STDLIB_GPT in example.read_text(encoding="utf-8"):
             monkeypatch.chdir(request.getfixturevalue("stdlib_gpt_root"))
+        elif ENCODERS in example.read_text(encoding="utf-8"):
+            monkeypatch.chdir(request.getfixturevalue("encoder_examples_root"))
 
     return enter
 
