@@ -44,9 +44,12 @@ def path_problems(key: str, value: Any, *, folder: bool | None = None) -> Iterat
 
     :param folder: ``True``: each must be a folder; ``False``: a file; ``None``: either.
     """
-    if value is None:
-        return
-    for path in [value] if isinstance(value, str) else list(value):
+    paths = [value] if isinstance(value, str) else value
+    if not isinstance(paths, list | tuple):
+        return  # None, or a value of the wrong type: the schema's type check reports it
+    for path in paths:
+        if not isinstance(path, str):
+            continue
         try:
             full = expand(path)
         except ValueError as exc:
