@@ -20,8 +20,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from plugtrain.discovery import loading as plugins
-from plugtrain.discovery.attribution import attribute_error
 from plugtrain.commands import (
     EXIT_CONFIG,
     EXIT_ERROR,
@@ -38,6 +36,8 @@ from plugtrain.commands import (
     show,
 )
 from plugtrain.commands.plugin import Subcommands, add_plugin_commands
+from plugtrain.discovery import loading as plugins
+from plugtrain.discovery.attribution import attribute_error
 from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError
 from plugtrain.registry.components import Registry
 

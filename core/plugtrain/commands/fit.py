@@ -51,8 +51,9 @@ def run(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     """``plugtrain fit|validate|validate_all RUN.yaml``: train or evaluate (``args.command``)."""
     from plugtrain import launching
     from plugtrain.config import load_plan
-    from plugtrain.train.assembly import launch_if_needed, requeue_on_signal, run_plan
-    from plugtrain.train.distributed import collective_errors
+    from plugtrain.launching.elastic import collective_errors
+    from plugtrain.launching.run_file import launch_if_needed, requeue_on_signal
+    from plugtrain.train.assembly import run_plan
 
     _configure_logging()
     # Validated once, used throughout; fit and validate import the run file's local plugins.

@@ -6,10 +6,10 @@ import argparse
 import json
 from typing import TYPE_CHECKING, TextIO
 
-from plugtrain.discovery import loading as plugins
 from plugtrain.commands import EXIT_OK
-from plugtrain.registry.kinds import KINDS
+from plugtrain.discovery import loading as plugins
 from plugtrain.registry.components import Registry
+from plugtrain.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from plugtrain.commands.plugin import Subcommands

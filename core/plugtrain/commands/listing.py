@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from plugtrain.commands import EXIT_OK, listing_cache
 from plugtrain.commands.output import print_table, write
-from plugtrain.registry.kinds import KINDS
 from plugtrain.discovery.loading import plugin_output_to_stderr
 from plugtrain.registry.components import Component, Registry
+from plugtrain.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from plugtrain.commands.plugin import Subcommands

@@ -6,12 +6,12 @@ import argparse
 import json
 from typing import TYPE_CHECKING, TextIO
 
-from plugtrain.registry._suggest import did_you_mean
 from plugtrain.commands import EXIT_OK
-from plugtrain.errors import UnknownNameError
-from plugtrain.registry.kinds import KINDS
 from plugtrain.discovery.loading import plugin_output_to_stderr
+from plugtrain.errors import UnknownNameError
+from plugtrain.registry._suggest import did_you_mean
 from plugtrain.registry.components import ComponentInfo, Registry
+from plugtrain.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from plugtrain.commands.plugin import Subcommands
