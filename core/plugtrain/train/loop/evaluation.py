@@ -15,7 +15,7 @@ from torch import nn
 
 from plugtrain._unset import UNSET
 from plugtrain.config.sections import LoopSettings
-from plugtrain.contract.protocols import Backend, TrainerView
+from plugtrain.contract.protocols import Backend, CheckpointFolder, TrainerView
 from plugtrain.contract.strategy import ParallelStrategy
 from plugtrain.errors import CheckpointError, TrainingError
 from plugtrain.train.components import evaluation_mode
@@ -39,14 +39,11 @@ class Restoring(Protocol):
         """Load the checkpoint at ``path``."""
 
 
-class CheckpointList(Protocol):
+class CheckpointList(CheckpointFolder, Protocol):
     """Where :class:`Evaluation` finds the checkpoints ``validate_all`` evaluates."""
 
     directory: Path
     name: str
-
-    def list_checkpoints(self) -> list[tuple[int, Path]]:
-        """``(step, path)`` of every checkpoint found, newest first."""
 
     def step_of(self, path: str | Path) -> int | None:
         """The step in a checkpoint's file name (``None``: not one of this run's names)."""
@@ -82,7 +79,7 @@ class EvaluatedTrainer(TrainerView, Protocol):
         """Initialized after a checkpoint was loaded."""
 
     @property
-    def checkpointer(self) -> CheckpointList:  # type: ignore[override]
+    def checkpointer(self) -> CheckpointList:
         """The checkpoints ``validate_all`` finds."""
 
     @property

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import torch
 
 from plugtrain.config.sections import CheckpointSettings, LoggingSettings, LoopSettings
-from plugtrain.contract.protocols import TrainerView
+from plugtrain.contract.protocols import CheckpointFolder, TrainerView
 from plugtrain.contract.strategy import ParallelStrategy
 from plugtrain.errors import (
     CheckpointMismatchError,
@@ -172,7 +172,7 @@ class _Window:
         self.start = time.perf_counter()
 
 
-class Saving(Protocol):
+class Saving(CheckpointFolder, Protocol):
     """How the loop has the trainer's checkpoints written (the trainer's checkpointer)."""
 
     def path(self, step: int) -> Path:
@@ -224,7 +224,7 @@ class LoopedTrainer(TrainerView, Protocol):
         """Backward, the optimizer's step and the loss scaling's metrics."""
 
     @property
-    def checkpointer(self) -> Saving:  # type: ignore[override]
+    def checkpointer(self) -> Saving:
         """Where the checkpoints are saved."""
 
     @property
