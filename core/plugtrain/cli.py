@@ -20,22 +20,11 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from plugtrain.commands import (
-    EXIT_CONFIG,
-    EXIT_ERROR,
-    BuiltinCommand,
-    Command,
-    check,
-    checkpoint,
-    fit,
-    installed,
-    listing,
-    new,
-    plot,
-    schema,
-    show,
-)
+from plugtrain.commands import EXIT_CONFIG, EXIT_ERROR, BuiltinCommand, Command
+from plugtrain.commands.checkpoints import checkpoint
+from plugtrain.commands.components import installed, listing, new, show
 from plugtrain.commands.plugin import Subcommands, add_plugin_commands
+from plugtrain.commands.run_files import check, fit, plot, schema
 from plugtrain.discovery import loading as plugins
 from plugtrain.discovery.attribution import attribute_error
 from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError

@@ -1,5 +1,10 @@
 """The ``plugtrain`` commands, one module per command; :mod:`plugtrain.cli` only dispatches.
 
+The commands are in rooms by job: :mod:`.run_files` (``check``, ``fit``, ``validate``,
+``validate_all``, ``plot``, ``schema``), :mod:`.components` (``list``, ``show``, ``plugins``,
+``new``) and :mod:`.checkpoints` (``checkpoint``); here are what they share (exit statuses, the
+run file's arguments, output) and the commands plugin distributions add (:mod:`.plugin`).
+
 Each module owns its command's parser and what the command does, in the shape of the commands
 plugin distributions add (:mod:`plugtrain.commands.plugin`): ``add_parser(commands, name)`` adds
 the parser of command ``name`` and returns it, ``run(args, registry, out)`` runs it

@@ -7,7 +7,8 @@ import io
 import json
 from typing import TYPE_CHECKING, Any, TextIO
 
-from plugtrain.commands import EXIT_OK, listing_cache
+from plugtrain.commands import EXIT_OK
+from plugtrain.commands.components import listing_cache
 from plugtrain.commands.output import print_table, write
 from plugtrain.discovery.loading import plugin_output_to_stderr
 from plugtrain.registry.components import Component, Registry
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
 def run_cached(args: argparse.Namespace, out: TextIO) -> int | None:
     """``plugtrain list`` from the rows of an earlier call, if still valid; else ``None``.
 
-    (:mod:`plugtrain.commands.listing_cache` says when they are.)
+    (:mod:`plugtrain.commands.components.listing_cache` says when they are.)
     """
     if not _cacheable(args):
         return None

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     for warning in plan.warnings:
         sys.stderr.write(f"plugtrain: warning: {warning}\n")
     deep = _check_world(args, plan, run_registry)
-    from plugtrain.commands.hf_check import hf_checkpoint_issues
+    from plugtrain.commands.run_files.hf_check import hf_checkpoint_issues
     from plugtrain.config import load_run_file
 
     issues = hf_checkpoint_issues(load_run_file(args.run_file, args.set), plan, run_registry)

@@ -3,7 +3,7 @@
 ``relayout`` turns a single-file checkpoint into a DCP folder or back (``convert SOURCE TARGET``
 is its older spelling); ``export`` writes the model's weights; ``convert`` with ``--src-fmt``/
 ``--tgt-fmt``, ``convert-config`` and ``list-converters`` are
-:mod:`plugtrain.commands.conversion`'s (between Hugging Face and plugtrain).
+:mod:`plugtrain.commands.checkpoints.conversion`'s (between Hugging Face and plugtrain).
 """
 
 from __future__ import annotations
@@ -96,11 +96,11 @@ def _add_convert(actions: Subcommands) -> None:
 def run(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     """Run the ACTION of ``plugtrain checkpoint``."""
     if args.action == "convert-config":
-        from plugtrain.commands.conversion import convert_config
+        from plugtrain.commands.checkpoints.conversion import convert_config
 
         return convert_config(args, registry, out)
     if args.action == "list-converters":
-        from plugtrain.commands.conversion import list_converters
+        from plugtrain.commands.checkpoints.conversion import list_converters
 
         return list_converters(args, registry, out)
     return convert_checkpoint(args, registry, out)
@@ -111,7 +111,7 @@ def convert_checkpoint(args: argparse.Namespace, registry: Registry, out: TextIO
     from plugtrain.train.checkpointing import export_weights, relayout_checkpoint
 
     if args.action == "convert" and (args.src_fmt or args.tgt_fmt):
-        from plugtrain.commands.conversion import convert_formats
+        from plugtrain.commands.checkpoints.conversion import convert_formats
 
         return convert_formats(args, registry, out)
     if args.action == "convert" and args.target is None:
