@@ -136,3 +136,18 @@ def test_transformer_source_target_and_shifted_decoder_inputs(tmp_path) -> None:
             got.append((source, label[:-1]))
     assert got == [([ids[w] for w in a], [ids[w] for w in b]) for a, b in kept]
     assert len(kept) < len(pairs)  # some pairs are too long and left out
+
+
+def test_transformer_names_misaligned_files(tmp_path) -> None:
+    source = tmp_path / "train.bpe.en"
+    samples.write_transformer_text(source, 6, vocab=tmp_path / "vocab.bpe")
+    target = source.with_suffix(".de")
+    target.write_text("".join(target.read_text().splitlines(keepends=True)[:5]))
+    with pytest.raises(
+        TrainingError, match=r"train\.bpe\.en has 6 lines, its target .*train\.bpe\.de 5"
+    ):
+        _loader(
+            "TransformerDynamicDataProcessor", src_data_dir=str(source),
+            src_vocab_file=str(tmp_path / "vocab.bpe"), src_max_sequence_length=32,
+            tgt_max_sequence_length=32, batch_size=2,
+        )  # fmt: skip

@@ -234,9 +234,17 @@ def parallel_files(src_data_dir: str) -> list[tuple[tuple[str, str], int]]:
             f"(found {found})"
         )
         raise TrainingError(message)
-    with open(src_data_dir, "rb") as file:
-        count = sum(1 for _ in file)
-    return [((src_data_dir, twins[0]), count)]
+    counts = []
+    for path in (src_data_dir, twins[0]):
+        with open(path, "rb") as file:
+            counts.append(sum(1 for _ in file))
+    if counts[0] != counts[1]:
+        message = (
+            f"{src_data_dir} has {counts[0]} lines, its target {twins[0]} {counts[1]}: "
+            "aligned files have one line per sentence pair"
+        )
+        raise TrainingError(message)
+    return [((src_data_dir, twins[0]), counts[0])]
 
 
 def transformer_loader(
