@@ -245,3 +245,14 @@ def test_hdf5_samples_are_read_as_written_in_file_order(tmp_path, vsl) -> None:
     )
     order = torch.randperm(10, generator=torch.Generator().manual_seed(4))
     assert next(iter(shuffled))["input_ids"].tolist() == data[order.numpy(), 0].tolist()
+
+
+def test_a_premasked_row_of_another_length_is_named(tmp_path) -> None:
+    samples.write_premasked_csv(tmp_path / "val", 4, 16, 3)
+    path = tmp_path / "val" / "part-00.csv"
+    lines = path.read_text().splitlines()
+    lines[3] = lines[3].replace("[", "[7, ", 1)  # row 3's input_ids one longer
+    path.write_text("\n".join(lines) + "\n")
+    loader = _loader("BertCSVDataProcessor", data_dir=str(tmp_path / "val"), batch_size=4)
+    with pytest.raises(TrainingError, match=r"part-00\.csv, row 3: feature 'input_ids' has shape"):
+        next(iter(loader))
