@@ -337,3 +337,34 @@ def test_a_training_step_under_bfloat16_autocast() -> None:
     out["loss"].backward()
     assert torch.isfinite(out["loss"])
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_pretraining_metrics_are_model_zoos_and_skipped_when_unwanted() -> None:
+    torch.manual_seed(0)
+    model = build_bert("bert", dict(TINY)).eval()
+    batch = {
+        "input_ids": torch.randint(1, 40, (2, 8)),
+        "token_type_ids": torch.zeros(2, 8, dtype=torch.long),
+        "masked_lm_positions": torch.tensor([[1, 2], [3, 4]]),
+        "masked_lm_mask": torch.tensor([[1, 1], [1, 0]]),
+        "labels": torch.tensor([[5, 6], [7, 8]]),
+        "next_sentence_label": torch.tensor([[0], [1]]),
+    }
+    with torch.no_grad():
+        out = model(batch)
+        logits = model.logits(batch)
+    ce = torch.nn.functional.cross_entropy(
+        logits["mlm_logits"].flatten(0, 1), batch["labels"].flatten(), reduction="none"
+    )
+    mean = (ce * batch["masked_lm_mask"].flatten()).sum() / 3
+    torch.testing.assert_close(out["mlm_perplexity"], torch.exp(mean))
+    hits = logits["mlm_logits"].argmax(-1) == batch["labels"]
+    expected = (hits * batch["masked_lm_mask"]).sum() / 3
+    torch.testing.assert_close(out["accuracy_masked_lm"], expected.float())
+    nsp = (logits["nsp_logits"].argmax(-1) == batch["next_sentence_label"][:, 0]).float().mean()
+    torch.testing.assert_close(out["accuracy_cls"], nsp)
+    model.train()
+    model.metrics_wanted = False
+    assert set(model(batch)) == {"loss", "num_examples"}
+    quiet = build_bert("bert", {**TINY, "compute_eval_metrics": False}).eval()
+    assert set(quiet(batch)) == {"loss", "num_examples"}

@@ -197,7 +197,11 @@ class BertPretrainingModel(_BertTask):
         return outputs
 
     def loss(self, batch: Batch, outputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-        """``Σ ce·masked_lm_mask / B * mlm_loss_weight`` (+ NSP), and eval metrics."""
+        """``Σ ce·masked_lm_mask / B * mlm_loss_weight`` (+ NSP), and Model Zoo's metrics.
+
+        ``accuracy_masked_lm``, ``mlm_perplexity`` (exp of the batch's mean cross-entropy per
+        scored prediction) and ``accuracy_cls`` (NSP), when ``compute_eval_metrics``.
+        """
         labels = batch["labels"]
         if self._gathers(batch):
             mask = batch.get("masked_lm_mask")
@@ -212,10 +216,13 @@ class BertPretrainingModel(_BertTask):
         result: dict[str, Any] = {"loss": loss, "num_examples": int(labels.shape[0])}
         if self.compute_eval_metrics and (self.metrics_wanted or not self.training):
             with torch.no_grad():
-                result["mlm_accuracy"] = _accuracy(mlm, labels, mask)
+                result["accuracy_masked_lm"] = _accuracy(mlm, labels, mask)
+                per_token = mlm_nsp_loss(mlm, labels, mask, None, None, 1.0)
+                scored = mask.float().sum().clamp(min=1)
+                result["mlm_perplexity"] = torch.exp(per_token * labels.shape[0] / scored)
                 if nsp is not None and nsp_labels is not None:
                     flat = nsp_labels.reshape(-1)
-                    result["nsp_accuracy"] = _accuracy(nsp, flat, torch.ones_like(flat))
+                    result["accuracy_cls"] = _accuracy(nsp, flat, torch.ones_like(flat))
         return result
 
 
