@@ -16,6 +16,7 @@ from plugtrain.contract import _callback_protocols
 from plugtrain.protocols import CALLBACK_HOOKS, Callback, TrainerView
 from plugtrain.train.loop.evaluation import EvaluatedTrainer
 from plugtrain.train.loop.nan_guard import GuardedTrainer
+from plugtrain.train.loop.step import SteppedTrainer
 from plugtrain.train.loop.training_loop import LoopedTrainer
 from plugtrain.train.observability.fit_summary import SummarizedTrainer
 from plugtrain.train.trainer import Trainer
@@ -24,7 +25,14 @@ pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 REPO = Path(__file__).resolve().parents[2]
 
-VIEWS = (TrainerView, LoopedTrainer, EvaluatedTrainer, GuardedTrainer, SummarizedTrainer)
+VIEWS = (
+    TrainerView,
+    LoopedTrainer,
+    SteppedTrainer,
+    EvaluatedTrainer,
+    GuardedTrainer,
+    SummarizedTrainer,
+)
 
 
 def _members(protocol: type) -> set[str]:

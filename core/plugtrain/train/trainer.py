@@ -46,6 +46,7 @@ from plugtrain.train.loop import (
     Callbacks,
     Evaluation,
     NonFiniteGuard,
+    OptimizerStep,
     Precision,
     Scored,
     Sparsity,
@@ -230,7 +231,8 @@ class Trainer:
         self.nan_guard = NonFiniteGuard(self)
         self.evaluation = Evaluation(self)
         self.state = TrainerState(self)
-        self.training_loop = TrainingLoop(self, self.nan_guard, self.evaluation)
+        step = OptimizerStep(self, self.nan_guard)
+        self.training_loop = TrainingLoop(self, step, self.evaluation)
 
     # -- construction --------------------------------------------------------------------------
 

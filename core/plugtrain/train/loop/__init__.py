@@ -1,7 +1,9 @@
 """The training loop and what runs inside a step.
 
-Batches and their loss, micro-batch accumulation, precision, the NaN guard, sparsity, callbacks,
-and evaluation.
+Batches and their loss, one optimizer step of micro-batches and its accumulation, precision,
+the NaN guard, sparsity, callbacks, and evaluation. Each part that reads the Trainer says what
+it reads as a Protocol beside it (``SteppedTrainer``, ``LoopedTrainer``, ``EvaluatedTrainer``,
+``GuardedTrainer``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from plugtrain.train.loop.model_preparation import prepare_model
 from plugtrain.train.loop.nan_guard import NonFiniteGuard, first_non_finite
 from plugtrain.train.loop.precision import Precision
 from plugtrain.train.loop.sparsity import Sparsity, SparsityGroup, group_from_spec, sparsity_groups
+from plugtrain.train.loop.step import OptimizerStep
 from plugtrain.train.loop.training_loop import (
     TrainingLoop,
     group_values,
@@ -31,6 +34,7 @@ __all__ = [
     "Evaluation",
     "MetricSums",
     "NonFiniteGuard",
+    "OptimizerStep",
     "Precision",
     "Scored",
     "Sparsity",

@@ -1,10 +1,8 @@
-"""The training loop: optimizer steps of ``k`` micro-batches, logging, evaluation and saving.
+"""The training loop: optimizer steps up to a target step, logging, evaluation and saving.
 
-One optimizer step runs ``loop.grad_accum_steps`` micro-batches, each in the context the
-parallel strategy gives (:mod:`plugtrain.strategy`; only the last one synchronises gradients
-in a data-parallel run). The losses are averaged as ``loop.loss_averaging`` says
-(:mod:`.accumulation`), summed on the device and read once per optimizer step
-(for the NaN guard, which must decide before the next step).
+Each step is an :class:`.step.OptimizerStep` (``k`` micro-batches, the NaN guard, the
+optimizer); the loop adds the steps of a logging window up, evaluates and saves at the settings'
+steps, and stops cleanly on a signal or a failing callback.
 """
 
 from __future__ import annotations
@@ -12,8 +10,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,22 +20,14 @@ import torch
 from plugtrain.config.sections import CheckpointSettings, LoggingSettings, LoopSettings
 from plugtrain.contract.protocols import CheckpointFolder, TrainerView
 from plugtrain.contract.strategy import ParallelStrategy
-from plugtrain.errors import (
-    CheckpointMismatchError,
-    ComponentFailedError,
-    ConfigError,
-    ConfigIssue,
-    PlugtrainError,
-)
+from plugtrain.errors import ComponentFailedError, ConfigError, ConfigIssue
 from plugtrain.train.data import DataStream
 from plugtrain.train.distributed import InterruptRequest, TrainingInterrupted, signal_name
-from plugtrain.train.loop.accumulation import StepLoss
-from plugtrain.train.loop.batches import MetricSums, Scored
+from plugtrain.train.loop.batches import MetricSums
 from plugtrain.train.loop.callbacks import Callbacks
 from plugtrain.train.loop.evaluation import Evaluation
-from plugtrain.train.loop.nan_guard import NonFiniteGuard
 from plugtrain.train.loop.precision import Precision
-from plugtrain.train.loop.sparsity import Sparsity
+from plugtrain.train.loop.step import OptimizerStep
 from plugtrain.train.observability import Loggers
 
 __all__ = [
@@ -128,35 +118,9 @@ def group_values(optimizer: Any) -> dict[str, float]:
     return values
 
 
-def _empty_batches(empty: int, accum: int) -> str:
-    """Why a step's loss is not finite when some of its batches held no example."""
-    if not empty:
-        return ""
-    which = "its batch holds" if accum == 1 else f"{empty} of its {accum} micro-batches hold"
-    return f": {which} no example (the training data yielded an empty batch)"
-
-
 def _whole_save(interrupt: InterruptRequest | None) -> AbstractContextManager[None]:
     """A save that a repeated stop signal does not tear (:meth:`InterruptRequest.saving`)."""
     return nullcontext() if interrupt is None else interrupt.saving()
-
-
-@contextmanager
-def _metrics_wanted(model: Any, wanted: bool) -> Iterator[None]:
-    """``model.metrics_wanted = wanted`` for one step, when the model declares that attribute.
-
-    The Model protocol's optional member: a model that declares ``metrics_wanted`` may skip
-    computing its metrics (not its loss) on the training steps whose metrics are not logged.
-    """
-    if not hasattr(model, "metrics_wanted"):
-        yield
-        return
-    before = model.metrics_wanted
-    model.metrics_wanted = wanted
-    try:
-        yield
-    finally:
-        model.metrics_wanted = before
 
 
 class _Window:
@@ -185,27 +149,21 @@ class Saving(CheckpointFolder, Protocol):
 class LoopedTrainer(TrainerView, Protocol):
     """What :class:`TrainingLoop` reads of the trainer whose steps it runs (handed to callbacks)."""
 
-    global_step: int
-
     @property
     def model(self) -> torch.nn.Module:
-        """Trained in ``train()`` mode, in the strategy's micro-batch context."""
+        """Put in ``train()`` mode before the first step."""
 
     @property
     def optimizer(self) -> Any:
-        """Stepped through the precision (loss scaling, clipping)."""
-
-    @property
-    def schedulers(self) -> list[Any]:
-        """Stepped after each optimizer step."""
+        """Its param groups' learning rate and weight decay are logged."""
 
     @property
     def strategy(self) -> ParallelStrategy:
-        """Micro-batch contexts and the sums over the processes."""
+        """Sums a logging window's metrics over the processes."""
 
     @property
     def loop(self) -> LoopSettings | None:
-        """Accumulation, loss averaging, evaluation frequency."""
+        """Evaluation frequency and batches."""
 
     @property
     def logging(self) -> LoggingSettings:
@@ -216,12 +174,8 @@ class LoopedTrainer(TrainerView, Protocol):
         """``steps``: how often a checkpoint is saved."""
 
     @property
-    def sparsity(self) -> Sparsity | None:
-        """Told where each step starts and ends."""
-
-    @property
     def precision(self) -> Precision:
-        """Backward, the optimizer's step and the loss scaling's metrics."""
+        """The loss scaling's metrics."""
 
     @property
     def checkpointer(self) -> Saving:
@@ -231,12 +185,9 @@ class LoopedTrainer(TrainerView, Protocol):
     def saved_step(self) -> int:
         """The step of the last checkpoint saved (not saved again on a stop)."""
 
-    def forward(self, batch: Any, model: torch.nn.Module | None = None) -> Scored:
-        """Loss, count and metrics of one batch."""
-
     @property
     def callbacks_dispatch(self) -> Callbacks:
-        """Its callbacks, called at each point of a step."""
+        """Its callbacks, called with each logged window's record."""
 
     @property
     def loggers_dispatch(self) -> Loggers:
@@ -249,106 +200,15 @@ class LoopedTrainer(TrainerView, Protocol):
 class TrainingLoop:
     """Runs a trainer's steps up to a target step.
 
-    :param trainer: the trainer whose model, optimizer, schedulers, callbacks and loggers run.
-    :param guard: what a non-finite step does.
+    :param trainer: the trainer whose model, optimizer, callbacks and loggers run.
+    :param step: one optimizer step of that trainer.
     :param evaluation: the evaluations inside ``fit``.
     """
 
-    def __init__(
-        self, trainer: LoopedTrainer, guard: NonFiniteGuard, evaluation: Evaluation
-    ) -> None:
+    def __init__(self, trainer: LoopedTrainer, step: OptimizerStep, evaluation: Evaluation) -> None:
         self.trainer = trainer
-        self.guard = guard
+        self.step = step
         self.evaluation = evaluation
-
-    def train_step(
-        self, stream: DataStream, logged: bool = True
-    ) -> tuple[float, Any, int, MetricSums]:
-        """One optimizer step; returns its loss, correct labels, label count and metrics.
-
-        :param logged: whether this step's metrics are logged; when not, a model declaring
-            ``metrics_wanted`` is told so and may leave its metrics out.
-        """
-        trainer = self.trainer
-        trainer.callbacks_dispatch.on_train_step_start(trainer, trainer.global_step + 1)
-        accum = trainer.loop.grad_accum_steps if trainer.loop else 1
-        trainer.optimizer.zero_grad(set_to_none=True)
-        if trainer.sparsity is not None:
-            trainer.sparsity.step_start()
-        mode = trainer.loop.loss_averaging if trainer.loop else "global"
-        strategy = trainer.strategy
-        step_loss = StepLoss(mode, accum, getattr(strategy, "world_size", 1))
-        correct: Any = 0
-        count = 0
-        extra = MetricSums()
-        empty = 0
-        for index in range(accum):
-            with strategy.micro_batch_context(trainer.model, synchronize=index == accum - 1):
-                with _metrics_wanted(trainer.unwrapped_model, logged):
-                    scored = trainer.forward(stream.next())
-                trainer.precision.backward(step_loss.to_backward(scored.loss, scored.weight))
-            empty += scored.weight == 0
-            step_loss.add(scored.loss, scored.weight)
-            correct = correct + scored.correct
-            count += scored.count
-            extra.add(scored.metrics, scored.weight)
-        total_loss = step_loss.finish(strategy, self._step_gradients())
-        finite = self.guard.agreed_finite(math.isfinite(total_loss))
-        if finite:
-            problem = self._optimizer_step()
-        elif math.isfinite(total_loss):
-            problem = "the loss is not finite on another process"
-            total_loss = math.nan  # this step counts as skipped here too
-        else:
-            problem = f"the loss is {total_loss}"
-        cause = _empty_batches(empty, accum) if not math.isfinite(total_loss) else ""
-        self.guard.step_done(problem, finite, cause)
-        if trainer.sparsity is not None:
-            trainer.sparsity.step_end()  # masks change only if the optimizer applied the step
-        trainer.callbacks_dispatch.on_after_optimizer_step(trainer, trainer.optimizer)
-        for scheduler in trainer.schedulers:
-            scheduler.step()
-        trainer.global_step += 1
-        return total_loss, correct, count, extra
-
-    def _step_gradients(self) -> list[torch.Tensor]:
-        """The gradients one optimizer step accumulated: the parameters' and sparsity's."""
-        trainer = self.trainer
-        groups = trainer.optimizer.param_groups
-        grads = [p.grad for group in groups for p in group["params"] if p.grad is not None]
-        if trainer.sparsity is not None:
-            grads.extend(trainer.sparsity.saved_gradients())
-        return grads
-
-    def _optimizer_step(self) -> str | None:
-        """The optimizer's step; the first one after loading a checkpoint blames its state.
-
-        A state the optimizer cannot use (a key renamed or missing, another version of the
-        optimizer wrote it) is found only when the optimizer reads it, at that step.
-        """
-        trainer = self.trainer
-        step: str | None
-        if trainer.loaded_step is None or trainer.global_step != trainer.loaded_step:
-            step = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
-            return step
-        try:
-            step = trainer.precision.step(trainer.optimizer, self._before_optimizer_step)
-        except PlugtrainError:
-            raise
-        except (KeyError, IndexError, ValueError, TypeError, RuntimeError) as exc:
-            written = type(trainer.optimizer).__name__
-            message = (
-                f"{trainer.last_good_checkpoint}: does not fit this run: optimizer: its state "
-                f"failed at the first step after loading it ({type(exc).__name__}: {exc}); a "
-                f"state key {written} needs is missing or renamed (was the checkpoint written by "
-                "another version of the optimizer?)"
-            )
-            raise CheckpointMismatchError(message) from exc
-        return step
-
-    def _before_optimizer_step(self) -> None:
-        trainer = self.trainer
-        trainer.callbacks_dispatch.on_before_optimizer_step(trainer, trainer.optimizer)
 
     def run(
         self,
@@ -398,7 +258,7 @@ class TrainingLoop:
         while trainer.global_step < target:
             upcoming = trainer.global_step + 1
             logged = upcoming % log_steps == 0 or upcoming == target
-            loss, correct, count, extra = self.train_step(stream, logged)
+            loss, correct, count, extra = self.step.run(stream, logged)
             finite = math.isfinite(loss)
             window.skipped += not finite  # skipped under nan_policy: skip_step
             window.loss += loss if finite else 0.0
