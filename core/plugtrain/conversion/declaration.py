@@ -202,6 +202,10 @@ class CheckpointConverter:
     :param detected: found from ``config.json``'s ``model_type`` when no key is given (``False``
         for a second converter of an architecture another converter already claims).
     :param note: one line shown by ``list-converters``.
+    :param hf_parts: a Hugging Face folder of sub-models: each sub-folder's name and the
+        ``architectures`` entry of its ``config.json``. Their tensors are named
+        ``<sub-folder>.…`` (DPR's ``question_encoder.…`` and ``ctx_encoder.…``); import reads
+        every sub-folder, export writes each sub-folder with its own tensors and config.
     """
 
     model: str
@@ -223,6 +227,7 @@ class CheckpointConverter:
     detected: bool = True
     formats: tuple[str, str] = FORMATS
     note: str = ""
+    hf_parts: Mapping[str, str] = attrs.field(factory=dict)
 
     @property
     def folds_mup(self) -> bool:

@@ -26,7 +26,12 @@ from plugtrain.conversion.declaration import (
     ConversionContext,
     ConversionError,
 )
-from plugtrain.conversion.hf_files import ShardedWriter, iter_file_tensors, parse_size
+from plugtrain.conversion.hf_files import (
+    ShardedWriter,
+    iter_file_tensors,
+    iter_hf_tensors,
+    parse_size,
+)
 from plugtrain.conversion.lookup import complete_model_keys, find_converter, model_defaults
 from plugtrain.conversion.opening import ForeignCheckpoint, open_checkpoint
 from plugtrain.conversion.weights import RuleApplier
@@ -268,8 +273,35 @@ def export_hf(
             hf["dtype"] = str(dtype).removeprefix("torch.")
         _write_json(writer.staged("config.json"), hf)
         _copy_tokenizer(writer, tokenizer_dir, hf)
+    if converter.hf_parts:
+        _split_into_parts(Path(output_dir), converter.hf_parts, shard_size, safetensors)
     log.info("wrote %s (%s converter)", output_dir, key)
     return Path(output_dir)
+
+
+def _split_into_parts(
+    folder: Path, parts: Mapping[str, str], shard_size: str | int, safetensors: bool
+) -> None:
+    """Move the tensors named ``<part>.…`` of an exported folder into ``folder/<part>/``.
+
+    Each sub-folder also gets the folder's other files and a ``config.json`` naming its
+    architecture.
+    """
+    whole = folder.with_name(f".{folder.name}.whole")
+    os.replace(folder, whole)
+    config = json.loads((whole / "config.json").read_text(encoding="utf-8"))
+    tensors = dict(iter_hf_tensors(whole))
+    others = [p for p in whole.iterdir() if p.is_file() and "model" not in p.name]
+    folder.mkdir()
+    for part, architecture in parts.items():
+        with ShardedWriter(folder / part, parse_size(shard_size), safetensors) as writer:
+            for name, tensor in tensors.items():
+                if name.startswith(part + "."):
+                    writer.add(name, tensor)
+            for file in others:
+                shutil.copyfile(file, writer.staged(file.name))
+            _write_json(writer.staged("config.json"), {**config, "architectures": [architecture]})
+    shutil.rmtree(whole)
 
 
 def hf_weight_names(

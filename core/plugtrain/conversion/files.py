@@ -23,7 +23,9 @@ __all__ = [
     "EXPORT_FORMATS",
     "HF_WEIGHT_FILES",
     "check_formats",
+    "hf_config_file",
     "hf_source_file",
+    "hf_sub_models",
     "hf_weight_files",
     "is_hf_checkpoint",
     "model_section",
@@ -40,13 +42,41 @@ HF_WEIGHT_FILES = (
 """The weight files of a Hugging Face folder, in the order they are looked for."""
 
 
+def _own_model(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any(
+        (folder / n).exists() for n in HF_WEIGHT_FILES
+    )
+
+
+def hf_sub_models(folder: str | os.PathLike[str]) -> list[Path]:
+    """The sub-models of a folder of Hugging Face models, sorted.
+
+    Each is a sub-folder with its ``config.json`` and weights (DPR's ``question_encoder/`` and
+    ``ctx_encoder/``); none when ``folder`` holds weights of its own or is not a folder.
+    """
+    folder = Path(folder)
+    if not folder.is_dir() or any((folder / n).exists() for n in HF_WEIGHT_FILES):
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and _own_model(p))
+
+
+def hf_config_file(folder: str | os.PathLike[str]) -> Path:
+    """The ``config.json`` of a Hugging Face folder (of its first sub-model when it has none)."""
+    folder = Path(folder)
+    parts = hf_sub_models(folder)
+    if not (folder / "config.json").exists() and parts:
+        return parts[0] / "config.json"
+    return folder / "config.json"
+
+
 def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a Hugging Face folder, index, or safetensors file (not plugtrain's)."""
+    """Whether ``path`` is a Hugging Face folder, index, or safetensors file (not plugtrain's).
+
+    A folder of sub-models (:func:`hf_sub_models`) is one too.
+    """
     path = Path(path)
     if path.is_dir():
-        return (path / "config.json").is_file() and any(
-            (path / n).exists() for n in HF_WEIGHT_FILES
-        )
+        return _own_model(path) or bool(hf_sub_models(path))
     if path.name.endswith(".index.json") or path.suffix == ".safetensors":
         return path.is_file()
     return path.is_file() and path.name.startswith("pytorch_model") and path.suffix == ".bin"
@@ -55,9 +85,14 @@ def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
 def hf_weight_files(path: str | os.PathLike[str]) -> list[Path]:
     """The weight files behind ``path`` (a folder, an index or one file), in order.
 
+    A folder of sub-models gives every sub-model's files, the sub-folders in sorted order.
+
     :raises ConversionError: nothing to read, or an index naming a shard that is not there.
     """
     path = Path(path)
+    parts = hf_sub_models(path)
+    if parts:
+        return [file for part in parts for file in hf_weight_files(part)]
     if path.is_dir():
         found = next((path / n for n in HF_WEIGHT_FILES if (path / n).is_file()), None)
         if found is None:
@@ -126,6 +161,8 @@ def output_stem(path: str | os.PathLike[str]) -> str:
 def hf_source_file(path: str | os.PathLike[str]) -> Path:
     """The weights file of a Hugging Face source (a folder's own, or ``path`` itself)."""
     path = Path(path)
+    if hf_sub_models(path):
+        return path
     if path.is_dir():
         for name in HF_WEIGHT_FILES:
             if (path / name).is_file():

@@ -18,7 +18,7 @@ import attrs
 
 from plugtrain.conversion.configs import disagreements, hf_to_plugtrain_config, read_hf_config
 from plugtrain.conversion.declaration import CheckpointConverter, ConversionError
-from plugtrain.conversion.files import hf_weight_files, is_hf_checkpoint
+from plugtrain.conversion.files import hf_config_file, hf_weight_files, is_hf_checkpoint
 from plugtrain.conversion.lookup import complete_model_keys, find_converter
 from plugtrain.errors import CheckpointMismatchError
 
@@ -113,7 +113,7 @@ def open_checkpoint(
     """
     source = Path(source)
     folder = source if source.is_dir() else source.parent
-    config_file = Path(config) if config is not None else folder / "config.json"
+    config_file = Path(config) if config is not None else hf_config_file(folder)
     hf = read_hf_config(config_file)
     if config_file.is_dir():
         config_file = config_file / "config.json"

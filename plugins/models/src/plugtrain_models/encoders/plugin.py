@@ -59,7 +59,12 @@ def plugtrain_register_checkpoint_converters(registry: ComponentRegistrar) -> No
             schema=ConverterArguments,
             summary=f"Hugging Face <-> plugtrain checkpoints of {key}",
         )
-    for key, target in (("t5", "convert_t5:T5"), ("transformer", "convert_t5:TRANSFORMER")):
+    ours = (
+        ("t5", "convert_t5:T5"),
+        ("transformer", "convert_t5:TRANSFORMER"),
+        ("dpr", "convert_dpr:DPR"),
+    )
+    for key, target in ours:
         registry.register(
             key,
             f"plugtrain_models.encoders.{target}",
