@@ -18,6 +18,7 @@ from plugtrain.train.loop.evaluation import EvaluatedTrainer
 from plugtrain.train.loop.nan_guard import GuardedTrainer
 from plugtrain.train.loop.step import SteppedTrainer
 from plugtrain.train.loop.training_loop import LoopedTrainer
+from plugtrain.train.loop.validation import ValidatedTrainer
 from plugtrain.train.observability.fit_summary import SummarizedTrainer
 from plugtrain.train.trainer import Trainer
 
@@ -30,6 +31,7 @@ VIEWS = (
     LoopedTrainer,
     SteppedTrainer,
     EvaluatedTrainer,
+    ValidatedTrainer,
     GuardedTrainer,
     SummarizedTrainer,
 )

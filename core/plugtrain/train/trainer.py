@@ -51,6 +51,7 @@ from plugtrain.train.loop import (
     Scored,
     Sparsity,
     TrainingLoop,
+    Validation,
     default_loss,
     group_values,
     move_batch,
@@ -132,6 +133,7 @@ class Trainer:
     loggers_dispatch: Loggers
     nan_guard: NonFiniteGuard
     evaluation: Evaluation
+    validation: Validation
     state: TrainerState
     training_loop: TrainingLoop
 
@@ -230,6 +232,7 @@ class Trainer:
         """The parts with one job each that the facade delegates to."""
         self.nan_guard = NonFiniteGuard(self)
         self.evaluation = Evaluation(self)
+        self.validation = Validation(self, self.evaluation)
         self.state = TrainerState(self)
         step = OptimizerStep(self, self.nan_guard)
         self.training_loop = TrainingLoop(self, step, self.evaluation)
@@ -314,7 +317,7 @@ class Trainer:
             ``model_dir``, and an error when there is none and this trainer has not fitted.
         """
         with console_logging(self.logging.log_level):
-            return self.evaluation.validate(val_dataloader, ckpt_path)
+            return self.validation.validate(val_dataloader, ckpt_path)
 
     def validate_all(
         self,
@@ -332,7 +335,7 @@ class Trainer:
         :raises CheckpointError: a checkpoint that cannot be loaded (naming it), or none found.
         """
         with console_logging(self.logging.log_level):
-            return self.evaluation.validate_all(val_dataloaders, ckpt_paths)
+            return self.validation.validate_all(val_dataloaders, ckpt_paths)
 
     # -- checkpoints ---------------------------------------------------------------------------
 

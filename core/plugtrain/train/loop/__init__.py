@@ -1,9 +1,9 @@
 """The training loop and what runs inside a step.
 
 Batches and their loss, one optimizer step of micro-batches and its accumulation, precision,
-the NaN guard, sparsity, callbacks, and evaluation. Each part that reads the Trainer says what
-it reads as a Protocol beside it (``SteppedTrainer``, ``LoopedTrainer``, ``EvaluatedTrainer``,
-``GuardedTrainer``).
+the NaN guard, sparsity, callbacks, evaluation, and validation of checkpoints. Each part that
+reads the Trainer says what it reads as a Protocol beside it (``SteppedTrainer``,
+``LoopedTrainer``, ``EvaluatedTrainer``, ``ValidatedTrainer``, ``GuardedTrainer``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from plugtrain.train.loop.training_loop import (
     steps_per_epoch,
     target_step,
 )
+from plugtrain.train.loop.validation import Validation
 
 __all__ = [
     "Callbacks",
@@ -40,6 +41,7 @@ __all__ = [
     "Sparsity",
     "SparsityGroup",
     "TrainingLoop",
+    "Validation",
     "default_loss",
     "first_non_finite",
     "group_from_spec",
