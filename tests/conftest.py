@@ -35,21 +35,15 @@ def _sigint_delivered() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def stdlib_gpt_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding ``runs/data/stdlib_gpt``: a small stdlib corpus, preprocessed once."""
+    """A folder holding ``runs/data/stdlib_gpt``: a small stdlib corpus, preprocessed once;
+    and ``runs/data/encoders``, the encoder examples' sample data."""
     from plugtrain.cli import main
+    from plugtrain_models.encoder_data.samples import write_examples
 
     root = tmp_path_factory.mktemp("examples_cwd")
     arguments = ["preprocess", "stdlib", "-o", str(root / STDLIB_GPT), "--max-seq-length", "128"]
     assert main([*arguments, "--stdlib-corpus", "300000", "--no-progress"]) == 0
-    return root
-
-
-@pytest.fixture(scope="session")
-def encoder_examples_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding ``runs/data/encoders``: the encoder examples' sample data."""
-    samples = pytest.importorskip("plugtrain_models.encoder_data.samples")
-    root = tmp_path_factory.mktemp("encoder_examples_cwd")
-    samples.write_examples(root / ENCODERS)
+    write_examples(root / ENCODERS)
     return root
 
 
@@ -63,10 +57,9 @@ def example_cwd(
     """
 
     def enter(example: Path) -> None:
-        if STDLIB_GPT in example.read_text(encoding="utf-8"):
+        text = example.read_text(encoding="utf-8")
+        if STDLIB_GPT in text or ENCODERS in text:
             monkeypatch.chdir(request.getfixturevalue("stdlib_gpt_root"))
-        elif ENCODERS in example.read_text(encoding="utf-8"):
-            monkeypatch.chdir(request.getfixturevalue("encoder_examples_root"))
 
     return enter
 
