@@ -35,6 +35,15 @@ def shift_right(labels: torch.Tensor, start: int) -> torch.Tensor:
     return shifted
 
 
+def _folded(
+    mask: torch.Tensor | None, bias: torch.Tensor | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """A boolean mask folded into the stack's position bias once (not again in every layer)."""
+    if mask is None or bias is None:
+        return mask, bias
+    return None, bias.masked_fill(~mask, float("-inf"))
+
+
 class T5Embeddings(nn.Module):
     """One stack's token table and positions (Model Zoo's ``EmbeddingLayer``)."""
 
@@ -129,6 +138,7 @@ class T5Network(nn.Module):
         hidden = self._embed(self.encoder_embeddings, input_ids)
         mask = None if attention_mask is None else key_padding_mask(attention_mask)
         bias = self.encoder_embeddings.position_bias(input_ids.shape[1])
+        mask, bias = _folded(mask, bias)
         hidden = self.encoder(hidden, mask, None, bias)
         return self.dropout(hidden) if self.settings.dropout_outside_residual else hidden
 
@@ -143,7 +153,7 @@ class T5Network(nn.Module):
         length = decoder_input_ids.shape[1]
         memory_mask = None if attention_mask is None else key_padding_mask(attention_mask)
         bias = self.decoder_embeddings.position_bias(length)
-        causal = causal_mask(length, hidden.device)
+        causal, bias = _folded(causal_mask(length, hidden.device), bias)
         hidden = self.decoder(hidden, memory, causal, memory_mask, bias)
         return self.dropout(hidden) if self.settings.dropout_outside_residual else hidden
 
