@@ -368,3 +368,22 @@ def test_pretraining_metrics_are_model_zoos_and_skipped_when_unwanted() -> None:
     assert set(model(batch)) == {"loss", "num_examples"}
     quiet = build_bert("bert", {**TINY, "compute_eval_metrics": False}).eval()
     assert set(quiet(batch)) == {"loss", "num_examples"}
+
+
+def test_label_smoothing_smooths_the_mlm_term_in_training_only() -> None:
+    torch.manual_seed(0)
+    keys = {**TINY, "disable_nsp": True, "label_smoothing": "0.1"}
+    model = build_bert("bert", keys)
+    batch = {
+        "input_ids": torch.randint(1, 40, (2, 8)),
+        "masked_lm_positions": torch.tensor([[1, 2], [3, 4]]),
+        "masked_lm_mask": torch.tensor([[1, 1], [1, 0]]),
+        "labels": torch.tensor([[5, 6], [7, 8]]),
+    }
+    logits = model.logits(batch)["mlm_logits"].flatten(0, 1)
+    ce = torch.nn.functional.cross_entropy(logits, batch["labels"].flatten(), reduction="none")
+    uniform = -torch.log_softmax(logits, -1).mean(-1)
+    weights = batch["masked_lm_mask"].flatten()
+    smoothed = ((0.9 * ce + 0.1 * uniform) * weights).sum() / 2
+    torch.testing.assert_close(model(batch)["loss"], smoothed)
+    torch.testing.assert_close(model.eval()(batch)["loss"], (ce * weights).sum() / 2)

@@ -157,6 +157,7 @@ class BertPretrainingModel(_BertTask):
         network = BertPretrainModel(settings, nsp, num_classes)
         super().__init__(network, settings, family, keys)
         self.mlm_loss_weight = mlm_loss_weight
+        self.label_smoothing = float(number(keys.get("label_smoothing")) or 0.0)
         self.compute_eval_metrics = bool(keys.get("compute_eval_metrics", True))
         if settings.tied:
             self.tied_names = {
@@ -210,9 +211,11 @@ class BertPretrainingModel(_BertTask):
             mask = torch.ones_like(labels)
         mlm, nsp = outputs["mlm_logits"], outputs.get("nsp_logits")
         nsp_labels = batch.get("next_sentence_label")
+        smoothing = self.label_smoothing if self.training else 0.0
         loss = mlm_nsp_loss(
-            mlm, labels, mask, nsp, nsp_labels, self.mlm_loss_weight, batch.get("mlm_loss_scale")
-        )
+            mlm, labels, mask, nsp, nsp_labels, self.mlm_loss_weight,
+            batch.get("mlm_loss_scale"), smoothing,
+        )  # fmt: skip
         result: dict[str, Any] = {"loss": loss, "num_examples": int(labels.shape[0])}
         if self.compute_eval_metrics and (self.metrics_wanted or not self.training):
             with torch.no_grad():

@@ -12,10 +12,18 @@ from torch.nn import functional
 __all__ = ["classifier_loss", "mlm_nsp_loss", "summarization_loss", "token_loss"]
 
 
-def _summed_ce(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``Σ ce(logits, labels) · weights`` over every position (float32 cross-entropy)."""
+def _summed_ce(
+    logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor, smoothing: float = 0.0
+) -> torch.Tensor:
+    """``Σ ce(logits, labels) · weights`` over every position (float32 cross-entropy).
+
+    ``smoothing`` is Model Zoo's ``smooth_loss``: ``(1 - s) ce + s mean_c(-log p_c)``.
+    """
     per = functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).long(), reduction="none"
+        logits.reshape(-1, logits.shape[-1]).float(),
+        labels.reshape(-1).long(),
+        reduction="none",
+        label_smoothing=smoothing,
     )
     return (per * weights.reshape(-1).to(per.dtype)).sum()
 
@@ -28,14 +36,16 @@ def mlm_nsp_loss(
     nsp_labels: torch.Tensor | None,
     mlm_loss_weight: float,
     mlm_loss_scale: torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
 ) -> torch.Tensor:
     """``Σ ce·mask / B * mlm_loss_weight`` (+ the NSP mean cross-entropy).
 
     With a ``mlm_loss_scale`` feature the mask is multiplied by it and ``mlm_loss_weight`` is not
-    applied, as in Model Zoo.
+    applied, as in Model Zoo. ``label_smoothing`` smooths the MLM term (the caller passes it in
+    training only, as Model Zoo applies it).
     """
     weights = mask if mlm_loss_scale is None else mask * mlm_loss_scale
-    loss = _summed_ce(mlm_logits, labels, weights) / labels.shape[0]
+    loss = _summed_ce(mlm_logits, labels, weights, label_smoothing) / labels.shape[0]
     if mlm_loss_scale is None:
         loss = loss * mlm_loss_weight
     if nsp_logits is not None:

@@ -33,7 +33,6 @@ _UNSUPPORTED: dict[str, Any] = {
     "freeze_ffn_bias_in_glu": False,
     "lr_adjustment_groups": None,
     "dtype": None,
-    "label_smoothing": 0.0,
 }
 _POSITIONS = ("learned", "rotary", None)
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")

@@ -109,7 +109,7 @@ class BertArgs(BertEncoderArgs):
     use_ffn_bias_in_mlm: bool = arg(True, help="bias of the MLM transform")
     use_output_bias_in_mlm: bool = arg(True, help="bias of the MLM decoder")
     mlm_loss_weight: Real = arg(1.0, help="multiplies the summed MLM loss per example")
-    label_smoothing: Real = arg(0.0, help="not supported")
+    label_smoothing: Real = arg(0.0, help="MLM label smoothing (training only)")
     disable_nsp: bool = arg(False, help="no NSP head, no pooler, no segment table")
     num_classes: int = arg(2, help="NSP classes", gt=0)
     compute_eval_metrics: bool = arg(True, help="MLM accuracy, perplexity, NSP accuracy")
