@@ -31,7 +31,7 @@ from plugtrain.conversion import (
     open_checkpoint,
     read_checkpoint,
 )
-from plugtrain.errors import CheckpointMismatchError, UnknownNameError
+from plugtrain.errors import CheckpointError, CheckpointMismatchError, UnknownNameError
 from plugtrain.registry import Registry
 from plugtrain.train.trainer import Trainer
 from plugtrain_models.families import build_decoder
@@ -175,6 +175,33 @@ def test_the_trainer_looks_the_converter_up_in_its_own_registry(
     trainer = _trainer(keys, tmp_path, registry=Registry())  # holds no converter
     with pytest.raises(UnknownNameError, match="llama"):
         trainer.validate(_batches(), ckpt_path=str(folder))
+
+
+def test_a_model_naming_no_converter_is_read_by_the_one_of_its_registered_name(
+    folder: Path, keys: dict[str, Any], tmp_path: Path, spy: _Spy
+) -> None:
+    from plugtrain_models.model import DecoderLM
+
+    class Unnamed(DecoderLM):
+        checkpoint_converter = None  # type: ignore[assignment]
+
+    def unnamed() -> Unnamed:
+        model = build_decoder("llama", keys)
+        model.__class__ = Unnamed
+        return model
+
+    bare = Trainer(device="CPU", model_dir=tmp_path / "bare", model=unnamed())
+    with pytest.raises(CheckpointError, match="names no checkpoint converter"):
+        bare.validate(_batches(), ckpt_path=str(folder))
+    assert spy.opened == []
+    named = Trainer(
+        device="CPU",
+        model_dir=tmp_path / "named",
+        model=unnamed(),
+        config={"model": {"name": "llama", **keys}},
+    )  # as a run file gives it
+    named.validate(_batches(), ckpt_path=str(folder))
+    assert [c["converter"] for c in spy.opened] == ["llama"]
 
 
 def test_open_checkpoint_has_no_fallback_registry(folder: Path) -> None:

@@ -33,15 +33,20 @@ def is_hf_checkpoint(path: str | os.PathLike[str]) -> bool:
 
 
 def hf_checkpoint_state(
-    model: torch.nn.Module, path: str | os.PathLike[str], registry: Registry
+    model: torch.nn.Module,
+    path: str | os.PathLike[str],
+    registry: Registry,
+    model_name: str | None = None,
 ) -> dict[str, Any]:
     """``{"model": state}`` of the Hugging Face checkpoint at ``path``, for ``model``.
 
     Opened by :func:`plugtrain.conversion.open_checkpoint` with the converter the model names
-    (its ``checkpoint_converter``) and its ``model_keys``, so that a ``config.json`` describing
-    another model is refused before any shard is read.
+    (its ``checkpoint_converter``, else the name it is registered under, as ``plugtrain check``
+    takes it) and its ``model_keys``, so that a ``config.json`` describing another model is
+    refused before any shard is read.
 
     :param registry: the registry the converter and the model are found in.
+    :param model_name: the model's registered name, where the run file gave it.
     :raises CheckpointError: the model names no converter, or the checkpoint does not convert.
     :raises CheckpointMismatchError: ``config.json`` disagrees with the model's keys (each key
         named with both values).
@@ -53,11 +58,12 @@ def hf_checkpoint_state(
         read_checkpoint,
     )
 
-    converter = getattr(model, "checkpoint_converter", None)
+    converter = getattr(model, "checkpoint_converter", None) or model_name
     if converter is None:
         message = (
             f"{path}: is a Hugging Face checkpoint, but the model ({type(model).__name__}) names "
-            "no checkpoint converter (its checkpoint_converter attribute)"
+            "no checkpoint converter (its checkpoint_converter attribute, or the registered "
+            "name of a model built from a run file)"
         )
         raise CheckpointError(message)
     keys = getattr(model, "model_keys", None)

@@ -172,7 +172,7 @@ class TrainerState:
                 from plugtrain.discovery.loading import get_registry
 
                 registry = get_registry()
-            state = hf_checkpoint_state(model, path, registry)
+            state = hf_checkpoint_state(model, path, registry, _model_name(self.trainer.config))
         else:
             state = self.trainer.checkpointer.load(path)
         if "model" in state:
@@ -289,6 +289,13 @@ class TrainerState:
             for state in trainer.optimizer.state.values():
                 tensors.extend(v for v in state.values() if isinstance(v, torch.Tensor))
         return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _model_name(config: Mapping[str, Any] | None) -> str | None:
+    """The model's registered name in a run file's ``init`` mapping (``None``: not given)."""
+    model = (config or {}).get("model")
+    name = model.get("name") if isinstance(model, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 _EVALUATION_PARTS = frozenset({"model", "sparsity", "global_step"})

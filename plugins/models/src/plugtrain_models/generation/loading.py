@@ -79,6 +79,7 @@ def load_run(run_file: str, overrides: list[str], ckpt: str | None) -> LoadedRun
     first = plan.trainers[0]
     trainer = Trainer(
         device=_device(first), model_dir=first.model_dir, seed=first.seed, registry=registry,
+        config=first.config,
         model=lambda: build_component(registry, "model", first.model),
     )  # fmt: skip
     source = _load(trainer, first, ckpt)
