@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from plugtrain.cli import main
+from plugtrain.discovery.loading import get_registry
 from plugtrain.errors import ConfigError
 from plugtrain.schema import check_arguments
-from plugtrain.testing import write_run_file
+from plugtrain.testing import check_plugin_contract, write_run_file
 from plugtrain_models.encoders.families_bert import build_bert
 from plugtrain_models.encoders.schemas_bert import (
     BertArgs,
@@ -387,3 +388,22 @@ def test_label_smoothing_smooths_the_mlm_term_in_training_only() -> None:
     smoothed = ((0.9 * ce + 0.1 * uniform) * weights).sum() / 2
     torch.testing.assert_close(model(batch)["loss"], smoothed)
     torch.testing.assert_close(model.eval()(batch)["loss"], (ce * weights).sum() / 2)
+
+
+@pytest.mark.slow  # the contract builds every model of the plugin, T5 at its default size too
+def test_the_five_models_keep_the_plugin_contract() -> None:
+    """Listed, importable, schema = signature, torch-free schemas, and a state round trip."""
+    registry = get_registry()
+    names = ["bert", "esm2", "bert/classifier", "bert/token_classifier",
+             "bert/extractive_summarization"]  # fmt: skip
+    assert set(names) <= set(registry.names("model"))
+    arguments = {
+        "bert": TINY,
+        "esm2": ESM,
+        "bert/classifier": {**TINY, "num_labels": 2, "problem_type": "regression",
+                            "task_dropout": 0.0},
+        "bert/token_classifier": {**TINY, "num_classes": 3, "encoder_output_dropout_rate": 0.0},
+        "bert/extractive_summarization": TINY,
+    }  # fmt: skip
+    problems = check_plugin_contract("encoders", registry, arguments=arguments)
+    assert [p for p in problems if any(f"'{name}'" in p for name in names)] == []
