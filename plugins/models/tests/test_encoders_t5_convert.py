@@ -174,3 +174,25 @@ def test_gated_gelu_is_refused_naming_the_key(t5: tuple[Any, Path], tmp_path: Pa
     other.write_text(json.dumps(config))
     with pytest.raises(ConversionError, match="feed_forward_proj = 'gated-gelu'"):
         hf_to_plugtrain(folder, "t5", config=other)
+
+
+@pytest.mark.parametrize(
+    ("projection", "activation"), [("gated-relu", "reglu"), ("gated-silu", "swiglu")]
+)
+def test_gated_t5_converts_with_model_zoo_s_glu(
+    projection: str, activation: str, tmp_path: Path
+) -> None:
+    config = {**CONFIG, "feed_forward_proj": projection}
+    hf = random_hf_model(transformers.T5Config, transformers.T5ForConditionalGeneration, **config)
+    folder = save_hf(hf, tmp_path / "t5")
+    converted = hf_to_plugtrain(folder)
+    assert converted.model_keys["encoder_nonlinearity"] == activation
+    model = get_registry().resolve("model", "t5")(**converted.model_keys).eval()
+    model.load_state_dict(converted.state)
+    b = batch()
+    with torch.no_grad():
+        ours = model.logits(b)["logits"]
+    torch.testing.assert_close(ours, logits_of(hf, b), atol=1e-4, rtol=1e-5)
+    exported = export_hf(converted.state, "t5", converted.model_keys, tmp_path / "out")
+    original = tensors(folder)
+    assert all(torch.equal(tensors(exported)[k], v) for k, v in original.items())
