@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
+    from plugtrain.contract.strategy import ParallelStrategy
+
 __all__ = [
     "CALLBACK_HOOKS",
     "REVERSED_HOOKS",
@@ -233,8 +235,8 @@ class TrainerView(Protocol):
         """Where the run executes."""
 
     @property
-    def strategy(self) -> object:
-        """The backend's :class:`plugtrain.strategy.ParallelStrategy`."""
+    def strategy(self) -> ParallelStrategy:
+        """The backend's parallel strategy (:mod:`plugtrain.strategy`)."""
 
     @property
     def device(self) -> torch.device:
