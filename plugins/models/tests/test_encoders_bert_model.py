@@ -407,3 +407,27 @@ def test_the_five_models_keep_the_plugin_contract() -> None:
     }  # fmt: skip
     problems = check_plugin_contract("encoders", registry, arguments=arguments)
     assert [p for p in problems if any(f"'{name}'" in p for name in names)] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [("bert", {}), ("bert", {"share_embedding_weights": False}), ("esm2", ESM),
+     ("bert/classifier", {"num_labels": 2, "problem_type": "regression", "task_dropout": 0.0})],
+)  # fmt: skip
+def test_a_meta_build_filled_by_init_weights_equals_a_whole_build(
+    name: str, extra: dict[str, Any]
+) -> None:
+    """What FSDP2 does: build on ``meta``, materialise, ``init_weights()`` (same draws)."""
+    from plugtrain_backends._meta_init import materialise
+
+    keys = {**TINY, **extra}
+    torch.manual_seed(3)
+    whole = build_bert(name, keys)
+    after_whole = torch.get_rng_state()
+    torch.manual_seed(3)
+    with torch.device("meta"):
+        empty = build_bert(name, keys)
+    materialise(empty, torch.device("cpu"))
+    assert torch.equal(torch.get_rng_state(), after_whole)
+    expected, filled = whole.state_dict(), empty.state_dict()
+    assert [k for k in expected if not torch.equal(expected[k], filled[k])] == []
