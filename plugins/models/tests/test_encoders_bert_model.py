@@ -431,3 +431,16 @@ def test_a_meta_build_filled_by_init_weights_equals_a_whole_build(
     assert torch.equal(torch.get_rng_state(), after_whole)
     expected, filled = whole.state_dict(), empty.state_dict()
     assert [k for k in expected if not torch.equal(expected[k], filled[k])] == []
+
+
+def test_fsdp_units_are_the_encoder_layers() -> None:
+    from plugtrain_backends._fsdp import sharded_units
+
+    for name, keys in (
+        ("bert", TINY),
+        ("bert/token_classifier", EXPECTED["bert/token_classifier"][0]),
+    ):
+        model = build_bert(name, dict(keys))
+        prefix = "model.bert_encoder" if name == "bert" else "model.bert"
+        expected = [f"{prefix}.transformer_encoder.layers.{n}" for n in range(2)]
+        assert sharded_units(model, model.fsdp_modules) == expected

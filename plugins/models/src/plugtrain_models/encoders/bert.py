@@ -66,6 +66,9 @@ class _BertTask(nn.Module):
     metrics_wanted: bool = True
     """Whether a training forward computes its metrics besides the loss."""
 
+    fsdp_modules = ("model.*.transformer_encoder.layers.*",)
+    """FSDP2's units when the backend names none: each encoder layer gets its own fully_shard."""
+
     tied_names: Mapping[str, str] = {}
     """Names of one tensor under two names (``state_dict`` holds both; loading takes either)."""
 
