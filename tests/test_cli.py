@@ -137,8 +137,9 @@ def test_p_no_blocks_a_plugin(capsys):
     assert main(["-p", "no:builtin", "list", "model", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [row["name"] for row in listed if row["plugin"] == "builtin"] == []
-    assert main(["-p", "no:builtin", "-p", "no:models", "list", "model", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == []  # plugtrain-models' plugin blocked too
+    blocked = ["-p", "no:builtin", "-p", "no:models", "-p", "no:encoders"]
+    assert main([*blocked, "list", "model", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []  # plugtrain-models' plugins blocked too
 
 
 def test_a_failed_plugin_shows_in_plugins_and_others_keep_working(tmp_path):
