@@ -275,3 +275,17 @@ def test_deprecated_name_warns_and_builds_t5() -> None:
 def test_t5_section_errors(keys: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build(**keys)
+
+
+def test_init_weights_after_a_meta_build_gives_the_values_of_a_whole_build() -> None:
+    keys = {**SECTION, "share_embedding_weights": False, "position_embedding_type": "fixed",
+            "src_max_position_embeddings": 16, "tgt_max_position_embeddings": 16}  # fmt: skip
+    factory = get_registry().resolve("model", "t5")
+    with torch.device("meta"):
+        empty = factory(**keys)
+    empty.to_empty(device="cpu")
+    torch.manual_seed(0)
+    empty.init_weights()
+    torch.manual_seed(0)
+    whole = factory(**keys).state_dict()
+    assert all(torch.equal(v, whole[k]) for k, v in empty.state_dict().items())

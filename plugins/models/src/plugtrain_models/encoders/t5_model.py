@@ -22,6 +22,7 @@ from plugtrain_models.encoders.schemas_t5 import T5Args
 from plugtrain_models.encoders.t5 import T5Network
 from plugtrain_models.encoders.t5_init import initialise_t5
 from plugtrain_models.encoders.t5_loss import t5_loss
+from plugtrain_models.encoders.t5_positions import FixedPositionEmbedding
 from plugtrain_models.encoders.t5_settings import T5Settings, resolve_t5_settings
 from plugtrain_models.loss import masked_accuracy
 
@@ -70,7 +71,11 @@ class EncoderDecoderLM(nn.Module):
         self.family = family
         self.model_keys = dict(keys) if keys is not None else None
         """The ``model:`` keys it was built from, defaults filled in (``None``: not known)."""
+        # Model Zoo's initialisation sets every value: it draws from where construction began,
+        # so that init_weights (after the same seed) draws the same values on a meta-built model
+        start = torch.random.get_rng_state()
         self.model = T5Network(settings)
+        torch.random.set_rng_state(start)
         initialise_t5(self.model)
         self._register_load_state_dict_pre_hook(_tied_either_name)
 
@@ -88,13 +93,13 @@ class EncoderDecoderLM(nn.Module):
     def init_weights(self) -> None:
         """Give every parameter the value construction gives it, with the same draws.
 
-        plugtrain's meta-device contract: every module's ``reset_parameters`` in module order,
-        then Model Zoo's initialisation (after the same seed, the values of a model built whole).
+        plugtrain's meta-device contract: the fixed position tables are computed again, then
+        Model Zoo's initialisation draws every other value (after the same seed, the values of a
+        model built whole).
         """
         for module in self.model.modules():
-            reset = getattr(module, "reset_parameters", None)
-            if callable(reset):
-                reset()
+            if isinstance(module, FixedPositionEmbedding):
+                module.reset_parameters()
         initialise_t5(self.model)
 
     @property
