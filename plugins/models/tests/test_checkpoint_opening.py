@@ -169,6 +169,22 @@ def test_fit_and_validate_refuse_another_config_before_reading_a_shard(
     assert spy.reads == 0
 
 
+def test_a_run_files_trainer_opens_with_the_runs_registry_and_refuses_another_config(
+    unreadable: Path,
+    keys: dict[str, Any],
+    tmp_path: Path,
+    spy: _Spy,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_file = _run_file(tmp_path, {**keys, "rope_theta": 10000.0}, unreadable)
+    assert main(["validate_all", str(run_file)]) == 1
+    assert REFUSAL in capsys.readouterr().err
+    (call,) = spy.opened
+    assert call["converter"] == "llama"
+    assert "llama" in call["registry"].names("checkpoint_converter")
+    assert spy.reads == 0
+
+
 def test_the_trainer_looks_the_converter_up_in_its_own_registry(
     folder: Path, keys: dict[str, Any], tmp_path: Path
 ) -> None:
