@@ -1,4 +1,4 @@
-"""The step tuner (asked for): plans chosen by measured step times, the same numbers under each.
+"""The step tuner: plans chosen by measured step times, the same numbers under each.
 
 The tuner's choices are checked with a clock the test drives (each plan "takes" the seconds the
 test says), never with real timings.
@@ -7,24 +7,34 @@ test says), never with real timings.
 from __future__ import annotations
 
 import itertools
+import threading
 
 import pytest
 import torch
 
 import plugtrain
-from plugtrain_optimizers._threads import EXPLORE_FIRST, TUNE_VARIABLE, Plan, StepTuner
+from plugtrain_optimizers._threads import (
+    EXPLORE_FIRST,
+    TUNE_VARIABLE,
+    Plan,
+    StepTuner,
+    _set_threads,
+)
 
 ALL_BLOCKED, ONE = Plan(2), Plan(1)
 
 
 @pytest.fixture
 def tuned(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Optimizers made in the test ask for the tuner."""
-    monkeypatch.setenv(TUNE_VARIABLE, "1")
+    """Optimizers made in the test get the tuner (the default, unless the caller turned it off)."""
+    monkeypatch.delenv(TUNE_VARIABLE, raising=False)
 
 
 @pytest.fixture
 def two_threads():
+    """Two intra-op threads, where the tuner can set the stepping thread's count."""
+    if _set_threads() is None:
+        pytest.skip("torch's threads are not GNU OpenMP's: no tuner")
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     yield
@@ -140,22 +150,34 @@ def test_every_plan_gives_the_same_numbers(train, two_threads, tuned, monkeypatc
             assert torch.equal(value, want), f"{name} {key}"
 
 
-def test_by_default_a_step_leaves_torch_threads_alone(two_threads, monkeypatch):
-    """No tuner unless asked for: torch's thread count, a process-wide setting, is never set."""
+def test_a_step_sets_the_stepping_threads_count_only(two_threads, monkeypatch):
+    """Torch's own setting, which other threads see, is never changed: not even by a step."""
     calls: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     for name in ("Lion", "AdamW", "Lamb"):
         param = torch.nn.Parameter(torch.randn(300, 129))
         optimizer = plugtrain.resolve("optimizer", name)([param], lr=0.01)
-        for _ in range(6):
+        assert optimizer._tuner is not None
+        for _ in range(6):  # the one-thread plan is tried at the third step
             param.grad = torch.randn(300, 129)
             optimizer.step()
     assert calls == []
-    monkeypatch.setenv(TUNE_VARIABLE, "1")  # asked for: the one-thread plan is tried at step 3
-    optimizer = plugtrain.resolve("optimizer", "Lion")([param], lr=0.01)
-    for _ in range(3):
-        optimizer.step()
-    assert calls == [1, 2]
+    tuner = StepTuner()
+    tuner.choose = lambda threads: (ONE, True)  # type: ignore[method-assign]
+    seen: list[int] = []
+    with tuner.step():
+        seen.append(torch.get_num_threads())
+        other = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+        other.start()
+        other.join()
+    assert seen == [1, 2]  # this thread steps on one; another still sees two
+    assert torch.get_num_threads() == 2
+
+
+def test_the_tuner_can_be_turned_off(two_threads, monkeypatch):
+    monkeypatch.setenv(TUNE_VARIABLE, "0")
+    optimizer = plugtrain.resolve("optimizer", "Lion")([torch.nn.Parameter(torch.ones(3))])
+    assert optimizer._tuner is None
 
 
 def test_muon_keeps_every_thread(two_threads, tuned, monkeypatch):

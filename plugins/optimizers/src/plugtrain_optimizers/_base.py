@@ -64,9 +64,9 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
     (:mod:`~plugtrain_optimizers._sharded`). False for updates that need whole tensors (a
     norm per tensor, a matrix's rows and columns): such an optimizer refuses DTensors."""
     tune_threads: ClassVar[bool] = True
-    """Whether a CPU step's thread count may be chosen by measured step times where that is
-    asked for (:class:`~plugtrain_optimizers._threads.StepTuner`); False for matrix products,
-    which every thread helps."""
+    """Whether a CPU step's thread count is chosen by measured step times
+    (:class:`~plugtrain_optimizers._threads.StepTuner`); False for matrix products, which every
+    thread helps."""
     native_kernels: ClassVar[bool] = False
     """Whether float32 CPU steps may run the C kernels (:mod:`~plugtrain_optimizers._native`),
     which are then built (or found in the cache) when the optimizer is made."""

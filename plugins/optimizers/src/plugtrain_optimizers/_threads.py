@@ -1,10 +1,12 @@
 """On how many intra-op threads a CPU step runs, where asked for: :class:`StepTuner`.
 
-By default a step runs on torch's intra-op threads and nothing here is used.
-``PLUGTRAIN_TUNE_THREADS=1`` (read when an optimizer is made) asks for the tuner, which sets
-torch's thread count (a process-wide setting) around each step: all threads, fastest on a quiet
-machine, or one, which wins when another process keeps a core busy and each of a step's many
-parallel regions waits for the descheduled thread. The numbers are the same either way (bit for
+Where torch's intra-op threads are GNU OpenMP's, each step of an optimizer on the CPU runs on
+all of them, fastest on a quiet machine, or on one, which wins when another process keeps a
+core busy and each of a step's many parallel regions waits for the descheduled thread. The
+count is set for the stepping thread alone (OpenMP's ``omp_set_num_threads``, which torch's
+parallel loops on that thread follow); torch's own setting, which other threads see, is never
+changed. ``PLUGTRAIN_TUNE_THREADS=0`` (read when an optimizer is made) keeps all threads, as
+does any other runtime. The numbers are the same either way (bit for
 bit where every operation is elementwise; Lamb's and Adafactor's sums may run in another order).
 
 The tuner times the steps: after the first step (which allocates) it runs all threads, one
@@ -14,12 +16,14 @@ other again now and then (after :data:`EXPLORE_FIRST` steps, the interval doubli
 in a row slower than :data:`SLOWDOWN` times the chosen plan's recent best mean the machine may
 have changed: every plan is timed again at once (the others, then the chosen one) and the
 faster by those fresh times runs, so that a passing stall does not move the steps for a whole
-interval, while a lasting load moves them after three slow steps. Torch's thread count is
-restored after every step.
+interval, while a lasting load moves them after three slow steps. The stepping thread's count
+is restored after every step.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import statistics
 import time
@@ -29,6 +33,8 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
+
+from plugtrain_optimizers import _native
 
 __all__ = [
     "EXPLORE_FIRST",
@@ -42,12 +48,26 @@ __all__ = [
 ]
 
 TUNE_VARIABLE = "PLUGTRAIN_TUNE_THREADS"
-"""Set to ``1`` to have the optimizers made afterwards choose each CPU step's thread count."""
+"""Set to ``0`` to have the optimizers made afterwards step on all of torch's threads."""
 
 
 def tuning_threads() -> bool:
-    """Whether :data:`TUNE_VARIABLE` asks for the :class:`StepTuner`."""
-    return os.environ.get(TUNE_VARIABLE, "0").strip().lower() in ("1", "true", "yes", "on")
+    """Whether optimizers made now get a :class:`StepTuner` (GNU OpenMP, not turned off)."""
+    off = os.environ.get(TUNE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
+    return not off and _set_threads() is not None
+
+
+@functools.cache
+def _set_threads() -> Callable[[int], None] | None:
+    """``omp_set_num_threads`` of the GNU OpenMP torch runs on: this thread's count only."""
+    if _native._torch_not_gnu_openmp():
+        return None
+    try:
+        function = ctypes.CDLL("libgomp.so.1").omp_set_num_threads  # the one torch loaded
+    except (OSError, AttributeError):
+        return None
+    function.argtypes, function.restype = [ctypes.c_int], None
+    return function  # type: ignore[no-any-return]
 
 
 EXPLORE_FIRST = 32
@@ -159,14 +179,14 @@ class StepTuner:
         threads = torch.get_num_threads()
         plan, timed = self.choose(threads)
         if plan.threads != threads:
-            torch.set_num_threads(plan.threads)
+            _set_threads()(plan.threads)  # type: ignore[misc]
         start = self.clock()
         try:
             yield
         finally:
             seconds = self.clock() - start
             if plan.threads != threads:
-                torch.set_num_threads(threads)
+                _set_threads()(threads)  # type: ignore[misc]
         if timed:
             self.record(plan, seconds, threads)
         else:
