@@ -365,6 +365,7 @@ def test_pretraining_metrics_are_model_zoos_and_skipped_when_unwanted() -> None:
     nsp = (logits["nsp_logits"].argmax(-1) == batch["next_sentence_label"][:, 0]).float().mean()
     torch.testing.assert_close(out["accuracy_cls"], nsp)
     model.train()
+    assert set(model(batch)) == {"loss", "num_examples", "accuracy_masked_lm", "accuracy_cls"}
     model.metrics_wanted = False
     assert set(model(batch)) == {"loss", "num_examples"}
     quiet = build_bert("bert", {**TINY, "compute_eval_metrics": False}).eval()

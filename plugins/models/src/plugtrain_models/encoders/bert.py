@@ -204,7 +204,8 @@ class BertPretrainingModel(_BertTask):
         """``Σ ce·masked_lm_mask / B * mlm_loss_weight`` (+ NSP), and Model Zoo's metrics.
 
         ``accuracy_masked_lm``, ``mlm_perplexity`` (exp of the batch's mean cross-entropy per
-        scored prediction) and ``accuracy_cls`` (NSP), when ``compute_eval_metrics``.
+        scored prediction; evaluation only) and ``accuracy_cls`` (NSP), when
+        ``compute_eval_metrics``.
         """
         labels = batch["labels"]
         if self._gathers(batch):
@@ -223,9 +224,10 @@ class BertPretrainingModel(_BertTask):
         if self.compute_eval_metrics and (self.metrics_wanted or not self.training):
             with torch.no_grad():
                 result["accuracy_masked_lm"] = _accuracy(mlm, labels, mask)
-                per_token = mlm_nsp_loss(mlm, labels, mask, None, None, 1.0)
-                scored = mask.float().sum().clamp(min=1)
-                result["mlm_perplexity"] = torch.exp(per_token * labels.shape[0] / scored)
+                if not self.training:  # a second cross-entropy: evaluation only, as Model Zoo
+                    per_token = mlm_nsp_loss(mlm, labels, mask, None, None, 1.0)
+                    scored = mask.float().sum().clamp(min=1)
+                    result["mlm_perplexity"] = torch.exp(per_token * labels.shape[0] / scored)
                 if nsp is not None and nsp_labels is not None:
                     flat = nsp_labels.reshape(-1)
                     result["accuracy_cls"] = _accuracy(nsp, flat, torch.ones_like(flat))
