@@ -8,6 +8,7 @@ muP scales the logits, attention and learning rates as Model Zoo does.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -445,3 +446,15 @@ def test_fsdp_units_are_the_encoder_layers() -> None:
         prefix = "model.bert_encoder" if name == "bert" else "model.bert"
         expected = [f"{prefix}.transformer_encoder.layers.{n}" for n in range(2)]
         assert sharded_units(model, model.fsdp_modules) == expected
+
+
+def test_list_model_shows_the_model_zoo_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "model", "--json"]) == 0
+    listed = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    for name in ("bert", "bert/classifier", "bert/token_classifier",
+                 "bert/extractive_summarization", "esm2"):  # fmt: skip
+        assert listed[name]["provider"] == "plugtrain-models"
+    assert main(["list", "checkpoint_converter", "--json"]) == 0
+    converters = {row["name"] for row in json.loads(capsys.readouterr().out)}
+    assert {"bert", "bert-sequence-classifier", "bert-token-classifier", "roberta",
+            "esm-2"} <= converters  # fmt: skip
