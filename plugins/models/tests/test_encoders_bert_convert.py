@@ -261,3 +261,23 @@ def test_checkpoint_convert_both_ways_on_the_command_line(tmp_path: Path) -> Non
     (exported,) = (p for p in out.iterdir() if p.is_dir() and p.name.endswith("_to_hf"))
     written = _tensors(exported)
     assert all(torch.equal(written[k], v) for k, v in _tensors(folder).items())
+
+
+def test_old_files_with_gamma_and_beta_layer_norms_convert(tmp_path: Path) -> None:
+    """Early BERT checkpoints name LayerNorm parameters ``gamma``/``beta``."""
+    from safetensors.torch import save_file
+
+    _, folder = _saved("bert", tmp_path)
+    renamed = {
+        name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias",
+                                                                     "LayerNorm.beta"): t
+        for name, t in _tensors(folder).items()
+    }  # fmt: skip
+    assert any(name.endswith("LayerNorm.gamma") for name in renamed)
+    old = tmp_path / "old"
+    old.mkdir()
+    save_file(renamed, old / "model.safetensors")
+    (old / "config.json").write_text((folder / "config.json").read_text())
+    state, expected = hf_to_plugtrain(old, "bert").state, hf_to_plugtrain(folder, "bert").state
+    assert state.keys() == expected.keys()
+    assert all(torch.equal(state[k], v) for k, v in expected.items())

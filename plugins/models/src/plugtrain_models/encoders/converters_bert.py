@@ -33,6 +33,15 @@ def _pairs(hf: str, ours: str, suffixes: tuple[str, ...] = WB) -> list[WeightRul
     return [WeightRule([f"{hf}.{s}"], [f"{ours}.{s}"]) for s in suffixes]
 
 
+def _norms(hf: str, ours: str) -> list[WeightRule]:
+    """A LayerNorm: ``weight``/``bias`` (what export writes), or old files' ``gamma``/``beta``."""
+    old = [
+        WeightRule([f"{hf}.gamma"], [f"{ours}.weight"]),
+        WeightRule([f"{hf}.beta"], [f"{ours}.bias"]),
+    ]
+    return [*_pairs(hf, ours), *old]
+
+
 def encoder_rules(hf: str, ours: str, *, positions: bool = True) -> list[WeightRule]:
     """A post-LN BERT encoder: HF names under ``hf`` (``"bert."``) as Model Zoo's under ``ours``.
 
@@ -53,16 +62,16 @@ def encoder_rules(hf: str, ours: str, *, positions: bool = True) -> list[WeightR
             hf + "embeddings.token_type_embeddings", ours + "embedding_layer.segment_embeddings",
             ("weight",),
         )  # fmt: skip
-    rules += _pairs(hf + "embeddings.LayerNorm", ours + "embed_ln_f")
+    rules += _norms(hf + "embeddings.LayerNorm", ours + "embed_ln_f")
     for theirs, name in (("query", "q"), ("key", "k"), ("value", "v")):
         rules += _pairs(
             layer + f"attention.self.{theirs}", mine + f"self_attn.proj_{name}_dense_layer"
         )
     rules += _pairs(layer + "attention.output.dense", mine + "self_attn.proj_output_dense_layer")
-    rules += _pairs(layer + "attention.output.LayerNorm", mine + "norm1")
+    rules += _norms(layer + "attention.output.LayerNorm", mine + "norm1")
     rules += _pairs(layer + "intermediate.dense", mine + "ffn.ffn.0.linear_layer")
     rules += _pairs(layer + "output.dense", mine + "ffn.ffn.1.linear_layer")
-    rules += _pairs(layer + "output.LayerNorm", mine + "norm2")
+    rules += _norms(layer + "output.LayerNorm", mine + "norm2")
     rules += _pairs(hf + "pooler.dense", ours + "pooler.pooler.ffn.0.linear_layer")
     rules.append(WeightRule([hf + "embeddings.position_ids"], []))
     return rules
@@ -72,7 +81,7 @@ def mlm_rules(dense: str, norm: str, bias: str, decoder: str) -> list[WeightRule
     """The MLM head: transform, LayerNorm, output bias; the decoder weight is the word table."""
     head = "bert_mlm_head."
     rules = _pairs(dense, head + "mlm_transform.ffn.ffn.0.linear_layer")
-    rules += _pairs(norm, head + "mlm_transform.ln")
+    rules += _norms(norm, head + "mlm_transform.ln")
     rules.append(WeightRule([bias], [head + "classifier.ffn.0.linear_layer.bias"]))
     rules.append(WeightRule([decoder + ".weight"], [head + "classifier.ffn.0.linear_layer.weight"]))
     rules.append(WeightRule([decoder + ".bias"], []))  # the same tensor as ``bias``
