@@ -61,6 +61,9 @@ class Lora:
     def on_model_built(self, trainer: TrainerView, model: nn.Module) -> nn.Module:
         """Wrap the targeted layers and freeze everything else (see :mod:`.apply`)."""
         seed = getattr(trainer, "seed", None) or 0
+        prepare = getattr(model, "prepare_for_adapters", None)
+        if callable(prepare):  # e.g. DPO: its reference becomes the base without adapters
+            prepare()
         try:
             report = apply_lora(model, self.configs, seed=seed)
         except ValueError as exc:

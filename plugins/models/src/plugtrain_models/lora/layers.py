@@ -49,6 +49,8 @@ class LoraLayer:
     lora_seed: int
     merge: bool
     _unmerged: torch.Tensor | None
+    adapters_off: bool = False
+    """Compute the base layer alone (see :mod:`plugtrain_models.lora.disabled`)."""
 
     def _attach(self, config: LoraConfig, name: str, seed: int, a_shape: Any, b_shape: Any) -> None:
         self.config, self.lora_name, self.lora_seed = config, name, seed
@@ -123,9 +125,9 @@ class LoraLinear(nn.Linear, LoraLayer):
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``W x + b``, plus ``B A dropout(x) * scaling`` unless merged."""
+        """``W x + b``, plus ``B A dropout(x) * scaling`` unless merged or switched off."""
         result: torch.Tensor = functional.linear(x, self.weight, self.bias)
-        if self.merged:
+        if self.merged or self.adapters_off:
             return result
         update: torch.Tensor = self.lora_dropout(x) @ self.lora_A.transpose(0, 1)
         return result + (update @ self.lora_B.transpose(0, 1)) * self.scaling
@@ -174,9 +176,9 @@ class LoraEmbedding(nn.Embedding, LoraLayer):
         return self
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """The rows of ``W``, plus ``A^T[ids] B^T * scaling`` unless merged."""
+        """The rows of ``W``, plus ``A^T[ids] B^T * scaling`` unless merged or switched off."""
         result = super().forward(ids)
-        if self.merged:
+        if self.merged or self.adapters_off:
             return result
         rows = functional.embedding(
             ids, self.lora_A.transpose(0, 1), self.padding_idx, self.max_norm,

@@ -1,0 +1,1 @@
+"""Preference tuning: Model Zoo's ``dpo`` model, its loss and its HDF5 data."""
