@@ -73,7 +73,6 @@ PARALLEL_ELEMENTS = 1 << 15
 _SOURCE = Path(__file__).with_name("kernels.c")
 _FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"]
 # Tried in turn until one builds and loads; -fopenmp only where torch runs GNU OpenMP.
-# -fopenmp-simd only vectorizes the sums (one thread).
 _EXTRA_FLAGS = [
     ["-march=native", "-fopenmp"],
     ["-fopenmp"],
@@ -167,8 +166,6 @@ def usable(tensors: Sequence[torch.Tensor]) -> bool:
             return False
         if type(t) not in _PLAIN or not t.is_contiguous() or t.is_neg():
             return False  # a subclass (a DTensor, say) is not what its data pointer holds
-    if len(tensors) == 1:
-        return True
     starts = sorted(t.data_ptr() for t in tensors)
     return all(b - a >= 4 * n for a, b in itertools.pairwise(starts))
 
@@ -285,10 +282,7 @@ def _implementation(name: str, parameters: list[str]) -> Callable[..., None]:
 
 
 def set_enabled(enabled: bool) -> None:
-    """Turn the kernels off or back on for the steps that follow.
-
-    For comparisons in one process (the bench); the library stays loaded.
-    """
+    """Turn the kernels off or back on for the next steps (the library stays loaded)."""
     global _enabled  # noqa: PLW0603
     _enabled = enabled
 
@@ -332,13 +326,6 @@ def _cpu() -> str:
     return f"{platform.machine()} {platform.processor()} {flags}"
 
 
-@functools.cache
-def _compiler_version(compiler: str) -> str:
-    return subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, timeout=60, check=False
-    ).stdout
-
-
 @contextmanager
 def _exclusive(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on file ``path`` (where the system has ``flock``)."""
@@ -352,7 +339,8 @@ def _build(compiler: str, extra: list[str]) -> Path:
     """The library built with flags ``extra``: from the cache, or compiled into it."""
     key = hashlib.sha256()
     flags = " ".join([*_FLAGS, *extra])
-    for part in (_SOURCE.read_bytes(), _compiler_version(compiler), flags, _cpu()):
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    for part in (_SOURCE.read_bytes(), version.stdout, flags, _cpu()):
         key.update(part if isinstance(part, bytes) else part.encode())
         key.update(b"\0")
     name = f"plugtrain_optimizers_{key.hexdigest()[:20]}.so"

@@ -1,23 +1,18 @@
-"""On how many intra-op threads a CPU step runs, where asked for: :class:`StepTuner`.
+"""On how many intra-op threads each CPU step of an optimizer runs: :class:`StepTuner`.
 
-Where torch's intra-op threads are GNU OpenMP's, each step of an optimizer on the CPU runs on
-all of them, fastest on a quiet machine, or on one, which wins when another process keeps a
-core busy and each of a step's many parallel regions waits for the descheduled thread. The
-count is set for the stepping thread alone (OpenMP's ``omp_set_num_threads``, which torch's
-parallel loops on that thread follow); torch's own setting, which other threads see, is never
-changed. ``PLUGTRAIN_TUNE_THREADS=0`` (read when an optimizer is made) keeps all threads, as
-does any other runtime. The numbers are the same either way (bit for
-bit where every operation is elementwise; Lamb's and Adafactor's sums may run in another order).
+All of them is fastest on a quiet machine; one wins when another process keeps a core busy and
+each of a step's many parallel regions waits for the descheduled thread. The same numbers
+either way (bit for bit where the update is elementwise; Lamb's and Adafactor's sums may run in
+another order). Where torch's threads are GNU OpenMP's, the tuner sets the stepping thread's
+count alone (``omp_set_num_threads``, which torch's parallel loops on that thread follow), never
+torch's own setting, which other threads see. ``PLUGTRAIN_TUNE_THREADS=0`` turns it off.
 
-The tuner times the steps: after the first step (which allocates) it runs all threads, one
-thread and all threads again, then the faster by the median of its recent times, and tries the
-other again now and then (after :data:`EXPLORE_FIRST` steps, the interval doubling up to
-:data:`EXPLORE_LAST` while the choice holds; a try replaces the plan's stale times). Two steps
-in a row slower than :data:`SLOWDOWN` times the chosen plan's recent best mean the machine may
-have changed: every plan is timed again at once (the others, then the chosen one) and the
-faster by those fresh times runs, so that a passing stall does not move the steps for a whole
-interval, while a lasting load moves them after three slow steps. The stepping thread's count
-is restored after every step.
+After the first step (which allocates) it runs all threads, one thread and all threads again,
+then the faster by the median of its recent times, and tries the other again after
+:data:`EXPLORE_FIRST` steps, the interval doubling up to :data:`EXPLORE_LAST` while the choice
+holds. Two steps in a row slower than :data:`SLOWDOWN` times the chosen plan's recent best: every
+plan is timed again at once (the chosen one last) and the faster by those fresh times runs, so
+a passing stall does not move the steps while a lasting load does within three steps.
 """
 
 from __future__ import annotations
