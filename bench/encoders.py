@@ -11,11 +11,14 @@ over the predictions and divides by the batch).
 Then one training step (forward, loss, backward, gradients cleared) of each is timed in turn, in
 float32 and under ``torch.autocast("cpu", bfloat16)``; the order alternates every round and the
 medians are compared (``ours / HF``: above 1 means ours is faster), with the fastest steps
-(``best / best``) and the noise (``spread``: the larger side's interquartile range over its
-median). Each side gets the batch it trains on: transformers' MLM labels are ``[B, S]`` with
--100 off the masked positions, Model Zoo's are gathered at ``masked_lm_positions``. Tokens are
-the encoder's (and T5's decoder's) input ids. Each library's default attention (transformers' T5
-computes its relative bias eagerly).
+(``best / best``), the median process CPU seconds (``CPU time``, HF's over ours: on a loaded
+machine a step waits for the cores, which adds wall time but not CPU time) and the noise
+(``spread``: the larger side's interquartile range over its median).
+
+Each side gets the batch it trains on: transformers' MLM labels are ``[B, S]`` with -100 off the
+masked positions, Model Zoo's are gathered at ``masked_lm_positions``. Tokens are the encoder's
+(and T5's decoder's) input ids. Each library's default attention (transformers' T5 computes its
+relative bias eagerly).
 
 Run: ``python bench/encoders.py [--batch 4] [--seq 256] [--hidden 256] [--layers 4] [--heads 8]
 [--vocab 8192] [--repeats 15] [--threads 2] [--dtypes float32 bfloat16] [--models bert esm2 t5]``
@@ -175,18 +178,18 @@ def precisions() -> dict[str, Callable[[], Any]]:
     }
 
 
-def timed(step: Callable[..., float], *args: Any) -> float:
-    """Seconds one call of ``step(*args)`` takes."""
-    start = time.perf_counter()
+def timed(step: Callable[..., float], *args: Any) -> tuple[float, float]:
+    """Wall-clock and process CPU seconds one call of ``step(*args)`` takes."""
+    start, cpu = time.perf_counter(), time.process_time()
     step(*args)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def race(
     ours: Any, theirs: Any, batches: tuple[dict[str, Any], dict[str, Any]], precision: Any,
     repeats: int,
-) -> tuple[list[float], list[float]]:  # fmt: skip
-    """Seconds of each side's steps, alternating which goes first every round."""
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:  # fmt: skip
+    """Wall and CPU seconds of each side's steps, alternating which goes first every round."""
     mine_batch, hf_batch = batches
     for _ in range(2):  # warm-up: allocator, autocast caches, first-call paths
         ours_step(ours, mine_batch, precision)
@@ -251,8 +254,8 @@ def main() -> None:
         f"of {size.repeats} interleaved steps (forward, loss, backward)"
     )
     print(
-        "| model | dtype | ours tokens/s | HF tokens/s | ours / HF | best / best | spread "
-        "| float32 diff |\n|---|---|---|---|---|---|---|---|"
+        "| model | dtype | ours tokens/s | HF tokens/s | ours / HF | best / best | CPU time "
+        "| spread | float32 diff |\n|---|---|---|---|---|---|---|---|---|"
     )
     mismatched = []
     with tempfile.TemporaryDirectory() as folder, quiet():
@@ -263,13 +266,17 @@ def main() -> None:
             if difference > size.tolerance:
                 mismatched.append(f"{name}: {difference:.1e}")
             for dtype in size.dtypes:
-                mine_s, hf_s = race(ours, theirs, (mine, hf), precisions()[dtype], size.repeats)
+                mine_t, hf_t = race(ours, theirs, (mine, hf), precisions()[dtype], size.repeats)
+                mine_s, hf_s = [t[0] for t in mine_t], [t[0] for t in hf_t]
                 ours_t, theirs_t = statistics.median(mine_s), statistics.median(hf_s)
+                cpu = statistics.median(t[1] for t in hf_t) / statistics.median(
+                    t[1] for t in mine_t
+                )
                 spread = max(_spread(mine_s), _spread(hf_s))
                 print(
                     f"| {name} | {dtype} | {tokens / ours_t:,.0f} | {tokens / theirs_t:,.0f} | "
-                    f"{theirs_t / ours_t:.2f} | {min(hf_s) / min(mine_s):.2f} | {spread:.0%} | "
-                    f"{difference:.1e} |",
+                    f"{theirs_t / ours_t:.2f} | {min(hf_s) / min(mine_s):.2f} | {cpu:.2f} | "
+                    f"{spread:.0%} | {difference:.1e} |",
                     flush=True,
                 )
     if mismatched:
