@@ -103,16 +103,59 @@ def hf_weight_files(path: str | os.PathLike[str]) -> list[Path]:
         raise ConversionError(f"{path}: no such file")
     if not path.name.endswith(".index.json"):
         return [path]
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-        weight_map = index["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConversionError(f"{path}: not a Hugging Face shard index ({exc})") from exc
-    shards = sorted({path.parent / name for name in weight_map.values()})
+    shards = sorted({path.parent / name for name in _shard_names(path)})
     absent = [s.name for s in shards if not s.is_file()]
     if absent:
         raise ConversionError(f"{path}: names shards that are not there: {', '.join(absent)}")
     return shards
+
+
+def _shard_names(index_file: Path) -> set[str]:
+    """The shard file names an ``*.index.json`` names, each checked to be a plain file name.
+
+    :raises ConversionError: not JSON, no ``weight_map`` mapping, or an entry that is not a
+        string or names a file outside the index's folder (naming the entry).
+    """
+    try:
+        index = json.loads(index_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConversionError(f"{index_file}: not a Hugging Face shard index ({exc})") from exc
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        kind = "missing" if weight_map is None else f"a {type(weight_map).__name__}"
+        message = (
+            f"{index_file}: not a Hugging Face shard index: 'weight_map' is {kind}, "
+            "not a mapping of tensor names to shard file names"
+        )
+        raise ConversionError(message)
+    names = set()
+    for tensor, name in weight_map.items():
+        if not isinstance(name, str):
+            message = (
+                f"{index_file}: weight_map entry {tensor!r} is {name!r}, "
+                "not a shard file name (a string)"
+            )
+            raise ConversionError(message)
+        if not _is_plain_file_name(name):
+            message = (
+                f"{index_file}: weight_map entry {tensor!r} names {name!r}, which is not a "
+                "file name inside the index's folder; shards are read only from that folder"
+            )
+            raise ConversionError(message)
+        names.add(name)
+    return names
+
+
+def _is_plain_file_name(name: str) -> bool:
+    """Whether ``name`` is one file's name, with no folder part (``../x``, ``/x``, ``C:x``)."""
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and ":" not in name
+    )
 
 
 _CS_FORMAT = re.compile(r"^cs-(\d+\.\d+|auto|current)$")
