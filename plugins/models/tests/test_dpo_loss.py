@@ -152,7 +152,9 @@ def test_beta_changes_the_loss_and_rewards_as_trl_does() -> None:
 def test_dpop_is_model_zoos_formula(weight: float) -> None:
     tokens, reference, mask = _case(5)
     beta = 0.1
-    ours, _ = _ours(tokens, reference, mask, beta=beta, loss_type="dpop", dpop_penalty_weight=weight)
+    ours, _ = _ours(
+        tokens, reference, mask, beta=beta, loss_type="dpop", dpop_penalty_weight=weight
+    )
     sums = (tokens * mask).sum(-1).tolist()
     refs = reference.tolist()
     expected = 0.0
@@ -162,4 +164,6 @@ def test_dpop_is_model_zoos_formula(weight: float) -> None:
         expected += -math.log(1 / (1 + math.exp(-beta * logits))) / B
     assert ours == pytest.approx(expected, rel=1e-12)
     if weight == 0.0:
-        assert ours == pytest.approx(_trl(tokens, reference, mask, beta=beta, loss_type="sigmoid")[0])
+        assert ours == pytest.approx(
+            _trl(tokens, reference, mask, beta=beta, loss_type="sigmoid")[0]
+        )

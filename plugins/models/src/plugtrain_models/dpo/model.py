@@ -71,7 +71,7 @@ class DpoModel(nn.Module):
             disable_dropout(policy)
         self.policy_model = policy
         self.register_state_dict_pre_hook(_reference_before_saving)
-        self._register_load_state_dict_pre_hook(_decoder_state_into_policy)
+        self._register_load_state_dict_pre_hook(_decoder_state_into_policy, with_module=True)
 
     # -- the reference ---------------------------------------------------------------------
 
