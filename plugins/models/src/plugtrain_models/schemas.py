@@ -90,7 +90,7 @@ class _SharedArgs:
     stop_sequences: list[Any] | None = arg(
         None, help="generation: token ids (or lists of them) that end a prompt's output"
     )
-    max_tokens: int | None = arg(None, help="generation: new tokens per prompt (default 64)")
+    max_tokens: int | None = arg(None, gt=0, help="generation: new tokens per prompt (default 64)")
     loop_dim: int = arg(1, help="Cerebras inference loop dimension (no effect)")
     temperature: Real | None = arg(None, help="generation: sampling temperature (else greedy)")
     top_k: int | None = arg(None, help="generation: sample among the k likeliest (100 if unset)")

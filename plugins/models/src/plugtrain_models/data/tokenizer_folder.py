@@ -119,12 +119,25 @@ def render_chat_template(
         raise TrainingError(f"the chat template failed: {exc}") from None
 
 
+def _refuse_code(folder: Path) -> None:
+    """Refuse a folder whose ``tokenizer_config.json`` names its own Python (``auto_map``)."""
+    config_file = folder / "tokenizer_config.json"
+    if "auto_map" in _read_json(config_file):
+        message = (
+            f"{config_file}: 'auto_map' names Python code in the tokenizer folder, and plugtrain "
+            "never runs a folder's code: save the tokenizer as a tokenizer.json (its fast "
+            "form, save_pretrained where you trust that code) and remove 'auto_map'"
+        )
+        raise TrainingError(message)
+
+
 class TokenizerFolder:
     """A local tokenizer folder: encode with offsets, special tokens, the chat template.
 
     :param folder: the folder (or its ``tokenizer.json`` file).
     :param chat_template: replaces the folder's template (Model Zoo's ``dataset.chat_template``).
-    :raises TrainingError: no ``tokenizer.json`` there.
+    :raises TrainingError: no ``tokenizer.json`` there, or ``auto_map`` in its
+        ``tokenizer_config.json`` (code of the folder, never run).
     :raises MissingDependencyError: the ``tokenizers`` package is missing.
     """
 
@@ -143,6 +156,7 @@ class TokenizerFolder:
         except ImportError as exc:
             message = f"{folder}: reading a tokenizer needs the tokenizers package: {INSTALL}"
             raise MissingDependencyError(message) from exc
+        _refuse_code(self.folder)
         self._tokenizer = Tokenizer.from_file(str(file))
         config = {
             **_read_json(self.folder / "special_tokens_map.json"),

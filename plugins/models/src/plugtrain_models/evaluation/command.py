@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, TextIO
 
-from plugtrain_models.generation.command import add_run_options
+from plugtrain_models.generation.command import add_run_options, bounded
 
 if TYPE_CHECKING:
     from plugtrain.commands.plugin import Subcommands
@@ -28,15 +28,15 @@ def add_parser(commands: Subcommands, name: str) -> argparse.ArgumentParser:
         "--tasks", metavar="TASKS",
         help="task names, YAML files or folders, comma-separated (overrides eeh_args.tasks)",
     )  # fmt: skip
-    parser.add_argument("--num-fewshot", "--num_fewshot", type=int, metavar="N")
-    parser.add_argument("--limit", type=float, metavar="N", help="examples per task")
+    parser.add_argument("--num-fewshot", "--num_fewshot", type=bounded(int, ge=0), metavar="N")
+    parser.add_argument("--limit", type=bounded(float, gt=0), metavar="N", help="examples per task")
     parser.add_argument("--output-path", "--output_path", metavar="DIR", help="results JSON here")
     parser.add_argument("--include-path", "--include_path", metavar="DIR", help="more task YAMLs")
-    parser.add_argument("--batch-size", "--batch_size", type=int, metavar="N")
-    parser.add_argument("--max-tokens", "--max_tokens", type=int, metavar="N")
-    parser.add_argument("--temperature", type=float, metavar="T")
-    parser.add_argument("--top-k", "--top_k", type=int, metavar="K")
-    parser.add_argument("--top-p", "--top_p", type=float, metavar="P")
+    parser.add_argument("--batch-size", "--batch_size", type=bounded(int, gt=0), metavar="N")
+    parser.add_argument("--max-tokens", "--max_tokens", type=bounded(int, gt=0), metavar="N")
+    parser.add_argument("--temperature", type=bounded(float, gt=0), metavar="T")
+    parser.add_argument("--top-k", "--top_k", type=bounded(int, gt=0), metavar="K")
+    parser.add_argument("--top-p", "--top_p", type=bounded(float, ge=0, le=1), metavar="P")
     parser.add_argument(
         "--keep-data-dir", "--keep_data_dir", action="store_true",
         help="Cerebras systems only: accepted, no effect",

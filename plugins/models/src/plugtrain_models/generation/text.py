@@ -1,9 +1,9 @@
 """Text to ids and back for generation and evaluation: a Hugging Face folder or bytes.
 
-A folder holding tokenizer files is read with ``transformers.AutoTokenizer`` when transformers
-is installed (its BOS rule, chat template and special tokens included), else with the
-``tokenizers`` package from its ``tokenizer.json``; ``bytes`` is plugtrain's byte tokenizer
-(UTF-8 bytes 0-255, EOS = 256).
+A folder is read from its ``tokenizer.json`` with the ``tokenizers`` package (special tokens and
+chat template from ``tokenizer_config.json``, as preprocessing reads them); no code of the
+folder ever runs (a folder naming its own Python classes in ``auto_map`` is refused). ``bytes``
+is plugtrain's byte tokenizer (UTF-8 bytes 0-255, EOS = 256).
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ import attrs
 
 from plugtrain.errors import MissingDependencyError, TrainingError
 
-__all__ = ["BYTES", "TextTokenizer", "has_tokenizer_files", "load_text_tokenizer"]
+__all__ = [
+    "BYTES",
+    "FolderTokenizer",
+    "TextTokenizer",
+    "has_tokenizer_files",
+    "load_text_tokenizer",
+]
 
 BYTES = "bytes"
 """The byte tokenizer's name."""
@@ -34,7 +40,11 @@ def has_tokenizer_files(folder: str | Path) -> bool:
 
 @attrs.frozen
 class TextTokenizer:
-    """Encode and decode text; ``hf`` is the transformers tokenizer when one was loaded."""
+    """Encode and decode text.
+
+    ``hf`` is the folder's :class:`FolderTokenizer` (``None`` for bytes or a bare
+    ``tokenizer.json``).
+    """
 
     name: str
     eos_id: int | None
@@ -62,22 +72,74 @@ def _bytes() -> TextTokenizer:
     return TextTokenizer(BYTES, 256, 256, encode, decode)
 
 
-def _transformers(folder: Path) -> TextTokenizer | None:
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        return None
-    hf = AutoTokenizer.from_pretrained(str(folder))
-    eos = hf.eos_token_id
-    pad = hf.pad_token_id if hf.pad_token_id is not None else (eos if eos is not None else 0)
+def _folder(folder: Path, eos_id: int | None) -> TextTokenizer:
+    from plugtrain_models.data.tokenizer_folder import TokenizerFolder
+
+    read = TokenizerFolder(folder)
+    view = FolderTokenizer(read)
+    eos = view.eos_token_id if eos_id is None else eos_id
+    if eos is None:
+        eos = _eos_from_config(read.folder, read)
+    pad = view.pad_token_id if view.pad_token_id is not None else (eos if eos is not None else 0)
 
     def encode(text: str, special: bool) -> list[int]:
-        return list(hf(text, add_special_tokens=special)["input_ids"])
+        return read.encode(text, add_special_tokens=special)[0]
 
     def decode(ids: list[int]) -> str:
-        return str(hf.decode(ids, skip_special_tokens=True))
+        return view.decode(ids, skip_special_tokens=True)
 
-    return TextTokenizer(str(folder), eos, pad, encode, decode, hf)
+    return TextTokenizer(str(folder), eos, pad, encode, decode, view)
+
+
+class FolderTokenizer:
+    """What lm-eval and generation read of a tokenizer, from a :class:`TokenizerFolder`.
+
+    The attributes transformers' tokenizers have under the same names (``bos_token``,
+    ``bos_token_id``, ``decode``, ``apply_chat_template``), computed without transformers.
+    """
+
+    def __init__(self, folder: Any) -> None:
+        self.folder = folder
+        self.bos_token: str | None = folder.special_tokens.get("bos_token")
+        self.bos_token_id: int | None = folder.token_id("bos_token")
+        self.eos_token_id: int | None = folder.token_id("eos_token")
+        self.pad_token_id: int | None = folder.token_id("pad_token")
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """The text of ``ids``."""
+        tokenizer = self.folder._tokenizer
+        return str(tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, str]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool = False,
+    ) -> str:
+        """The conversation rendered with the folder's chat template, as text.
+
+        ``continue_final_message`` ends the text with the last message's content (its closing
+        tokens cut), as transformers does.
+
+        :raises TrainingError: the folder has no chat template, or ``tokenize`` is asked for.
+        """
+        from plugtrain_models.data.tokenizer_folder import render_chat_template
+
+        if tokenize:
+            raise TrainingError("apply_chat_template gives text only (tokenize=False)")
+        if self.folder.chat_template is None:
+            raise TrainingError(f"{self.folder.folder}: the tokenizer has no chat_template")
+        rendered = render_chat_template(
+            self.folder.chat_template, messages, add_generation_prompt=add_generation_prompt,
+            **self.folder.special_tokens,
+        )  # fmt: skip
+        if continue_final_message and messages:
+            last = str(messages[-1].get("content", "")).strip()
+            at = rendered.rfind(last)
+            if last and at >= 0:
+                rendered = rendered[: at + len(last)]
+        return rendered
 
 
 def _tokenizers(file: Path, eos_id: int | None) -> TextTokenizer:
@@ -126,13 +188,7 @@ def load_text_tokenizer(spec: str | Path, eos_id: int | None = None) -> TextToke
         if path.is_file() and path.suffix == ".json":
             made = _tokenizers(path, eos_id)
         elif has_tokenizer_files(path):
-            loaded = _transformers(path)
-            if loaded is None and (path / "tokenizer.json").is_file():
-                loaded = _tokenizers(path / "tokenizer.json", eos_id)
-            if loaded is None:
-                message = f"{path}: reading this tokenizer folder needs transformers"
-                raise MissingDependencyError(f"{message} (pip install transformers)")
-            made = loaded
+            made = _folder(path, eos_id)
         else:
             message = f"{spec}: not a tokenizer folder, tokenizer.json or 'bytes'"
             raise TrainingError(f"{message} (a folder needs one of {', '.join(TOKENIZER_FILES)})")
