@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support.reliability import (
     run_cli,
     run_subprocess,
@@ -98,6 +99,7 @@ def test_p13_a_closed_pipe_exits_quietly():
         assert process.returncode == 141  # 128 + SIGPIPE, as a shell reports a closed pipe
 
 
+@pytest.mark.slow
 def test_p14_the_csx_advice_runs_as_written_when_the_file_has_backend(tmp_path, keep_registry):
     run = write_train_run(
         tmp_path, steps=2, every=2, backend="backend: {backend_type: CSX, compile_dir: /tmp/x}"

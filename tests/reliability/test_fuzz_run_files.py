@@ -424,6 +424,7 @@ def test_f02_text_mutated_run_files_exit_0_or_2_with_positions(data):
 
 @settings(FUZZ, max_examples=OVERRIDE_EXAMPLES)
 @given(data=st.data())
+@pytest.mark.slow
 def test_f03_mutated_set_overrides_exit_0_or_2_without_traceback(data):
     key = ".".join(
         data.draw(

@@ -220,6 +220,7 @@ pathlib.Path(os.environ["CANARY_MARKER"]).write_text("imported")
 
 
 @pytest.mark.parametrize("command", ["check", "fit"])
+@pytest.mark.slow
 def test_h15_component_names_that_are_module_paths_import_nothing(command, tmp_path):
     site = tmp_path / "site"
     site.mkdir()

@@ -50,6 +50,7 @@ trainer:
 ON_CPU = ("--set", "trainer.init.backend.backend_type=CPU")
 
 
+@pytest.mark.slow
 def test_m01_a_csx_file_with_cluster_config_and_debug_flags_trains_on_cpu(tmp_path):
     run = tmp_path / "run.yaml"
     run.write_text(CSX_RUN.format(mount=tmp_path, model_dir=tmp_path / "model"))

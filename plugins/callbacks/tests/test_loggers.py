@@ -250,6 +250,7 @@ def test_wandb_arguments_are_checked():
 # -- MLflow, a local store -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mlflow_local_store_holds_the_metrics_and_a_resume_continues_the_run(
     make_trainer, train_data, rows, tmp_path
 ):

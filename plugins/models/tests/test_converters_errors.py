@@ -108,6 +108,7 @@ def test_a_checkpoint_missing_a_tensor_is_named(tmp_path: Path) -> None:
         hf_to_plugtrain(folder)
 
 
+@pytest.mark.slow
 def test_the_command_line_names_what_it_cannot_do(tmp_path: Path) -> None:
     cs = run_plugtrain(
         "checkpoint", "convert", "x.mdl", "--model", "llama", "--src-fmt", "cs-2.9",

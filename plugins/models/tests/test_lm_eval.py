@@ -93,6 +93,7 @@ def _responses(results: dict[str, Any], task: str) -> list[Any]:
     return [sample["resps"] for sample in results["samples"][task]]
 
 
+@pytest.mark.slow
 def test_the_harness_equals_lm_evals_own_hf_model(hf_folder: Path, ours: torch.nn.Module) -> None:
     from lm_eval.evaluator import simple_evaluate
 

@@ -115,6 +115,7 @@ def _train(section: dict[str, Any], steps: int) -> list[float]:
     return losses
 
 
+@pytest.mark.slow
 def test_every_section_trains_ten_finite_steps_with_only_size_overrides() -> None:
     for origin, section in SECTIONS.items():
         losses = _train(section, steps=10)
