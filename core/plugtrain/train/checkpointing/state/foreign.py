@@ -92,7 +92,12 @@ def with_model_prefix(model: torch.nn.Module, weights: Mapping[str, Any]) -> Map
     Model Zoo writes a converted checkpoint without the ``model.`` prefix and loads it into
     ``trainer.model.model``; this does the same. Where a model's ``checkpoint_aliases`` pairs two
     prefixes that name the same tensors, the name a checkpoint lacks is filled from the other.
+    A model with a ``checkpoint_weights(weights)`` method names the weights its own way first
+    (DPO's policy and reference both read one decoder's checkpoint).
     """
+    rename = getattr(model, "checkpoint_weights", None)
+    if callable(rename):
+        weights = rename(weights)
     inner = getattr(model, "model", None)
     unprefixed = weights and not any(name.startswith("model.") for name in weights)
     if isinstance(inner, torch.nn.Module) and unprefixed:

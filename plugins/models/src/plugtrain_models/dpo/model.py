@@ -109,6 +109,25 @@ class DpoModel(nn.Module):
         """The policy family's converter: one Hugging Face folder fills policy and reference."""
         return self.policy_model.family
 
+    def checkpoint_weights(self, weights: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A decoder's weights (``model.*``: an SFT run, a Hugging Face folder) named as here.
+
+        They fill the policy, and the reference when it is a copy; a DPO checkpoint's weights
+        (``policy_model.*``) are returned as they are.
+        """
+        if any(name.startswith("policy_model.") for name in weights):
+            return weights
+        copies = not (self.reference_free or self.adapter_reference)
+        renamed: dict[str, Any] = {}
+        for name, tensor in weights.items():
+            if not name.startswith("model."):
+                renamed[name] = tensor
+                continue
+            renamed["policy_model." + name] = tensor
+            if copies:
+                renamed["ref_model." + name] = tensor
+        return renamed
+
     @property
     def settings(self) -> Any:
         """The policy's resolved decoder settings."""
