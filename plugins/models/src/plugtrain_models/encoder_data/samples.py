@@ -188,10 +188,11 @@ def write_ner_csv(
     written = []
     for _ in range(rows):
         count = rng.randint(1, max_length)
+        tokens = [rng.choice(WORDS) for _ in range(count)]
+        # learnable: each word has its own label
         written.append(
-            {"tokens": [rng.choice(WORDS) for _ in range(count)],
-             "labels": [rng.choice(list(labels)) for _ in range(count)]}
-        )  # fmt: skip
+            {"tokens": tokens, "labels": [labels[WORDS.index(t) % len(labels)] for t in tokens]}
+        )
     lines = [[" ".join(row["tokens"]), " ".join(row["labels"])] for row in written]
     _csv_files(folder, ["tokens", "labels"], lines, 1)
     mapping = {label: index for index, label in enumerate(labels)}
@@ -236,7 +237,11 @@ def write_glue(folder: str | Path, task: str, rows: int, *, seed: int = 0) -> di
     written: dict[str, list[Any]] = {}
     if task == "sst2":
         for name in ("train", "dev"):
-            table = [(sentence(), rng.randint(0, 1)) for _ in range(rows)]
+            table = []
+            for _ in range(rows):  # learnable: the label says whether "good" or "bad" is in it
+                label, words = rng.randint(0, 1), sentence().split()
+                words.insert(rng.randint(0, len(words)), "good" if label else "bad")
+                table.append((" ".join(words), label))
             lines = ["sentence\tlabel", *(f"{s}\t{label}" for s, label in table)]
             (folder / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
             written[name] = table
