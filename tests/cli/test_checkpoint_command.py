@@ -39,7 +39,8 @@ def test_relayout_and_the_old_convert_spelling_round_trip_a_checkpoint(tmp_path,
     back = tmp_path / "back.mdl"
     assert main(["checkpoint", "convert", str(folder), str(back)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"{source} -> ") and out[1].startswith(f"{folder} -> ")
+    assert out[0].startswith(f"{source} -> ")
+    assert out[1].startswith(f"{folder} -> ")
     assert _same(load_checkpoint(back), _state())
 
 
