@@ -5,8 +5,7 @@ them once, where the multi-tensor path makes a pass per operation (Lion, ASGD, R
 Adamax, NAdam, the Schedule-Free pair); Lamb and Adafactor, which need norms or row and column
 means first, make the fewest passes those allow. Each line mirrors one torch operation, rounding
 as torch's CPU kernels do (the kernels' square root is correctly rounded, and sums run in
-another order). They take contiguous float32 CPU tensors; everything else takes the
-multi-tensor path, as does every machine where they cannot be built.
+another order). They take contiguous float32 CPU tensors; all else takes the multi-tensor path.
 
 C function ``plugtrain_<name>`` is operator ``torch.ops.plugtrain.<name>``, its schema read from
 the C declaration (a pointer is a tensor, written unless ``const``; an array of pointers a list
@@ -17,9 +16,9 @@ name in ``torch.profiler`` traces and ``torch.compile`` traces it without a grap
 ``$PLUGTRAIN_CACHE_DIR/kernels`` (else ``$XDG_CACHE_HOME/plugtrain/kernels`` or
 ``~/.cache/plugtrain/kernels``), named by a hash of source, compiler (``$CC``, ``cc``, ``gcc``
 or ``clang``), flags and CPU; processes building it at once wait for one under a file lock.
-Where torch's intra-op threads are GNU OpenMP's (``libgomp.so.1``), ``-fopenmp`` links that
-runtime and loops over :data:`PARALLEL_ELEMENTS` elements or more are split between torch's
-threads; elsewhere every loop runs on one thread, which is logged once.
+With GNU OpenMP (``libgomp.so.1``) as torch's runtime, ``-fopenmp`` links it and loops over
+:data:`PARALLEL_ELEMENTS` elements or more are split between torch's threads; elsewhere every
+loop runs on one thread, which is logged once.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +50,7 @@ __all__ = [
     "PARALLEL_ELEMENTS",
     "SWITCH_VARIABLE",
     "NativeKernels",
+    "call",
     "load",
     "op",
     "reset",
@@ -138,6 +137,16 @@ def op(name: str) -> Callable[..., None]:
     return _ops[name]
 
 
+def call(name: str, *arguments: object) -> None:
+    """C function ``plugtrain_<name>`` on its C arguments, in the profiler as its operator.
+
+    For arrays of pointers a caller keeps, where passing hundreds of tensors through the
+    dispatcher would take longer than the kernel (Adafactor's small matrices).
+    """
+    with torch.profiler.record_function(f"plugtrain::{name}"):
+        _current.functions[name](*arguments)  # type: ignore[union-attr]
+
+
 _forked = False
 
 
@@ -187,18 +196,17 @@ def load() -> NativeKernels | None:
     ``PLUGTRAIN_NATIVE_KERNELS=0`` at the first call, or :func:`set_enabled`, turns them off.
     """
     global _loaded, _tried, _reason, _current  # noqa: PLW0603 - one library per process
-    if not _tried:
-        with _lock:
-            if not _tried:
-                value = os.environ.get(SWITCH_VARIABLE, "1").strip().lower()
-                if value in ("0", "false", "no", "off"):
-                    _reason = f"turned off by {SWITCH_VARIABLE}"
-                else:
-                    _loaded, _reason = _load()
-                    if _loaded is not None:
-                        _current = _loaded
-                        _register()
-                _tried = True
+    with _lock:
+        if not _tried:
+            value = os.environ.get(SWITCH_VARIABLE, "1").strip().lower()
+            if value in ("0", "false", "no", "off"):
+                _reason = f"turned off by {SWITCH_VARIABLE}"
+            else:
+                _loaded, _reason = _load()
+                if _loaded is not None:
+                    _current = _loaded
+                    _register()
+            _tried = True
     return _loaded if _enabled else None
 
 
@@ -219,8 +227,8 @@ def _load() -> tuple[NativeKernels | None, str]:
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
                 problems.append(f"{' '.join(extra) or 'plain'}: {exc}")
                 continue
-            threads = "OpenMP threads" if kernels.openmp else "one thread"
-            return kernels, f"loaded from {path} ({threads})"
+            mode = "OpenMP threads" if kernels.openmp else "one thread"
+            return kernels, f"loaded from {path} ({mode})"
     except RuntimeError as exc:
         problems.append(str(exc))
     reason = "not built: " + "; ".join(problems)
@@ -326,15 +334,6 @@ def _cpu() -> str:
     return f"{platform.machine()} {platform.processor()} {flags}"
 
 
-@contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on file ``path`` (where the system has ``flock``)."""
-    with open(path, "a+b") as handle:  # closing it releases the lock
-        if fcntl is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 def _build(compiler: str, extra: list[str]) -> Path:
     """The library built with flags ``extra``: from the cache, or compiled into it."""
     key = hashlib.sha256()
@@ -354,7 +353,9 @@ def _build(compiler: str, extra: list[str]) -> Path:
     target = folder / name
     if target.exists():
         return target
-    with _exclusive(folder / ".lock"):  # the first process builds, the others wait
+    with open(folder / ".lock", "a+b") as lock:  # the first process builds, the others wait
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
         if target.exists():
             return target
         handle, scratch = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any
 
@@ -147,9 +148,10 @@ class Adafactor(PlugtrainOptimizer):
             beta = betas[first]
             scalars = [beta, 1 - beta, hyper.eps1, eps2, lr, hyper.wd, hyper.clip]
             share = kernels.threads(count * rows_n * cols_n)
-            _native.op("adafactor_matrices")(
-                count, rows_n, cols_n, share, *arrays, work, *scalars, scale_parameter
-            )
+            _native.call(
+                "adafactor_matrices",
+                count, rows_n, cols_n, share, *arrays, work.data_ptr(), *scalars, scale_parameter,
+            )  # fmt: skip
         if plan.done:
             torch.autograd.graph.increment_version([params[i] for i in plan.done])
         return plan.done
@@ -197,7 +199,7 @@ class Adafactor(PlugtrainOptimizer):
         small = {}
         for key, where in small_indices.items():
             arrays = tuple(
-                [tensors[i] for i in where]
+                _pointers([tensors[i] for i in where])
                 for tensors in (
                     params,
                     grads,
@@ -371,8 +373,8 @@ class _NativePlan:
     pointers: tuple[int, ...]
     done: list[int]
     large: list[int]
-    # (rows, cols, beta or 0.0 when all agree) -> (first index, count, tensor lists)
-    small: dict[tuple[int, int, float], tuple[int, int, tuple[list[Any], ...]]]
+    # (rows, cols, beta or 0.0 when all agree) -> (first index, count, pointer arrays)
+    small: dict[tuple[int, int, float], tuple[int, int, tuple[ctypes.Array[ctypes.c_void_p], ...]]]
 
 
 def _plan_pointers(
@@ -392,6 +394,11 @@ def _plan_pointers(
             states[i]["exp_avg_sq_col"].data_ptr(),
         )
     )
+
+
+def _pointers(tensors: list[torch.Tensor]) -> ctypes.Array[ctypes.c_void_p]:
+    """The data pointers of ``tensors`` as a C array."""
+    return (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
 
 
 def _rows_in_parallel(

@@ -23,9 +23,8 @@
 
 #define RESTRICT __restrict__
 
-/* Elementwise loops are split between `threads` threads of the OpenMP runtime torch uses (the
- * library links the libgomp torch has loaded, so its threads, idle or spinning after torch's
- * last operation, take the work at once). Built without OpenMP, a loop runs on one thread. */
+/* Elementwise loops are split between `threads` threads of torch's OpenMP runtime (built
+ * without OpenMP, a loop runs on one thread). */
 #define PARALLEL_FOR _Pragma("omp parallel for num_threads(threads) if (threads > 1) schedule(static)")
 
 /* torch.lerp(start, end, weight) for a weight known outside the loop. */
