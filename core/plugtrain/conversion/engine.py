@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -287,8 +288,8 @@ def _split_into_parts(
     Each sub-folder also gets the folder's other files and a ``config.json`` naming its
     architecture.
     """
-    whole = folder.with_name(f".{folder.name}.whole")
-    os.replace(folder, whole)
+    whole = folder.with_name(f".{folder.name}.whole-{os.getpid()}-{secrets.token_hex(4)}")
+    os.rename(folder, whole)
     config = json.loads((whole / "config.json").read_text(encoding="utf-8"))
     tensors = dict(iter_hf_tensors(whole))
     others = [p for p in whole.iterdir() if p.is_file() and "model" not in p.name]
@@ -317,7 +318,9 @@ def hf_weight_names(
     A fused, split, transposed or rescaled tensor is left out: what a per-layer adapter (whose
     ``B`` has one row per output row) can be renamed and reordered by.
 
-    :param names: only these tensors of ``state`` (default: all).
+    :param names: only these tensors of ``state`` (default: all). A name ``state`` lacks (the
+        base weight of an adapter-only checkpoint) is measured on a seeded stand-in of the
+        shape the model gives it: the order depends on the shape alone.
     """
     registry = _registry(registry)
     _, converter = find_converter(registry, model_name, None)
@@ -328,6 +331,14 @@ def hf_weight_names(
     applier = RuleApplier(converter.weights, "plugtrain", ConversionContext(hf, complete))
     wanted = None if names is None else set(names)
     chosen = {n: t for n, t in state.items() if wanted is None or n in wanted}
+    absent = sorted((wanted or set()) - set(chosen))
+    if absent:
+        shapes = model_layout(registry, converter.model, complete).shapes
+        generator = torch.Generator().manual_seed(0)
+        for name in absent:
+            full = name if name.startswith(_PREFIX) else _PREFIX + name
+            if full in shapes:
+                chosen[name] = torch.randn(shapes[full], generator=generator)
     found: dict[str, tuple[str, torch.Tensor | None]] = {}
     for name, tensor in _plugtrain_tensors(chosen, set()):
         rows = torch.zeros(tensor.shape, dtype=torch.float32)

@@ -3,7 +3,8 @@
 Inputs: a folder, ``model.safetensors``, ``pytorch_model.bin`` or an ``*.index.json`` of shards.
 Safetensors are read one tensor at a time (memory-mapped); ``.bin`` shards one shard at a time.
 Output: ``model-0000i-of-0000N.safetensors`` (or ``pytorch_model-...bin``) shards and their
-index, written into a hidden folder that is renamed into place when complete.
+index, written into a hidden folder (``.<name>.partial-<pid>-<hex>``, one per conversion) that is
+renamed into place when complete; a folder another conversion renamed there first is kept.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ import torch
 
 from plugtrain.conversion.declaration import ConversionError
 from plugtrain.conversion.files import HF_WEIGHT_FILES, hf_weight_files, is_hf_checkpoint
+from plugtrain.conversion.writing import write_failure
 
 __all__ = [
     "HF_WEIGHT_FILES",
@@ -29,6 +32,7 @@ __all__ = [
     "iter_file_tensors",
     "iter_hf_tensors",
     "parse_size",
+    "remove_stale_staging",
 ]
 
 
@@ -103,9 +107,13 @@ class ShardedWriter:
             raise ConversionError(f"{self.directory}: already exists (choose a new output folder)")
         self.shard_bytes = max(int(shard_bytes), 1)
         self.safetensors = safetensors
-        self.staging = self.directory.with_name(f".{self.directory.name}.partial")
-        shutil.rmtree(self.staging, ignore_errors=True)
-        self.staging.mkdir(parents=True)
+        remove_stale_staging(self.directory)
+        token = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.staging = self.directory.with_name(f".{self.directory.name}.partial-{token}")
+        try:
+            self.staging.mkdir(parents=True)
+        except OSError as exc:
+            raise write_failure(self.directory.parent, exc) from exc
         self._pending: dict[str, torch.Tensor] = {}
         self._pending_bytes = 0
         self._shards: list[tuple[Path, list[str]]] = []
@@ -115,9 +123,10 @@ class ShardedWriter:
         return self
 
     def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
-        if error is None:
-            self.close()
-        else:
+        try:
+            if error is None:
+                self.close()
+        finally:
             shutil.rmtree(self.staging, ignore_errors=True)
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
@@ -138,18 +147,27 @@ class ShardedWriter:
             return
         number = len(self._shards) + 1
         file = self.staging / f"shard-{number:05d}.tmp"
-        if self.safetensors:
-            from safetensors.torch import save_file
+        try:
+            if self.safetensors:
+                from safetensors.torch import save_file
 
-            save_file(_unaliased(self._pending), str(file), metadata={"format": "pt"})
-        else:
-            torch.save(self._pending, file)
+                save_file(_unaliased(self._pending), str(file), metadata={"format": "pt"})
+            else:
+                torch.save(self._pending, file)
+        except Exception as exc:  # OSError, torch's RuntimeError, SafetensorError
+            raise write_failure(self.directory, exc) from exc
         self._shards.append((file, list(self._pending)))
         self._pending, self._pending_bytes = {}, 0
 
     def close(self) -> Path:
         """Write the last shard, name the shards, write the index, and move the folder in place."""
         self._flush()
+        try:
+            return self._finish()
+        except OSError as exc:
+            raise write_failure(self.directory, exc) from exc
+
+    def _finish(self) -> Path:
         count = len(self._shards)
         stem, suffix = ("model", "safetensors") if self.safetensors else ("pytorch_model", "bin")
         weight_map: dict[str, str] = {}
@@ -163,8 +181,53 @@ class ShardedWriter:
         for file in self.staging.iterdir():
             with file.open("rb") as handle:
                 os.fsync(handle.fileno())
-        os.replace(self.staging, self.directory)
+        if self.directory.exists():
+            raise _lost_race(self.directory)
+        try:
+            os.rename(self.staging, self.directory)
+        except OSError as exc:
+            if self.directory.exists():
+                raise _lost_race(self.directory) from exc
+            raise
         return self.directory
+
+
+def _lost_race(directory: Path) -> ConversionError:
+    message = (
+        f"{directory}: another conversion wrote this folder while this one ran; it is kept "
+        "and this conversion's output is removed (choose a new output folder)"
+    )
+    return ConversionError(message)
+
+
+def remove_stale_staging(directory: Path) -> list[Path]:
+    """Delete the staging folders of ``directory`` that ended processes left (a kill -9).
+
+    A staging folder is ``.<name>.partial-<pid>-<hex>``; one whose process still runs is kept.
+    """
+    pattern = re.compile(re.escape(f".{directory.name}.partial-") + r"(\d+)-[0-9a-f]{8}\Z")
+    removed: list[Path] = []
+    parent = directory.parent
+    if not parent.is_dir():
+        return removed
+    for entry in parent.iterdir():
+        match = pattern.match(entry.name)
+        if match and entry.is_dir() and not _running(int(match.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _unaliased(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

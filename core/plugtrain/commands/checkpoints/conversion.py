@@ -22,6 +22,7 @@ from plugtrain.conversion.files import (
     tokenizer_folder,
 )
 from plugtrain.conversion.lookup import KIND, converters, find_converter
+from plugtrain.conversion.writing import remove_stale_partials, write_converted
 from plugtrain.registry.components import Registry
 
 __all__ = ["convert_config", "convert_formats", "list_converters"]
@@ -56,13 +57,19 @@ def _hf_to_plugtrain(
 
     weights = hf_source_file(source)
     output = Path(args.output_dir) if args.output_dir else weights.parent
+    checkpoint = output / f"{output_stem(weights)}_to_plugtrain.mdl"
+    config = output / f"{output_stem(args.config)}_to_plugtrain.yaml"
+    remove_stale_partials(checkpoint)
+    for existing in (checkpoint, config):
+        if existing.exists():
+            message = f"{existing}: already exists (choose a new output folder, or remove it)"
+            raise ConversionError(message)
     opened = open_checkpoint(weights, registry, converter=args.model, config=args.config)
     converted = read_checkpoint(opened, drop_unmatched=args.drop_unmatched_keys)
-    output.mkdir(parents=True, exist_ok=True)
-    checkpoint = output / f"{output_stem(weights)}_to_plugtrain.mdl"
-    save_checkpoint(checkpoint, {"model": converted.state})
-    config = output / f"{output_stem(args.config)}_to_plugtrain.yaml"
-    config.write_text(_model_yaml(converted.model_name, converted.model_keys), encoding="utf-8")
+    text = _model_yaml(converted.model_name, converted.model_keys)
+    write_converted(
+        checkpoint, config, text, lambda path: save_checkpoint(path, {"model": converted.state})
+    )
     if converted.dropped_config_keys:
         out.write(f"config.json keys not used: {', '.join(converted.dropped_config_keys)}\n")
     out.write(f"{source} -> {checkpoint}\n{args.config} -> {config}\n")

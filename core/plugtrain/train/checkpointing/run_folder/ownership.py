@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -146,5 +147,15 @@ class Ownership:
                 "its own checkpoint_root, or use that model_dir to resume that run"
             )
             raise CheckpointRootOwnedError(message)
+        self._remove_stale_temporaries()
         if theirs is None:
             self._write(self.written(), owner=mine)
+
+    def _remove_stale_temporaries(self) -> None:
+        """Delete record temporaries an interrupted rewrite left (the run's lock is held)."""
+        pattern = re.compile(re.escape(f".{RECORD_NAME}.") + r"[0-9a-f]{8}\Z")
+        with contextlib.suppress(OSError):
+            for entry in self.directory.iterdir():
+                if pattern.match(entry.name) and entry.is_file():
+                    entry.unlink(missing_ok=True)
+                    log.info("removed %s, left by an interrupted save", entry)

@@ -56,6 +56,12 @@ def _group_problems(group: Any) -> Iterator[str]:
         yield f"r must be an integer >= 0, got {r!r}"
     if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not math.isfinite(alpha):
         yield f"alpha must be a finite number, got {alpha!r}"
+    elif alpha == 0 and isinstance(r, int) and r > 0:
+        yield (
+            "alpha must not be 0: the update is scaled by alpha / r, so the adapters would get "
+            "no gradient and nothing would train; set alpha (Model Zoo's default is 1, twice r "
+            "is usual)"
+        )
     if not isinstance(dropout, int | float) or isinstance(dropout, bool) or not 0 <= dropout < 1:
         yield f"dropout must be a number in [0, 1), got {dropout!r}"
     for key in ("fan_in_fan_out", "merge_weights"):

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from plugtrain_models.lora.checkpoints import read_base_weights
+from plugtrain_models.lora.checkpoints import base_fingerprint, read_base_weights
 from plugtrain_models.lora.config import lora_configs
 
 __all__ = ["adapters_in", "export_peft_adapter", "fold_for_export"]
@@ -98,6 +98,7 @@ def fold_for_export(
     if adapters and base_path and not any(n.endswith(".weight") for n in state):
         base = read_base_weights(base_path, model_name)
         folded = {**{n if n.startswith("model.") else f"model.{n}": t for n, t in base.items()}}
+        _check_base(folded, recorded, base_path)
         folded.update(state)
     keys = dict(model_keys)
     storages: dict[int, list[str]] = {}
@@ -117,6 +118,20 @@ def fold_for_export(
         folded[weight_name] = merged
         del folded[layer + _A], folded[layer + _B]
     return folded, keys
+
+
+def _check_base(base: Mapping[str, Any], recorded: Mapping[str, Any], path: str) -> None:
+    """Refuse base weights other than those the adapters were trained on (as ``fit`` does)."""
+    expected = (recorded.get("base") or {}).get("fingerprint")
+    if expected is None:
+        return
+    found = base_fingerprint(base)
+    if found != expected:
+        message = (
+            f"this adapter-only checkpoint was trained on other base weights than {path} "
+            f"holds (fingerprint {found[:12]}, the checkpoint needs {expected[:12]})"
+        )
+        raise ValueError(message)
 
 
 def export_peft_adapter(
