@@ -141,6 +141,15 @@ class _Run:
             raise config.issue("processing", "read_hook", str(exc)) from None
         self.hook_kwargs = dict(processing["read_hook_kwargs"])
         self.counts: Counter[str] = Counter()
+        self.keys_seen: set[str] = set()
+
+    def absent_keys(self) -> list[str]:
+        """``read_hook_kwargs`` keys (``prompt_key: question``) naming a field no record had."""
+        return [
+            f"{name} {value!r}"
+            for name, value in self.hook_kwargs.items()
+            if name.endswith("_key") and isinstance(value, str) and value not in self.keys_seen
+        ]
 
     def records(self) -> Iterator[tuple[str, list[dict[str, Any]]]]:
         """``(where, semantic data array)`` of each record."""
@@ -150,6 +159,8 @@ class _Run:
             if not isinstance(record, Mapping):
                 raise TrainingError(f"{where}: a record must be a JSON object")
             self.counts["total_raw_docs"] += 1
+            if len(self.keys_seen) < 1000:
+                self.keys_seen.update(k for k in record if isinstance(k, str))
             try:
                 semantic = self.hook(record, **self.hook_kwargs)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -282,6 +293,13 @@ def run_config(path: str, out: TextIO, err: TextIO) -> dict[str, Any]:
                 f"({dict(run.counts)}; max_seq_length {run.msl}, min_sequence_len "
                 f"{run.min_length})"
             )
+            absent = run.absent_keys()
+            if absent and run.counts["total_raw_docs"]:
+                fields = ", ".join(sorted(run.keys_seen)[:20]) or "none"
+                message += (
+                    f": read_hook_kwargs {', '.join(absent)} is in no record (the records' "
+                    f"fields: {fields})"
+                )
             raise TrainingError(message)
         processing = config.processing
         if processing.get("inverted_mask"):  # Model Zoo: 1 where the loss is ignored

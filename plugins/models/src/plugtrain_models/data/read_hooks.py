@@ -35,10 +35,21 @@ def _require(kwargs: Mapping[str, Any], hook: str, *keys: str) -> list[Any]:
     return [kwargs[k] for k in keys]
 
 
+def _text(example: Mapping[str, Any], key: str, names: str) -> Any:
+    """The record's field ``key`` (given as ``names``): a string, or ``None`` when absent.
+
+    :raises ValueError: the field holds something else than text (a number, a list).
+    """
+    value = example.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{names} {key!r} holds {value!r} ({type(value).__name__}), not text")
+    return value
+
+
 def text_read_hook(example: Mapping[str, Any], **read_hook_kwargs: Any) -> Turns:
     """Pre-training text: the record's ``text_key`` field, stripped."""
     (text_key,) = _require(read_hook_kwargs, "text_read_hook", "text_key")
-    return [{"content": [{"text": (example.get(text_key) or "").strip()}]}]
+    return [{"content": [{"text": (_text(example, text_key, "text_key") or "").strip()}]}]
 
 
 def prompt_completion_text_read_hook(example: Mapping[str, Any], **read_hook_kwargs: Any) -> Turns:
@@ -47,8 +58,11 @@ def prompt_completion_text_read_hook(example: Mapping[str, Any], **read_hook_kwa
         read_hook_kwargs, "prompt_completion_text_read_hook", "prompt_key", "completion_key"
     )
     return [
-        {"type": "prompt", "content": [{"text": example.get(prompt_key)}]},
-        {"type": "completion", "content": [{"text": example.get(completion_key)}]},
+        {"type": "prompt", "content": [{"text": _text(example, prompt_key, "prompt_key")}]},
+        {
+            "type": "completion",
+            "content": [{"text": _text(example, completion_key, "completion_key")}],
+        },
     ]
 
 
@@ -61,9 +75,11 @@ def prompt_completion_chat_read_hook(example: Mapping[str, Any], **read_hook_kwa
     prompt_key, completion_key = _require(
         read_hook_kwargs, "prompt_completion_chat_read_hook", "prompt_key", "completion_key"
     )
+    prompt = _stripped(_text(example, prompt_key, "prompt_key"))
+    completion = _stripped(_text(example, completion_key, "completion_key"))
     return [
-        {"type": "user", "content": [{"text": _stripped(example.get(prompt_key))}]},
-        {"type": "assistant", "content": [{"text": _stripped(example.get(completion_key))}]},
+        {"type": "user", "content": [{"text": prompt}]},
+        {"type": "assistant", "content": [{"text": completion}]},
     ]
 
 
