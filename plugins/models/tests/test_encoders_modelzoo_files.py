@@ -196,3 +196,32 @@ def test_the_laptop_examples_check_on_their_sample_data(tmp_path, monkeypatch, c
         "bert", "bert/classifier", "bert/token_classifier", "bert/extractive_summarization",
         "esm2", "dpr", "t5", "transformer",
     }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_resumed_bert_fit_sees_the_masks_of_an_uninterrupted_one(tmp_path, monkeypatch) -> None:
+    """``plugtrain fit`` stopped at step 4 and resumed to 8 logs the losses of one run to 8."""
+    monkeypatch.chdir(tmp_path)
+    samples.write_examples("runs/data/encoders")
+    example = Path(__file__).parents[3] / "examples" / "modelzoo_bert.yaml"
+    run = yaml.safe_load(example.read_text())
+    init = run["trainer"]["init"]
+    init["model"].update(dropout_rate=0.0, attention_dropout_rate=0.0)
+    init["loop"] = {"max_steps": 8, "eval_frequency": 0}
+    init["logging"] = {"log_steps": 1}
+    run["trainer"]["fit"]["train_dataloader"]["shuffle"] = True
+    run["trainer"]["fit"].pop("val_dataloader")
+
+    def fit(model_dir: str, steps: int, every: int) -> list[float]:
+        init.update(model_dir=model_dir, checkpoint={"steps": every})
+        init["loop"]["max_steps"] = steps
+        Path("run.yaml").write_text(yaml.safe_dump(run, sort_keys=False))
+        assert main(["fit", "run.yaml"]) == 0
+        lines = (Path(model_dir) / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(x)["loss"] for x in lines if json.loads(x).get("split") == "train"]
+
+    whole = fit("whole", 8, 8)
+    fit("parts", 4, 4)
+    resumed = fit("parts", 8, 4)
+    assert len(whole) == 8
+    assert resumed[-4:] == whole[-4:]
