@@ -176,7 +176,11 @@ ERRORS = [
         "meta/llama",
         ":6:26: processing.huggingface_tokenizer: meta/llama: not a local",
     ),
-    ("mode: finetuning", "mode: dpo", ":4:9: setup.mode: must be one of pretraining, finetuning"),
+    (
+        "mode: finetuning",
+        "mode: nlg",
+        ":4:9: setup.mode: must be one of pretraining, finetuning, dpo",
+    ),
     ("max_seq_length: 64", "token_limit: 9", ":7:3: processing.token_limit: token_limit is not"),
     (
         "  prompt_completion_text_read_hook",

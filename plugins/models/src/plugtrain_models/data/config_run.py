@@ -56,6 +56,12 @@ def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 def sample_stats(rows: np.ndarray, pad_id: int, eos_id: int) -> dict[str, int]:
     """Model Zoo's per-sample statistics (``get_data_stats``) of one written sample."""
+    if rows.shape[0] == 6:  # a DPO sample: its chosen and its rejected sequence
+        first, second = (
+            sample_stats(rows[:3], pad_id, eos_id),
+            sample_stats(rows[3:], pad_id, eos_id),
+        )
+        return {k: first[k] + second[k] if k != "n_examples" else 1 for k in first}
     inputs, msl = rows[0], rows.shape[1]
     valid = int(rows[1].sum())
     return {
@@ -208,6 +214,28 @@ class _Run:
             return [pad_to_msl(e, self.msl, self.pad_id) for e in encoded]
         return self._vsl(encoded)
 
+    def dpo(self) -> list[np.ndarray]:
+        """The samples of a DPO run (:mod:`plugtrain_models.dpo.encoding`)."""
+        from plugtrain_models.dpo.encoding import DpoEncoder
+
+        dataset = self.config.dataset
+        encoder = DpoEncoder(
+            self.tokenizer, eos_id=self.eos_id, pad_id=self.pad_id, max_seq_length=self.msl,
+            max_prompt_length=int(dataset.get("max_prompt_length") or 512),
+            response_delimiter=str(dataset.get("response_delimiter") or "<response>"),
+            clean=self.clean,
+        )  # fmt: skip
+        samples = []
+        for where, semantic in self.records():
+            try:
+                rows = encoder.encode(semantic)
+            except (ValueError, TrainingError) as exc:
+                raise TrainingError(f"{where}: {exc}") from None
+            if rows is not None:
+                samples.append(rows)
+        self.counts.update(encoder.stats)
+        return samples
+
     def _vsl(self, encoded: list[Encoded]) -> list[np.ndarray]:
         self.counts["num_sequences_before_packing"] += len(encoded)
         bins = first_fit([len(e.token_ids) for e in encoded], self.msl)
@@ -286,7 +314,8 @@ def run_config(path: str, out: TextIO, err: TextIO) -> dict[str, Any]:
     output = Path(str(config.setup.get("output_dir") or "./output/"))
     run = _Run(config)
     with fresh_output_dir(output):
-        samples = run.finetuning() if config.mode == "finetuning" else run.pretraining()
+        make = {"finetuning": run.finetuning, "dpo": run.dpo}.get(config.mode, run.pretraining)
+        samples = make()
         if not samples:
             message = (
                 f"{config.setup['data']['source']}: no sample made "
@@ -303,8 +332,10 @@ def run_config(path: str, out: TextIO, err: TextIO) -> dict[str, Any]:
             raise TrainingError(message)
         processing = config.processing
         if processing.get("inverted_mask"):  # Model Zoo: 1 where the loss is ignored
+            masks = (1, 4) if config.mode == "dpo" else (1,)
             for rows in samples:
-                rows[1] = rows[1] == 0
+                for row in masks:
+                    rows[row] = rows[row] == 0
         if processing.get("shuffle"):
             order = np.random.default_rng(processing.get("shuffle_seed") or 0)
             samples = [samples[i] for i in order.permutation(len(samples))]
@@ -312,6 +343,10 @@ def run_config(path: str, out: TextIO, err: TextIO) -> dict[str, Any]:
         writer.add(samples)
         writer.close()
         features = VSL_FEATURES if run.use_vsl else FEATURES
+        if config.mode == "dpo":
+            from plugtrain_models.dpo.schemas import DPO_FEATURES
+
+            features = list(DPO_FEATURES)
         params = {
             "setup": _plain(config.setup),
             "processing": {

@@ -23,6 +23,7 @@ STR, INT, BOOL, MAP, ANY = "a string", "an integer", "true or false", "a mapping
 ONE_PROCESS = "this preprocessing runs in one process; tokenizers encodes on every core"
 BUFFERS = "Model Zoo's reader/writer buffers; here samples go straight to their files"
 CLUSTER = "multi-node preprocessing on a Cerebras cluster"
+DPO_ROLES = "mode dpo renders the prompt as a user turn and each response as an assistant turn"
 
 # key: (expected type, None when used | "why it has no effect" | "!why it is refused")
 SETUP: dict[str, tuple[str, str | None]] = {
@@ -85,10 +86,14 @@ DATASET: dict[str, tuple[str, str | None]] = {
     "is_multimodal": (BOOL, None),
     "position_ids_dtype": (STR, None),
     "training_objective": (STR, "!only plain language modelling (no fim, bert_pretraining)"),
+    "max_prompt_length": (INT, None),
+    "response_delimiter": (STR, None),
+    "user_role": (STR, DPO_ROLES),
+    "assistant_role": (STR, DPO_ROLES),
 }
 TRUNCATION = {"prompt_truncation_mode": STR, "truncation_mode": STR, "max_turn_length": INT}
 SECTIONS = {"setup": SETUP, "processing": PROCESSING, "dataset": DATASET}
-MODES = ("pretraining", "finetuning")
+MODES = ("pretraining", "finetuning", "dpo")
 DOWNLOAD = (
     "Hub data sets are not downloaded here: save it first "
     "(datasets.load_dataset(NAME, split=SPLIT).to_json('FOLDER/data.jsonl')), then write "

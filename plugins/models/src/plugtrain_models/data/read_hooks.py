@@ -16,6 +16,8 @@ __all__ = [
     "HOOKS",
     "MODELZOO_MODULE",
     "chat_read_hook",
+    "dpo_read_hook",
+    "dpo_text_read_hook",
     "load_read_hook",
     "prompt_completion_chat_read_hook",
     "prompt_completion_text_read_hook",
@@ -115,11 +117,43 @@ def chat_read_hook(example: Mapping[str, Any], **read_hook_kwargs: Any) -> Turns
     return turns
 
 
+def _dpo_turns(example: Mapping[str, Any], kwargs: Mapping[str, Any], hook: str) -> list[Any]:
+    """``(prompt, chosen, rejected)`` texts of a record: strings, or chats (Model Zoo's lists).
+
+    A chat field is a list of ``{role, content}`` messages: the prompt is the first message of
+    ``chosen``, each response the second of its list.
+    """
+    chosen_key, rejected_key = _require(kwargs, hook, "chosen_key", "rejected_key")
+    chosen, rejected = example.get(chosen_key), example.get(rejected_key)
+    if isinstance(chosen, list) and isinstance(rejected, list):
+        if len(chosen) < 2 or len(rejected) < 2:
+            raise ValueError(f"{chosen_key} and {rejected_key} chats need a prompt and a response")
+        return [chosen[0].get("content"), chosen[1].get("content"), rejected[1].get("content")]
+    (prompt_key,) = _require(kwargs, hook, "prompt_key")
+    return [example.get(prompt_key), chosen, rejected]
+
+
+def dpo_read_hook(example: Mapping[str, Any], **read_hook_kwargs: Any) -> Turns:
+    """``prompt``, ``chosen`` and ``rejected`` turns (``mode: dpo``, chat-templated)."""
+    texts = _dpo_turns(example, read_hook_kwargs, "dpo_read_hook")
+    kinds = ("prompt", "chosen", "rejected")
+    return [{"type": k, "content": [{"text": t or ""}]} for k, t in zip(kinds, texts, strict=True)]
+
+
+def dpo_text_read_hook(example: Mapping[str, Any], **read_hook_kwargs: Any) -> Turns:
+    """As :func:`dpo_read_hook`, for the plain path: the prompt turn is ``text_prompt``."""
+    texts = _dpo_turns(example, read_hook_kwargs, "dpo_text_read_hook")
+    kinds = ("text_prompt", "chosen", "rejected")
+    return [{"type": k, "content": [{"text": t or ""}]} for k, t in zip(kinds, texts, strict=True)]
+
+
 HOOKS: dict[str, Callable[..., Turns]] = {
     "text_read_hook": text_read_hook,
     "prompt_completion_text_read_hook": prompt_completion_text_read_hook,
     "prompt_completion_chat_read_hook": prompt_completion_chat_read_hook,
     "chat_read_hook": chat_read_hook,
+    "dpo_read_hook": dpo_read_hook,
+    "dpo_text_read_hook": dpo_text_read_hook,
 }
 """The hooks of Model Zoo's module that are here, by name."""
 
