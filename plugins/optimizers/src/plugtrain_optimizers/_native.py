@@ -16,6 +16,7 @@ name in ``torch.profiler`` traces and ``torch.compile`` traces it without a grap
 ``$PLUGTRAIN_CACHE_DIR/kernels`` (else ``$XDG_CACHE_HOME/plugtrain/kernels`` or
 ``~/.cache/plugtrain/kernels``), named by a hash of source, compiler (``$CC``, ``cc``, ``gcc``
 or ``clang``), flags and CPU; processes building it at once wait for one under a file lock.
+Only a library this user built is loaded (:mod:`plugtrain_optimizers._kernel_cache`).
 With GNU OpenMP (``libgomp.so.1``) as torch's runtime, ``-fopenmp`` links it and loops over
 :data:`PARALLEL_ELEMENTS` elements or more are split between torch's threads; elsewhere every
 loop runs on one thread, which is logged once.
@@ -40,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from plugtrain_optimizers import _kernel_cache
 
 try:
     import fcntl
@@ -227,6 +230,8 @@ def _load() -> tuple[NativeKernels | None, str]:
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
                 problems.append(f"{' '.join(extra) or 'plain'}: {exc}")
                 continue
+            finally:
+                _kernel_cache.remove_private_folders()  # a loaded library needs no file
             mode = "OpenMP threads" if kernels.openmp else "one thread"
             return kernels, f"loaded from {path} ({mode})"
     except RuntimeError as exc:
@@ -343,21 +348,19 @@ def _build(compiler: str, extra: list[str]) -> Path:
         key.update(part if isinstance(part, bytes) else part.encode())
         key.update(b"\0")
     name = f"plugtrain_optimizers_{key.hexdigest()[:20]}.so"
-    try:
-        folder = _cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-")  # noqa: SIM115
-        probe.close()
-    except OSError:
-        folder = Path(tempfile.mkdtemp(prefix="plugtrain-kernels-"))
+    folder = _kernel_cache.cache_folder(_cache_dir())  # see there: which library is loaded
     target = folder / name
-    if target.exists():
+    if target.exists() and _kernel_cache.untrusted_library(target) is None:
         return target
     with open(folder / ".lock", "a+b") as lock:  # the first process builds, the others wait
         if fcntl is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
         if target.exists():
-            return target
+            why = _kernel_cache.untrusted_library(target)
+            if why is None:
+                return target
+            _log.warning("plugtrain optimizers: building the C kernels again: %s", why)
+            target.unlink()
         handle, scratch = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
         os.close(handle)
         try:
@@ -368,6 +371,7 @@ def _build(compiler: str, extra: list[str]) -> Path:
             if result.returncode != 0:
                 message = f"{compiler} failed: {result.stderr.strip()[-400:] or 'no message'}"
                 raise RuntimeError(message)
+            _kernel_cache.record_digest(Path(scratch), name)
             os.replace(scratch, target)  # atomic: readers see the whole library or none
             return target
         finally:
