@@ -95,7 +95,7 @@ class PlugtrainLM(TemplateLM):  # type: ignore[misc]
     def apply_chat_template(
         self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
     ) -> str:
-        """The chat rendered with the tokenizer's template (needs a transformers tokenizer)."""
+        """The chat rendered with the tokenizer's template (needs a tokenizer folder)."""
         if self.tokenizer is None:
             raise ValueError("apply_chat_template needs a Hugging Face tokenizer folder")
         rendered = self.tokenizer.apply_chat_template(
