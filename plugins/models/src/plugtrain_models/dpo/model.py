@@ -42,7 +42,7 @@ def disable_dropout(model: nn.Module) -> None:
         if isinstance(module, nn.Dropout):
             module.p = 0.0
         elif isinstance(getattr(module, "dropout", None), float):
-            module.dropout = 0.0
+            setattr(module, "dropout", 0.0)  # noqa: B010 (attention: a float torch types as Module)
 
 
 class DpoModel(nn.Module):
@@ -216,7 +216,7 @@ def _reference_before_saving(module: nn.Module, prefix: str, keep_vars: bool) ->
 
 
 def _decoder_state_into_policy(
-    module: nn.Module, state: dict[str, Any], prefix: str, *_: Any
+    module: nn.Module, state: dict[str, Any], prefix: str, *rest: Any
 ) -> None:
     """A decoder's state (``model.*``: a Hugging Face folder, an SFT checkpoint) fills the policy.
 
