@@ -161,3 +161,31 @@ def test_x15_the_run_files_max_tokens_has_the_same_range(
     done = run_cli("check", str(run_file))
     assert done.status == 2, done.err
     assert "max_tokens: must be > 0, got 0" in done.err
+
+
+def test_x03_the_safe_loader_renders_chats_and_encodes_as_transformers(tmp_path: Path) -> None:
+    import transformers
+
+    from plugtrain_models.generation.text import load_text_tokenizer
+
+    folder = tmp_path / "tok"
+    shutil.copytree(TOKENIZER, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{{ bos_token }}{% for m in messages %}{{ '<' + m['role'] + '> ' + m['content'] }}"
+        "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<assistant> ' }}{% endif %}"
+    )
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    ours = load_text_tokenizer(folder)
+    theirs = transformers.AutoTokenizer.from_pretrained(folder)  # the oracle, in the test only
+    chat = [{"role": "user", "content": "Where is Paris?"}, {"role": "assistant", "content": "In"}]
+    for options in ({"add_generation_prompt": True}, {"continue_final_message": True}):
+        messages = chat[:1] if "add_generation_prompt" in options else chat
+        expected = theirs.apply_chat_template(messages, tokenize=False, **options)
+        assert ours.hf.apply_chat_template(messages, tokenize=False, **options) == expected
+    for text in ("The cat sat on the mat.", "Paris is"):
+        assert ours.encode(text) == theirs(text)["input_ids"]
+        assert ours.encode(text, False) == theirs(text, add_special_tokens=False)["input_ids"]
+    assert ours.eos_id == theirs.eos_token_id
+    assert ours.hf.bos_token_id == theirs.bos_token_id
