@@ -139,6 +139,9 @@ def test_model_zoos_dpo_model_trains_ten_steps_on_its_data_format(tmp_path: Path
     assert model.reference is not None
     assert not model.reference.training
     assert not any(p.requires_grad for p in model.reference.parameters())
+    evaluated = trainer.validate(_loader(folder, shuffle=False), ckpt_path=None)
+    assert evaluated["reward_accuracies"] > 0.5  # compute_eval_metrics: true
+    assert math.isfinite(evaluated["loss"])
 
 
 def test_an_interrupted_dpo_fit_resumes_bit_equal(tmp_path: Path) -> None:
