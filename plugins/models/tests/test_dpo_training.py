@@ -15,6 +15,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+import plugtrain_callbacks.checkpoints
 import pytest
 import torch
 import yaml
@@ -110,13 +111,15 @@ def _loader(folder: Path, shuffle: bool = True) -> Any:
     return dpo_hdf5_loader(**data)
 
 
-def _trainer(model_dir: Path, steps: int, recorder: Recorder | None = None) -> plugtrain.Trainer:
+def _trainer(
+    model_dir: Path, steps: int, recorder: Recorder | None = None, *others: Any
+) -> plugtrain.Trainer:
     torch.manual_seed(5)
     return plugtrain.Trainer(
         device="CPU", model_dir=model_dir, model=_zephyr_model(),
         optimizer={"AdamW": {"lr": 1e-3}}, loop={"max_steps": steps},
         checkpoint={"steps": 3}, logging={"log_steps": 1}, seed=3,
-        callbacks=[recorder] if recorder is not None else [],
+        callbacks=[*([recorder] if recorder is not None else []), *others],
     )  # fmt: skip
 
 
@@ -166,15 +169,24 @@ def test_a_dpo_fit_starts_from_an_sft_runs_checkpoint(tmp_path: Path) -> None:
     keys = shrunk_policy(ZEPHYR["model"]["policy_model"])
     family = keys.pop("name")
     torch.manual_seed(11)
-    sft = build_decoder(family, keys)
-    weights = tmp_path / "sft.mdl"
-    torch.save({"model": sft.state_dict()}, weights)
+    sft = plugtrain.Trainer(
+        device="CPU", model_dir=tmp_path / "sft", model=build_decoder(family, keys),
+        optimizer={"AdamW": {"lr": 1e-3}}, loop={"max_steps": 2}, seed=2,
+    )  # fmt: skip
+    ids = torch.randint(0, VOCAB, (8, 17), generator=torch.Generator().manual_seed(3))
+    rows = [{"input_ids": t[:-1], "labels": t[1:]} for t in ids]
+    sft.fit(torch.utils.data.DataLoader(rows, batch_size=4))
+    tuned = {n: t.clone() for n, t in sft.unwrapped_model.state_dict().items()}
+    # Model Zoo's DPO file loads only the model of the SFT run's checkpoint (its callback)
+    states = plugtrain_callbacks.checkpoints.LoadCheckpointStates(load_checkpoint_states="model")
     recorder = Recorder()
-    trainer = _trainer(tmp_path / "run", 1, recorder)
-    trainer.fit(_loader(write_dpo_files(tmp_path / "data", 8)), ckpt_path=str(weights))
+    trainer = _trainer(tmp_path / "run", 1, recorder, states)
+    trainer.fit(
+        _loader(write_dpo_files(tmp_path / "data", 8)), ckpt_path=str(sft.checkpoint_path(2))
+    )
     model = trainer.unwrapped_model
     assert isinstance(model, DpoModel)
     assert model.reference is not None
-    for name, tensor in sft.state_dict().items():  # the reference is the SFT model, unchanged
+    for name, tensor in tuned.items():  # the reference is the SFT model, unchanged
         assert torch.equal(model.reference.state_dict()[name], tensor), name
     assert recorder.steps[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
