@@ -3,6 +3,7 @@ record temporaries after a kill."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,15 @@ pytest.importorskip("transformers")
 
 import torch
 from support.hf_models import random_hf_model, save_hf
-from support.reliability import run_cli, small_data, small_trainer, tmpfs
+from support.reliability import (
+    finish_process,
+    run_cli,
+    small_data,
+    small_trainer,
+    start_plugtrain,
+    tmpfs,
+    wait_until,
+)
 
 LLAMA = {
     "vocab_size": 64,
@@ -173,3 +182,30 @@ def test_x11_a_fit_removes_the_checkpoint_list_temporaries_a_killed_fit_left(
     assert not stale.exists()
     assert notes.exists()
     assert (model_dir / ".plugtrain-checkpoints.json").is_file()
+
+
+@pytest.mark.slow
+def test_x11_a_real_kill_during_conversion_then_the_same_command(tmp_path: Path) -> None:
+    import transformers
+
+    big = {**LLAMA, "vocab_size": 16000, "hidden_size": 512, "intermediate_size": 1024,
+           "num_hidden_layers": 2, "num_attention_heads": 8}  # fmt: skip
+    model = random_hf_model(transformers.LlamaConfig, transformers.LlamaForCausalLM, **big)
+    folder = save_hf(model, tmp_path / "llama")  # about 80 MB of float32 weights
+    del model
+    out = tmp_path / "out"
+    command = (
+        "checkpoint", "convert", str(folder), "--config", str(folder / "config.json"),
+        "--src-fmt", "hf", "--tgt-fmt", "plugtrain", "--output-dir", str(out),
+    )  # fmt: skip
+    process = start_plugtrain(*command)
+    wait_until(lambda: out.is_dir() and any(p.name.startswith(".") for p in out.iterdir()), process)
+    os.killpg(process.pid, 9)
+    finish_process(process)
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")]  # the kill left partials
+    done = run_cli(*command)
+    assert done.status == 0, done.err
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config_to_plugtrain.yaml",
+        "model_to_plugtrain.mdl",
+    ]
