@@ -102,6 +102,22 @@ def test_x04_two_exports_into_one_folder_keep_the_first_and_refuse_the_second(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_x04_a_conversion_finishing_first_keeps_its_file(tmp_path: Path) -> None:
+    from plugtrain.conversion import ConversionError
+    from plugtrain.conversion.writing import write_converted
+
+    checkpoint, config = tmp_path / "m_to_plugtrain.mdl", tmp_path / "c_to_plugtrain.yaml"
+
+    def save_while_another_finishes(path: Path) -> None:
+        path.write_bytes(b"mine")
+        checkpoint.write_bytes(b"theirs")  # the other conversion renames its file in place
+
+    with pytest.raises(ConversionError, match="another conversion wrote it while this one ran"):
+        write_converted(checkpoint, config, "model: {}\n", save_while_another_finishes)
+    assert checkpoint.read_bytes() == b"theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint.name]
+
+
 def test_x09_converting_into_a_folder_holding_a_conversion_is_refused(
     hf_folder: Path, converted: tuple[Path, Path], tmp_path: Path
 ) -> None:

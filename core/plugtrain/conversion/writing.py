@@ -124,9 +124,9 @@ def write_converted(
         written.append(text)
         text.write_text(config_text, encoding="utf-8")
         _refuse_taken(checkpoint, config)
-        os.rename(partial, checkpoint)
+        _place(partial, checkpoint)
         written[0] = checkpoint
-        os.rename(text, config)
+        _place(text, config)
     except BaseException as exc:
         for made in written:
             with contextlib.suppress(OSError):
@@ -134,6 +134,18 @@ def write_converted(
         if isinstance(exc, OSError | RuntimeError | CheckpointError):
             raise write_failure(checkpoint.parent, exc) from exc
         raise
+
+
+def _place(partial: Path, final: Path) -> None:
+    """Rename ``partial`` to ``final`` unless ``final`` exists (a hard link never replaces)."""
+    try:
+        os.link(partial, final)
+    except FileExistsError:
+        _refuse_taken(final)
+    except OSError:  # a file system without hard links: the check above has to do
+        os.rename(partial, final)
+        return
+    os.unlink(partial)
 
 
 def _refuse_taken(*paths: Path) -> None:
