@@ -18,7 +18,7 @@ from plugtrain_optimizers._threads import (
     TUNE_VARIABLE,
     Plan,
     StepTuner,
-    _set_threads,
+    _setters,
 )
 
 ALL_BLOCKED, ONE = Plan(2), Plan(1)
@@ -33,7 +33,7 @@ def tuned(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def two_threads():
     """Two intra-op threads, where the tuner can set the stepping thread's count."""
-    if _set_threads() is None:
+    if not _setters():
         pytest.skip("torch's threads are not GNU OpenMP's: no tuner")
     before = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -1,25 +1,16 @@
 """One-pass CPU kernels for the optimizers' float32 updates, as torch operators.
 
 The kernels in ``kernels.c`` read each element's parameter, gradient and state once and write
-them once, where the multi-tensor path makes a pass per operation (Lion, ASGD, Rprop, Adadelta,
-Adamax, NAdam, the Schedule-Free pair); Lamb and Adafactor, which need norms or row and column
-means first, make the fewest passes those allow. Each line mirrors one torch operation, rounding
-as torch's CPU kernels do (the kernels' square root is correctly rounded, and sums run in
-another order). They take contiguous float32 CPU tensors; all else takes the multi-tensor path.
-
-C function ``plugtrain_<name>`` is operator ``torch.ops.plugtrain.<name>``, its schema read from
-the C declaration (a pointer is a tensor, written unless ``const``; an array of pointers a list
-of tensors; an elementwise function's element and thread counts are filled in): it shows by
-name in ``torch.profiler`` traces and ``torch.compile`` traces it without a graph break.
-
-:func:`load` builds the library when an optimizer with kernels is made, never in a step, into
-``$PLUGTRAIN_CACHE_DIR/kernels`` (else ``$XDG_CACHE_HOME/plugtrain/kernels`` or
-``~/.cache/plugtrain/kernels``), named by a hash of source, compiler (``$CC``, ``cc``, ``gcc``
-or ``clang``), flags and CPU; processes building it at once wait for one under a file lock.
-Only a library this user built is loaded (:mod:`plugtrain_optimizers._kernel_cache`).
-With GNU OpenMP (``libgomp.so.1``) as torch's runtime, ``-fopenmp`` links it and loops over
-:data:`PARALLEL_ELEMENTS` elements or more are split between torch's threads; elsewhere every
-loop runs on one thread, which is logged once.
+them once (Lion, ASGD, Rprop, Adadelta, Adamax, NAdam, the Schedule-Free pair); Lamb and
+Adafactor make the fewest passes their norms and means allow. Each line mirrors one torch
+operation, rounding as torch's CPU kernels do. C function ``plugtrain_<name>`` is operator
+``torch.ops.plugtrain.<name>``, its schema read from the C declaration (a pointer is a tensor,
+written unless ``const``; an array of pointers a list of tensors; an elementwise function's
+element and thread counts are filled in). :func:`load` builds the library when an optimizer
+with kernels is made, into ``$PLUGTRAIN_CACHE_DIR/kernels`` (else ``~/.cache/plugtrain/kernels``)
+under a hash of source, compiler, flags and CPU, one process at a time (a file lock). With GNU
+OpenMP (``libgomp.so.1``) as torch's runtime, ``-fopenmp`` links it and loops over
+:data:`PARALLEL_ELEMENTS` elements or more use torch's threads; elsewhere one thread, said once.
 """
 
 from __future__ import annotations
@@ -67,7 +58,6 @@ _log = logging.getLogger(__name__)
 
 SWITCH_VARIABLE = "PLUGTRAIN_NATIVE_KERNELS"
 """Set to ``0`` to take the multi-tensor path everywhere."""
-
 
 PARALLEL_ELEMENTS = 1 << 15
 """Smallest buffer split between threads (below it, waking threads costs more than it saves)."""
@@ -141,11 +131,7 @@ def op(name: str) -> Callable[..., None]:
 
 
 def call(name: str, *arguments: object) -> None:
-    """C function ``plugtrain_<name>`` on its C arguments, in the profiler as its operator.
-
-    For arrays of pointers a caller keeps, where passing hundreds of tensors through the
-    dispatcher would take longer than the kernel (Adafactor's small matrices).
-    """
+    """C function ``plugtrain_<name>`` on C arguments a caller keeps, named for the profiler."""
     with torch.profiler.record_function(f"plugtrain::{name}"):
         _current.functions[name](*arguments)  # type: ignore[union-attr]
 
@@ -195,8 +181,8 @@ _libraries: list[torch.library.Library] = []  # the operators live as long as th
 def load() -> NativeKernels | None:
     """The kernels, built and loaded on the first call; ``None`` where they cannot be.
 
-    The reason is :func:`status`; a failure is logged once (debug level) and not retried.
-    ``PLUGTRAIN_NATIVE_KERNELS=0`` at the first call, or :func:`set_enabled`, turns them off.
+    Why not: :func:`status` (logged once, not retried). ``PLUGTRAIN_NATIVE_KERNELS=0`` at the
+    first call, or :func:`set_enabled`, turns them off.
     """
     global _loaded, _tried, _reason, _current  # noqa: PLW0603 - one library per process
     with _lock:

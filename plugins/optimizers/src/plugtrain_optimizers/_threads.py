@@ -1,18 +1,12 @@
 """On how many intra-op threads each CPU step of an optimizer runs: :class:`StepTuner`.
 
-All of them is fastest on a quiet machine; one wins when another process keeps a core busy and
-each of a step's many parallel regions waits for the descheduled thread. The same numbers
-either way (bit for bit where the update is elementwise; Lamb's and Adafactor's sums may run in
-another order). Where torch's threads are GNU OpenMP's, the tuner sets the stepping thread's
-count alone (``omp_set_num_threads``, which torch's parallel loops on that thread follow), never
-torch's own setting, which other threads see. ``PLUGTRAIN_TUNE_THREADS=0`` turns it off.
-
-After the first step (which allocates) it runs all threads, one thread and all threads again,
-then the faster by the median of its recent times, and tries the other again after
-:data:`EXPLORE_FIRST` steps, the interval doubling up to :data:`EXPLORE_LAST` while the choice
-holds. Two steps in a row slower than :data:`SLOWDOWN` times the chosen plan's recent best: every
-plan is timed again at once (the chosen one last) and the faster by those fresh times runs, so
-a passing stall does not move the steps while a lasting load does within three steps.
+All is fastest on a quiet machine; one wins when another process keeps a core busy and each of
+a step's many parallel regions waits for the descheduled thread (same numbers: bit for bit where
+the update is elementwise). After the first step the tuner times all threads, one and all again,
+runs the faster by the median of recent times, retries the other after :data:`EXPLORE_FIRST`
+steps (doubling up to :data:`EXPLORE_LAST` while the choice holds) and times both again at once
+after two steps :data:`SLOWDOWN` times slower than the chosen plan's best. It sets the stepping
+thread's own counts (OpenMP's and MKL's), never torch's setting, which other threads see.
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -49,20 +44,39 @@ TUNE_VARIABLE = "PLUGTRAIN_TUNE_THREADS"
 def tuning_threads() -> bool:
     """Whether optimizers made now get a :class:`StepTuner` (GNU OpenMP, not turned off)."""
     off = os.environ.get(TUNE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
-    return not off and _set_threads() is not None
+    return not off and bool(_setters())
 
 
 @functools.cache
-def _set_threads() -> Callable[[int], None] | None:
-    """``omp_set_num_threads`` of the GNU OpenMP torch runs on: this thread's count only."""
+def _setters() -> list[Callable[[int], int]]:
+    """Setters of the calling thread's own counts, OpenMP's and MKL's ([] without GNU OpenMP)."""
     if _native._torch_not_gnu_openmp():
-        return None
-    try:
-        function = ctypes.CDLL("libgomp.so.1").omp_set_num_threads  # the one torch loaded
-    except (OSError, AttributeError):
-        return None
-    function.argtypes, function.restype = [ctypes.c_int], None
-    return function  # type: ignore[no-any-return]
+        return []
+    found = []
+    mkl = (Path(torch.__file__).with_name("lib") / "libtorch_cpu.so", "MKL_Set_Num_Threads_Local")
+    for library, name in (("libgomp.so.1", "omp_set_num_threads"), mkl):
+        try:
+            function = getattr(ctypes.CDLL(str(library)), name)  # the libraries torch loaded
+        except (OSError, AttributeError):
+            continue
+        function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
+        found.append(function)
+    return found if found and found[0].__name__ == "omp_set_num_threads" else []
+
+
+def _limit(count: int) -> Callable[[], None]:
+    """Run this thread's parallel regions on ``count`` threads, until the returned call."""
+    before = torch.get_num_threads()
+    omp, *mkl = _setters()
+    omp(count)
+    earlier = [set_mkl(count) for set_mkl in mkl]  # each returns the value it replaced
+
+    def undo() -> None:
+        omp(before)
+        for set_mkl, value in zip(mkl, earlier, strict=True):
+            set_mkl(value)
+
+    return undo
 
 
 EXPLORE_FIRST = 32
@@ -173,15 +187,14 @@ class StepTuner:
         """Run the body (one optimizer step) with the chosen plan, timed."""
         threads = torch.get_num_threads()
         plan, timed = self.choose(threads)
-        if plan.threads != threads:
-            _set_threads()(plan.threads)  # type: ignore[misc]
+        undo = _limit(plan.threads) if plan.threads != threads else None
         start = self.clock()
         try:
             yield
         finally:
             seconds = self.clock() - start
-            if plan.threads != threads:
-                _set_threads()(threads)  # type: ignore[misc]
+            if undo is not None:
+                undo()
         if timed:
             self.record(plan, seconds, threads)
         else:

@@ -1,11 +1,9 @@
 /* One-pass float32 updates of the plugtrain optimizers on the CPU.
  *
- * Each elementwise function updates elements [0, n) of its arrays in one loop: every input is
- * read once and every output written once, where the multi-tensor path makes one pass over
- * memory per operation. Lamb and Adafactor, which need norms or row and column means before
- * the update, take two and three passes. The caller (plugtrain_optimizers/_native.py) splits
- * the work between threads, checks that the arrays are float32, contiguous and distinct, and
- * makes each exported function a torch operator (a pointer a tensor, written unless const).
+ * Each elementwise function updates elements [0, n) of its arrays in one loop, reading every
+ * input and writing every output once; Lamb and Adafactor take two and three passes. Each
+ * exported function is a torch operator (plugtrain_optimizers/_native.py: a pointer a tensor,
+ * written unless const), whose caller checks the arrays are float32, contiguous and distinct.
  *
  * Each line mirrors one in-place operation of the Python path, rounding as torch's CPU kernels
  * do: `add(x, y, alpha)`, `lerp` and `addcmul(x, a, b, value)` (as `fma(value * a, b, x)`) are
