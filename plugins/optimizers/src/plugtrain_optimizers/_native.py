@@ -8,7 +8,8 @@ operation, rounding as torch's CPU kernels do. C function ``plugtrain_<name>`` i
 written unless ``const``; an array of pointers a list of tensors; an elementwise function's
 element and thread counts are filled in). :func:`load` builds the library when an optimizer
 with kernels is made, into ``$PLUGTRAIN_CACHE_DIR/kernels`` (else ``~/.cache/plugtrain/kernels``)
-under a hash of source, compiler, flags and CPU, one process at a time (a file lock). With GNU
+under a hash of source, compiler, flags and CPU, one process at a time (a file lock); only a
+library this user built is loaded (:mod:`plugtrain_optimizers._kernel_cache`). With GNU
 OpenMP (``libgomp.so.1``) as torch's runtime, ``-fopenmp`` links it and loops over
 :data:`PARALLEL_ELEMENTS` elements or more use torch's threads; elsewhere one thread, said once.
 """
