@@ -140,10 +140,14 @@ def test_resuming_from_a_checkpoint_continues_bit_for_bit(tmp_path):
 
 
 def test_ckpt_path_none_starts_from_scratch(tmp_path):
-    _trainer(tmp_path, loop={"max_steps": 5}).fit(_data())
-    again = _trainer(tmp_path, loop={"max_steps": 5})
+    first = _trainer(tmp_path / "a", loop={"max_steps": 5})
+    first.fit(_data())
+    again = _trainer(tmp_path / "b", loop={"max_steps": 5})
     again.fit(_data(), ckpt_path=None)
     assert again.global_step == 5
+    assert again.loaded_step is None
+    for name, value in _weights(first).items():
+        assert torch.equal(value, _weights(again)[name]), name
 
 
 def test_grad_accumulation_equals_one_big_batch(tmp_path):

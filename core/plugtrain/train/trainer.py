@@ -383,7 +383,11 @@ class Trainer:
 
         :param ckpt_path: a checkpoint to start from; ``None``: none; unset: the newest sound
             checkpoint in ``model_dir`` when ``autoload_last_checkpoint`` (a damaged newer one
-            is skipped with a warning).
+            is skipped with a warning). A starting point (a Hugging Face folder, a checkpoint
+            outside the checkpoint folder) begins the run; once the folder holds this run's
+            checkpoints, the run resumes from the newest of them. A run starting at step 0
+            never writes over checkpoints of later steps: it is refused
+            (:mod:`plugtrain.train.checkpointing.state.fit_start`).
         """
         if self.optimizer is None:
             message = "fit needs an optimizer"
@@ -403,7 +407,8 @@ class Trainer:
             self.checkpointer.claim()
             for stale in self.checkpointer.clean_up():
                 log.info("removed %s, left by an interrupted save", stale)
-        self.state.restore(ckpt_path)
+        self.state.restore_for_fit(ckpt_path)
+        self.training_loop.started_anew = ckpt_path is None
         training_mode(self.optimizer)  # a checkpoint holds the optimizer in its eval() mode
         if self.sparsity is not None:
             self.sparsity.initialize()

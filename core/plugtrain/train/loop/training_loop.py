@@ -209,6 +209,8 @@ class TrainingLoop:
         self.trainer = trainer
         self.step = step
         self.evaluation = evaluation
+        self.started_anew = False
+        """Whether the fit was told ``ckpt_path: null``, which the same command repeats."""
 
     def run(
         self,
@@ -326,10 +328,13 @@ class TrainingLoop:
         path = trainer.checkpointer.path(trainer.global_step)
         number = interrupt.signal_number or 2
         how = "interrupted" if number == 2 else f"interrupted by {signal_name(number)}"
-        message = (
-            f"{how} at step {trainer.global_step}; checkpoint saved to {path}; "
-            "run the same command again to resume"
+        resume = (
+            f"resume with the same command and --set trainer.fit.ckpt_path={path} (its "
+            "ckpt_path: null starts anew)"
+            if self.started_anew
+            else "run the same command again to resume"
         )
+        message = f"{how} at step {trainer.global_step}; checkpoint saved to {path}; {resume}"
         repeated = interrupt.repeated_while_saving
         if repeated is not None:
             again = signal_name(repeated)

@@ -138,4 +138,6 @@ def test_l03_a_fit_started_inside_another_fit_on_the_same_model_dir_is_refused(t
         f"model_dir {tmp_path} is in use by another fit (pid {os.getpid()}, started "
     )
     assert torch.isfinite(outer.model.fc1.weight).all()
-    trainer().fit(data, ckpt_path=None)  # released after the fit: the next one may run
+    again = trainer()
+    again.fit(data)  # released after the fit: the next one may run (and resumes)
+    assert again.loaded_step == 3

@@ -23,6 +23,7 @@ from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingE
 from plugtrain.train.checkpointing.ranks import restore_agreed
 from plugtrain.train.checkpointing.run_folder import reserve
 from plugtrain.train.checkpointing.state.fit_check import check_fits
+from plugtrain.train.checkpointing.state.fit_start import STARTED_FROM, restore_for_fit
 from plugtrain.train.checkpointing.state.foreign import (
     hf_checkpoint_state,
     is_hf_checkpoint,
@@ -55,6 +56,10 @@ class TrainerState:
     def __init__(self, trainer: StateOwner) -> None:
         self.trainer = trainer
         self.verified = False
+        self.started_from: str | None = None
+        """The resolved starting point of this run (``None``: the model's own weights)."""
+        self.loaded_metadata: dict[str, Any] = {}
+        """The ``metadata`` of the checkpoint loaded last."""
 
     @property
     def gathers(self) -> bool:
@@ -99,6 +104,7 @@ class TrainerState:
                 "torch": str(torch.__version__),
                 "optimizer": type(optimizer).__name__ if optimizer is not None else None,
                 "config": plain(trainer.config) if trainer.config is not None else None,
+                STARTED_FROM: self.started_from,
             },
         }
 
@@ -164,7 +170,10 @@ class TrainerState:
         return owners
 
     def _read(self, path: str | os.PathLike[str]) -> dict[str, Any]:
-        """The checkpoint at ``path``: plugtrain's, or a Hugging Face one converted."""
+        """The checkpoint at ``path``: plugtrain's, or a Hugging Face one converted.
+
+        Its ``metadata`` is kept as :attr:`loaded_metadata`.
+        """
         model = self.trainer.unwrapped_model
         if is_hf_checkpoint(path):
             registry = self.trainer.registry
@@ -177,6 +186,7 @@ class TrainerState:
             state = self.trainer.checkpointer.load(path)
         if "model" in state:
             state["model"] = with_model_prefix(model, state["model"])
+        self.loaded_metadata = _metadata(state)
         return state
 
     def load(self, path: str | os.PathLike[str]) -> None:
@@ -187,9 +197,10 @@ class TrainerState:
         trainer.loaded_step = int(state.get("global_step", 0))
         check_version(path, state, trainer.checkpoint.strict_version)
         parts = checkpoint_parts(state)
+        # callbacks see every part (a LoRA adapter-only checkpoint's base reference is one)
+        trainer.callbacks_dispatch.on_before_load_checkpoint(trainer, parts)
         if trainer.optimizer is None:  # evaluation only: the weights (and masks) and the step
             parts = {k: v for k, v in parts.items() if k in _EVALUATION_PARTS}
-        trainer.callbacks_dispatch.on_before_load_checkpoint(trainer, parts)
         kept = {**parts, "metadata": state.get("metadata")}
         strict = not trainer.checkpoint.disable_strict_checkpoint_loading
         if trainer.sparsity is not None:
@@ -255,6 +266,13 @@ class TrainerState:
         found: Path | None = trainer.checkpointer.load_newest(trainer.load_checkpoint)
         return found
 
+    def restore_for_fit(self, ckpt_path: Any) -> Path | None:
+        """Load what a fit starts from: its run's newest checkpoint or its starting point.
+
+        See :mod:`.fit_start` for the rule; the path loaded.
+        """
+        return restore_for_fit(self, ckpt_path)
+
     def check_room(self) -> None:
         """Fail before training when ``model_dir`` cannot hold a checkpoint (read-only, full)."""
         trainer = self.trainer
@@ -289,6 +307,12 @@ class TrainerState:
             for state in trainer.optimizer.state.values():
                 tensors.extend(v for v in state.values() if isinstance(v, torch.Tensor))
         return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _metadata(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's ``metadata`` mapping (empty when it has none)."""
+    metadata = state.get("metadata")
+    return dict(metadata) if isinstance(metadata, Mapping) else {}
 
 
 def _model_name(config: Mapping[str, Any] | None) -> str | None:
