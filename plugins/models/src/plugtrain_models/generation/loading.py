@@ -1,10 +1,11 @@
 """The model a run file describes, with the weights ``--ckpt`` names, for generation and lm-eval.
 
 The first trainer of the run file builds its model (on its backend's device; a Cerebras run
-file's model runs on this machine's GPU, else CPU) and loads, in this order: ``--ckpt`` (a
-plugtrain checkpoint, or a Hugging Face folder, opened as ``fit`` opens it: its ``config.json``
-must describe the run file's model), the newest checkpoint in ``model_dir``, the run file's
-``fit.ckpt_path``; with none, the model stays as initialised.
+file's model runs on this machine's GPU, else CPU), with its ``Lora`` callback applied when it
+has one (a LoRA checkpoint, whole or adapter-only, loads as ``fit`` wrote it), and loads, in
+this order: ``--ckpt`` (a plugtrain checkpoint, or a Hugging Face folder, opened as ``fit``
+opens it: its ``config.json`` must describe the run file's model), the newest checkpoint in
+``model_dir``, the run file's ``fit.ckpt_path``; with none, the model stays as initialised.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from plugtrain.registry import Registry
 __all__ = ["LoadedRun", "data_tokenizer", "load_run", "model_defaults"]
 
 log = logging.getLogger("plugtrain")
+
+MODEL_CHANGING = frozenset({"Lora"})
+"""Callbacks whose ``on_model_built`` changes the model that checkpoints hold."""
 
 
 @attrs.frozen
@@ -51,6 +55,14 @@ def _device(plan: TrainerPlan) -> str:
     if kind == "GPU" or (kind not in ("CPU", "GPU") and torch.cuda.is_available()):
         return "GPU"
     return "CPU"
+
+
+def _model_changing(plan: TrainerPlan) -> list[Any]:
+    """The run file's callbacks that change the model its checkpoints hold (``Lora``)."""
+    return [
+        spec for spec in plan.callbacks
+        if str(getattr(spec, "name", "")).rsplit(":", 1)[-1] in MODEL_CHANGING
+    ]  # fmt: skip
 
 
 def _load(trainer: Trainer, plan: TrainerPlan, ckpt: str | None) -> str | None:
@@ -81,6 +93,7 @@ def load_run(run_file: str, overrides: list[str], ckpt: str | None) -> LoadedRun
         device=_device(first), model_dir=first.model_dir, seed=first.seed, registry=registry,
         config=first.config,
         model=lambda: build_component(registry, "model", first.model),
+        callbacks=[build_component(registry, "callback", spec) for spec in _model_changing(first)],
     )  # fmt: skip
     source = _load(trainer, first, ckpt)
     return LoadedRun(first, registry, trainer, source)

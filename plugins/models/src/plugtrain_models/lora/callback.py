@@ -166,8 +166,8 @@ class Lora:
         if not reference:
             message = (
                 "the checkpoint holds adapters without their base weights, and no reference to "
-                "them was loaded with it (a validate reads only the model): resume a fit from "
-                "it, or export it folded (plugtrain checkpoint convert --tgt-fmt hf)"
+                "them (its Lora callback's state is missing): load it into a fit from its base, "
+                "or export it folded from a whole checkpoint"
             )
             raise CheckpointMismatchError(message)
         path = reference.get("path")

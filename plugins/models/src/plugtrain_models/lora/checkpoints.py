@@ -5,9 +5,10 @@
   schedulers, step, data position, callbacks) is left out: the fine-tune starts at step 0.
 - An adapter-only checkpoint holds the adapters and the optimizer state of the adapters, plus a
   reference to the base weights it needs (their file, if any, and a fingerprint: SHA-256 over
-  each base tensor's name, shape, type and bytes). Loading one reads the base again (or keeps
-  the model's own, for a base that was built rather than loaded) and refuses a base whose
-  fingerprint differs.
+  each base tensor's name, shape and bytes, floating tensors as float32, so that a bfloat16
+  file and the float32 model it was loaded into give the same one). Loading one reads the base
+  again (or keeps the model's own, for a base that was built rather than loaded) and refuses a
+  base whose fingerprint differs.
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ def base_fingerprint(state: Mapping[str, Any]) -> str:
         tensor = state[name]
         if is_adapter(name) or not isinstance(tensor, torch.Tensor):
             continue
-        whole = full(tensor).detach().cpu().contiguous()
-        digest.update(f"{name}:{tuple(whole.shape)}:{whole.dtype}".encode())
-        digest.update(whole.reshape(-1).view(torch.uint8).numpy().tobytes())
+        whole = full(tensor).detach().cpu()
+        kind = "float" if whole.is_floating_point() else str(whole.dtype)
+        if whole.is_floating_point():  # one form for a bf16 file and the float32 model it fills
+            whole = whole.to(torch.float32)
+        digest.update(f"{name}:{tuple(whole.shape)}:{kind}".encode())
+        digest.update(whole.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 

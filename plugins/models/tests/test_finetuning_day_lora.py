@@ -1,0 +1,139 @@
+"""The fine-tuning day with LoRA from a bfloat16 Hugging Face base: an adapter-only fit
+resumes; generate, lm_eval and validate load its checkpoints, whole or adapter-only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import transformers
+from support.hf_models import random_hf_model, save_hf
+
+import plugtrain
+from plugtrain.conversion import hf_to_plugtrain
+from plugtrain.testing import trainer_run, write_run_file
+from plugtrain_models.families import build_decoder
+from plugtrain_models.generation.loading import load_run
+from plugtrain_models.lora.apply import is_adapter
+from plugtrain_models.lora.callback import Lora
+from plugtrain_models.lora.checkpoints import base_fingerprint
+
+LLAMA = {
+    "vocab_size": 96,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32,
+}
+LORA = {"r": 4, "alpha": 8, "target_modules": ["TransformerDecoderLayer", "Linear"]}
+
+
+@pytest.fixture(scope="module")
+def bf16_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama saved by transformers in bfloat16, as published Llama checkpoints are."""
+    hf = random_hf_model(transformers.LlamaConfig, transformers.LlamaForCausalLM, **LLAMA)
+    return save_hf(hf.to(torch.bfloat16), tmp_path_factory.mktemp("bf16") / "hf")
+
+
+def _loader() -> torch.utils.data.DataLoader[Any]:
+    generator = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, 96, (8, 13), generator=generator)
+    rows = [
+        {"input_ids": t[:-1], "labels": t[1:], "attention_mask": torch.ones(12, dtype=torch.long)}
+        for t in tokens
+    ]
+    return torch.utils.data.DataLoader(rows, batch_size=2)
+
+
+def _trainer(
+    folder: Path, model_dir: Path, steps: int, *, adapter_only: bool = True
+) -> plugtrain.Trainer:
+    torch.manual_seed(5)
+    model = build_decoder("llama", hf_to_plugtrain(folder).model_keys)
+    return plugtrain.Trainer(
+        device="CPU",
+        model_dir=model_dir,
+        model=model,
+        optimizer={"AdamW": {"lr": 0.01}},
+        loop={"max_steps": steps},
+        checkpoint={"steps": 2},
+        callbacks=[Lora(lora_params=LORA, adapter_only_checkpoints=adapter_only)],
+        seed=3,
+    )
+
+
+def test_the_fingerprint_of_a_bf16_file_is_that_of_the_float32_model_it_fills() -> None:
+    weights = {"w": torch.randn(3, 4).to(torch.bfloat16), "steps": torch.arange(3)}
+    widened = {"w": weights["w"].float(), "steps": torch.arange(3)}
+    assert base_fingerprint(weights) == base_fingerprint(widened)
+    changed = {"w": widened["w"] + 1e-2, "steps": torch.arange(3)}
+    assert base_fingerprint(changed) != base_fingerprint(widened)
+
+
+def test_an_adapter_only_fit_from_a_bf16_base_resumes_exactly(
+    bf16_folder: Path, tmp_path: Path
+) -> None:
+    straight = _trainer(bf16_folder, tmp_path / "straight", 4)
+    straight.fit(_loader(), ckpt_path=str(bf16_folder))
+    first = _trainer(bf16_folder, tmp_path / "run", 2)
+    first.fit(_loader(), ckpt_path=str(bf16_folder))
+    resumed = _trainer(bf16_folder, tmp_path / "run", 4)
+    resumed.fit(_loader(), ckpt_path=str(bf16_folder))  # the same command resumes
+    assert resumed.loaded_step == 2
+    expected = straight.unwrapped_model.state_dict()
+    got = resumed.unwrapped_model.state_dict()
+    adapters = [n for n in expected if is_adapter(n)]
+    assert adapters
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+
+
+def _run_file(folder: Path, model_dir: Path, adapter_only: bool) -> Path:
+    keys = dict(hf_to_plugtrain(folder).model_keys)
+    lora = {"lora_params": LORA, "adapter_only_checkpoints": adapter_only}
+    init = {
+        "model_dir": str(model_dir),
+        "backend": {"backend_type": "CPU"},
+        "model": {"name": "llama", **keys},
+        "optimizer": {"AdamW": {"lr": 0.01}},
+        "loop": {"max_steps": 2},
+        "callbacks": [{"Lora": lora}],
+    }
+    fit = {"train_dataloader": {"Digits": {"batch_size": 2}}}
+    run = trainer_run(init, fit=fit)
+    return write_run_file(model_dir.parent, run, name=f"run_{adapter_only}.yaml")
+
+
+@pytest.mark.parametrize("adapter_only", [False, True], ids=["whole", "adapter-only"])
+def test_generate_lm_eval_and_validate_load_a_lora_checkpoint(
+    bf16_folder: Path, tmp_path: Path, adapter_only: bool
+) -> None:
+    trained = _trainer(bf16_folder, tmp_path / "run", 2, adapter_only=adapter_only)
+    trained.fit(_loader(), ckpt_path=str(bf16_folder))
+    checkpoint = trained.checkpoint_path(2)
+    tokens = torch.tensor([[1, 5, 9, 33, 70]])
+    model = trained.unwrapped_model.eval()
+    with torch.no_grad():
+        expected = model.logits(tokens)
+    run = _run_file(bf16_folder, tmp_path / "run", adapter_only)
+    loaded = load_run(str(run), [], str(checkpoint))  # what generate and lm_eval load
+    with torch.no_grad():
+        got = loaded.model.eval().logits(tokens)
+    assert torch.equal(got, expected)
+    torch.manual_seed(5)
+    evaluator = plugtrain.Trainer(
+        device="CPU",
+        model_dir=tmp_path / "eval",
+        model=build_decoder("llama", hf_to_plugtrain(bf16_folder).model_keys),
+        callbacks=[Lora(lora_params=LORA, adapter_only_checkpoints=adapter_only)],
+    )
+    evaluator.validate(_loader(), ckpt_path=str(checkpoint))
+    with torch.no_grad():
+        assert torch.equal(evaluator.unwrapped_model.eval().logits(tokens), expected)
