@@ -61,13 +61,19 @@ def run_registry(modules: Sequence[str] = (), *, import_local: bool = True) -> R
 
 
 def load_plan(
-    path: str | os.PathLike[str], overrides: Sequence[str] = (), *, import_local: bool = False
+    path: str | os.PathLike[str],
+    overrides: Sequence[str] = (),
+    *,
+    import_local: bool = False,
+    model_only: bool = False,
 ) -> tuple[RunPlan, Registry]:
     """Read, override and validate a run file once: its plan and the registry to build it with.
 
     Loads the plugin modules the file names (``plugins:``) into the run's registry only; imports
     no torch. A run file is input from outside: its local modules are imported only with
     ``import_local`` (``fit``, ``validate``), else only installed plugins and ``-p`` modules.
+    ``model_only`` plans what builds the trainers, their work sections left out
+    (:func:`plugtrain.config.validation.validate.plan_run`).
 
     :raises ConfigError: listing every problem with its path and position.
     """
@@ -75,4 +81,4 @@ def load_plan(
     modules = data.get("plugins") if isinstance(data, dict) else None
     wanted = [m for m in modules if isinstance(m, str)] if isinstance(modules, list) else []
     registry = run_registry(wanted, import_local=import_local)
-    return plan_run(data, registry, str(path)), registry
+    return plan_run(data, registry, str(path), model_only=model_only), registry

@@ -251,7 +251,8 @@ class ValidatePlan:
 class ValidateAllPlan:
     """``trainer.validate_all``.
 
-    :param val_dataloaders: the evaluation data sets, in order.
+    :param val_dataloaders: the evaluation data sets, in order (none: the callbacks alone
+        evaluate each checkpoint).
     :param ckpt_paths: the checkpoints (paths or globs) as written; ``None``: the model as it
         is.
     :param ckpt_paths_given: whether ``ckpt_paths`` was written; unset means every checkpoint

@@ -331,8 +331,12 @@ class ValidateSection:
 class ValidateAllSection:
     """``trainer.validate_all``: evaluate several checkpoints on several data sets."""
 
-    val_dataloaders: list[Any] | dict[str, Any] = arg(
-        component="dataloader", many=True, help="one data loader {Name: {...}} or a list of them"
+    val_dataloaders: list[Any] | dict[str, Any] | None = arg(
+        None,
+        component="dataloader",
+        many=True,
+        help="one data loader {Name: {...}} or a list of them; none: the callbacks alone "
+        "evaluate (a downstream harness such as EleutherEvalHarness)",
     )
     ckpt_paths: str | list[str] | None = arg(
         None,
@@ -359,8 +363,11 @@ class TrainerSection:
         """A trainer must have something to do (an evaluation harness alone counts)."""
         idle = all(arguments[k] is None for k in ("fit", "validate", "validate_all"))
         if idle and not _names_a_standalone_callback(arguments["init"]):
-            yield "nothing to do: give 'fit', 'validate' and/or 'validate_all'"
+            yield NOTHING_TO_DO
 
+
+NOTHING_TO_DO = "nothing to do: give 'fit', 'validate' and/or 'validate_all'"
+"""What a trainer without work is told (not said where only its model is wanted)."""
 
 STANDALONE_CALLBACKS = frozenset({"EleutherEvalHarness", "BigCodeEvalHarness"})
 """Callbacks that are a trainer's whole job without fit/validate sections: Model Zoo's

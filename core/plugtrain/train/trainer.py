@@ -321,12 +321,14 @@ class Trainer:
 
     def validate_all(
         self,
-        val_dataloaders: Iterable[Any] | Mapping[str, Iterable[Any]],
+        val_dataloaders: Iterable[Any] | Mapping[str, Iterable[Any]] | None = None,
         ckpt_paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = UNSET,
     ) -> list[dict[str, Any]]:
         """Evaluate every checkpoint on every data loader (Model Zoo's ``validate_all``).
 
-        :param val_dataloaders: one data loader, a list of them, or ``{name: loader}``.
+        :param val_dataloaders: one data loader, a list of them, or ``{name: loader}``; none:
+            the callbacks alone evaluate each checkpoint (a downstream harness), one record
+            each with ``"dataloader": None``.
         :param ckpt_paths: a path, a glob (``model_dir/checkpoint_*.mdl``) or a list of them;
             unset: every checkpoint in the checkpoint folder, in step order; ``None``: the model
             as it is.

@@ -26,6 +26,7 @@ from plugtrain.config.plan import (
 from plugtrain.config.precision import PrecisionSettings
 from plugtrain.config.reading.yaml_loader import location_of
 from plugtrain.config.sections import (
+    NOTHING_TO_DO,
     CheckpointSettings,
     FitSection,
     InitSection,
@@ -87,7 +88,35 @@ def _trainer_entries(
     return entries
 
 
-def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
+WORK_SECTIONS = ("fit", "validate", "validate_all")
+"""A trainer's sections that use its model (left out where only the model is wanted)."""
+
+
+def _without_work(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with each trainer's work sections left out (the rest is shared, not copied)."""
+
+    def idle(trainer: Any) -> Any:
+        if not isinstance(trainer, Mapping):
+            return trainer
+        return {key: value for key, value in trainer.items() if key not in WORK_SECTIONS}
+
+    trainer = data.get("trainer")
+    if isinstance(trainer, Mapping):
+        return {**data, "trainer": idle(trainer)}
+    if isinstance(trainer, list):
+        entries = [
+            {**item, "trainer": idle(item["trainer"])}
+            if isinstance(item, Mapping) and list(item) == ["trainer"]
+            else item
+            for item in trainer
+        ]
+        return {**data, "trainer": entries}
+    return dict(data)
+
+
+def plan_run(
+    data: Any, registry: Registry, source: str = "<run>", *, model_only: bool = False
+) -> RunPlan:
     """Validate a loaded run file once and return its plan.
 
     Validation reads the registry and changes nothing else: no plugin is loaded, no global
@@ -97,10 +126,14 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
     :param registry: the registry to resolve names with (its plugins already loaded); build
         the run with the same registry.
     :param source: the file's name, for messages.
+    :param model_only: plan what builds the trainers (``generate``, ``lm_eval``): their
+        ``fit``, ``validate`` and ``validate_all`` sections are left out, unchecked.
     :raises ConfigError: listing every problem with its path and position.
     """
     checker = Checker(registry)
     checker.run_file = True
+    if model_only and isinstance(data, Mapping):
+        data = _without_work(data)
     if not isinstance(data, Mapping):
         got = "an empty file" if data is None else type(data).__name__
         raise ConfigError(
@@ -122,6 +155,8 @@ def plan_run(data: Any, registry: Registry, source: str = "<run>") -> RunPlan:
     checkpoint_folders: list[str] = []
     for path, entry, parent in _trainer_entries(data, checker):
         checked = checker.schema(TrainerSection, entry, path, parent, "trainer")
+        if model_only:  # its model is what is wanted
+            checker.issues = [issue for issue in checker.issues if issue.message != NOTHING_TO_DO]
         if not isinstance(entry, Mapping) or not isinstance(entry.get("init"), Mapping):
             continue
         init = entry["init"]
@@ -287,8 +322,8 @@ def _validate_plan(section: Mapping[str, Any], written: Mapping[str, Any]) -> Va
 
 
 def _validate_all_plan(section: Mapping[str, Any], written: Mapping[str, Any]) -> ValidateAllPlan:
-    loaders = section["val_dataloaders"]
-    loaders = (loaders,) if isinstance(loaders, ComponentSpec) else tuple(loaders)
+    loaders = section.get("val_dataloaders")
+    loaders = (loaders,) if isinstance(loaders, ComponentSpec) else tuple(loaders or ())
     paths = section.get("ckpt_paths")
     if isinstance(paths, str):
         paths = (paths,)

@@ -117,6 +117,16 @@ class Evaluation:
         metrics.update(MetricSums.means(totals))
         return metrics
 
+    def run_callbacks(self, split: str) -> dict[str, float]:
+        """An evaluation without data: the callbacks' hooks alone fill the metrics (logged)."""
+        trainer = self.trainer
+        metrics: dict[str, float] = {}
+        with evaluation_mode(trainer.optimizer):
+            trainer.callbacks_dispatch.on_validate_start(trainer)
+            trainer.callbacks_dispatch.on_validate_end(trainer, metrics)
+        trainer.loggers_dispatch.log_metrics(trainer.global_step, split, metrics)
+        return metrics
+
     def run(
         self, dataloader: Iterable[Any], max_batches: int | None, split: str = "val"
     ) -> dict[str, float]:

@@ -69,7 +69,9 @@ class ValidatedTrainer(TrainerView, Protocol):
 
 
 def _named_loaders(value: Any) -> list[tuple[str, Any]]:
-    """``(name, loader)`` pairs: a mapping's names, else each loader's position."""
+    """``(name, loader)`` pairs: a mapping's names, else each loader's position (none: none)."""
+    if value is None:
+        return []
     if isinstance(value, Mapping):
         return [(str(name), loader) for name, loader in value.items()]
     if isinstance(value, list | tuple):
@@ -127,6 +129,8 @@ class Validation:
                     self._load(path)
                 if trainer.sparsity is not None:
                     trainer.sparsity.initialize()
+                if not loaders:
+                    records.append(self._callbacks_only(path))
                 for name, loader in loaders:
                     # the metrics files tell checkpoints apart by step, loaders by split
                     metrics = self.evaluation.run(
@@ -149,6 +153,15 @@ class Validation:
         finally:
             trainer.loggers_dispatch.close()
         return records
+
+    def _callbacks_only(self, path: Path | None) -> dict[str, Any]:
+        """Evaluate with the callbacks alone (no data loader): their metrics, logged."""
+        trainer = self.trainer
+        metrics = self.evaluation.run_callbacks("validate_all")
+        where = path if path is not None else "the model as it is"
+        log.info("callbacks' evaluation of %s: %s", where, describe_metrics(metrics))
+        record = {"checkpoint": None if path is None else str(path), "step": trainer.global_step}
+        return {**record, "dataloader": None, **metrics}
 
     def _paths(self, ckpt_paths: Any) -> list[Path | None]:
         """The checkpoints ``validate_all`` evaluates, in order; globs expanded."""

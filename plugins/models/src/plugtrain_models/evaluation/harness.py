@@ -61,7 +61,7 @@ class EleutherEvalHarness:
         *,
         eeh_args: Mapping[str, Any],
         batch_size: int,
-        data_dir: str,
+        data_dir: str | None = None,
         every_n_vals: int = 1,
         max_sequence_length: int | None = None,
         tokenizer_file_path: str | None = None,

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, TextIO
 
 from plugtrain import build_component
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain_models.evaluation.harness import EleutherEvalHarness
 from plugtrain_models.evaluation.schemas import lm_eval_missing
-from plugtrain_models.generation.loading import LoadedRun, load_run
-from plugtrain_models.generation.text import has_tokenizer_files
+from plugtrain_models.generation.loading import LoadedRun, data_tokenizer, load_run
+from plugtrain_models.generation.text import BYTES, has_tokenizer_files
 
 __all__ = ["HARNESS", "lm_eval_command"]
 
@@ -41,15 +42,15 @@ def _harness(loaded: LoadedRun, args: argparse.Namespace) -> EleutherEvalHarness
     if args.tasks is None:
         message = f"the run file's trainer has no {HARNESS} callback: add one, or give --tasks"
         raise ConfigError([ConfigIssue(HARNESS, message)])
-    return EleutherEvalHarness(
-        eeh_args={"tasks": args.tasks}, batch_size=args.batch_size or 1, data_dir="."
-    )
+    return EleutherEvalHarness(eeh_args={"tasks": args.tasks}, batch_size=args.batch_size or 1)
 
 
 def _apply_flags(harness: EleutherEvalHarness, args: argparse.Namespace) -> None:
     changed: dict[str, Any] = {
         key: getattr(args, flag) for flag, key in FLAGS.items() if getattr(args, flag) is not None
     }
+    if args.output_path is not None:  # a flag's path is the user's, not under model_dir
+        changed["output_path"] = str(Path(args.output_path).resolve())
     harness.eeh = {**harness.eeh, **changed}
     if args.batch_size is not None:
         harness.batch_size = args.batch_size
@@ -63,8 +64,17 @@ def _tokenizer_dir(
         return
     named = harness.pretrained_model_name_or_path
     own = harness.tokenizer_file_path is not None or (named and has_tokenizer_files(named))
-    if not own and loaded.source is not None and has_tokenizer_files(loaded.source):
-        harness.tokenizer_dir = loaded.source
+    if own:
+        return
+    if loaded.source is not None:  # as generate: the checkpoint's folder, or the file's folder
+        for candidate in (Path(loaded.source), Path(loaded.source).parent):
+            if has_tokenizer_files(candidate):
+                harness.tokenizer_dir = str(candidate)
+                return
+    recorded = data_tokenizer(loaded.plan)  # the tokenizer the run file's data was written with
+    if recorded is not None:
+        spec, eos = recorded
+        harness.tokenizer_file_path, harness.eos_id = spec, eos if spec != BYTES else None
 
 
 def lm_eval_command(args: argparse.Namespace, out: TextIO) -> int:

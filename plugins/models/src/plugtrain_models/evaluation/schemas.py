@@ -118,7 +118,9 @@ class EleutherEvalHarnessArgs:
     eeh_args: dict[str, Any] = arg(section=EleutherCLIArgs, help="lm-eval's settings")
     every_n_vals: int = arg(1, ge=1, help="run at every n-th evaluation of fit (and at its end)")
     batch_size: int = arg(help="requests per forward pass", gt=0)
-    data_dir: str = arg(help="Model Zoo's request dump folder (not written here)")
+    data_dir: str | None = arg(
+        None, help="Model Zoo's request dump folder (accepted, never written here)"
+    )
     max_sequence_length: int | None = arg(
         None, gt=0, help="longest request in tokens (default: max_position_embeddings)"
     )

@@ -6,6 +6,9 @@ has one (a LoRA checkpoint, whole or adapter-only, loads as ``fit`` wrote it), a
 this order: ``--ckpt`` (a plugtrain checkpoint, or a Hugging Face folder, opened as ``fit``
 opens it: its ``config.json`` must describe the run file's model), the newest checkpoint in
 ``model_dir``, the run file's ``fit.ckpt_path``; with none, the model stays as initialised.
+A run file needs no ``fit`` or ``validate`` section here, nor the data they name: when its
+work sections do not check (none given, a data folder not on this machine), only what builds
+the model is checked.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 from plugtrain import Trainer, build_component
 from plugtrain.config import load_plan
 from plugtrain.config.plan import TrainerPlan
+from plugtrain.errors import ConfigError
 from plugtrain.registry import Registry
 
 __all__ = ["LoadedRun", "data_tokenizer", "load_run", "model_defaults"]
@@ -87,7 +91,10 @@ def load_run(run_file: str, overrides: list[str], ckpt: str | None) -> LoadedRun
     :raises ConfigError: the run file is not valid.
     :raises CheckpointError: the checkpoint is missing or does not fit the model.
     """
-    plan, registry = load_plan(run_file, overrides, import_local=True)
+    try:
+        plan, registry = load_plan(run_file, overrides, import_local=True)
+    except ConfigError:  # a model alone, or data that is not here: the model is what is used
+        plan, registry = load_plan(run_file, overrides, import_local=True, model_only=True)
     first = plan.trainers[0]
     trainer = Trainer(
         device=_device(first), model_dir=first.model_dir, seed=first.seed, registry=registry,
