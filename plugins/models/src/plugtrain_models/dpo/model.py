@@ -186,12 +186,12 @@ class DpoModel(nn.Module):
             if ref is not None:
                 return self.pair_logps(batch, ref)[0]
             policy, was_training = self.policy_model, self.policy_model.training
-            policy.eval()
-            try:
-                with adapters_disabled(policy):
+            with adapters_disabled(policy):  # first: eval() then merges no update
+                policy.eval()
+                try:
                     return self.pair_logps(batch, policy)[0]
-            finally:
-                policy.train(was_training)
+                finally:
+                    policy.train(was_training)
 
     def forward(self, batch: Batch | torch.Tensor) -> Any:
         """The loss mapping for a DPO batch (see the module); else the policy's own forward."""

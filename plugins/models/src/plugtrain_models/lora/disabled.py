@@ -21,16 +21,16 @@ def adapters_disabled(model: nn.Module) -> Iterator[None]:
     """Within the block, every LoRA layer of ``model`` computes its base layer alone.
 
     A layer whose update is merged into its weight (``eval()`` with ``merge_weights``) is
-    unmerged for the block and merged again after it.
+    unmerged for the block; ``eval()`` within the block merges nothing, so that no updated copy
+    of a weight is made; after the block each layer is merged as its mode says.
     """
     layers = list(lora_layers(model).values())
-    merged = [layer.merged for layer in layers]
     for layer in layers:
         layer._set_merged(False)
         layer.adapters_off = True
     try:
         yield
     finally:
-        for layer, was in zip(layers, merged, strict=True):
+        for layer in layers:
             layer.adapters_off = False
-            layer._set_merged(was)
+            layer._set_merged(not layer.training)  # as its mode says, as train() leaves it

@@ -67,7 +67,8 @@ class LoraLayer:
 
     def _merge_allowed(self) -> bool:
         weight = self.weight.data
-        return self.merge and type(weight).__name__ != "DTensor" and not weight.is_meta
+        off = self.adapters_off  # switched off: the base weight stays as it is
+        return self.merge and not off and type(weight).__name__ != "DTensor" and not weight.is_meta
 
     def _set_merged(self, merged: bool) -> None:
         if merged and self._unmerged is None and self._merge_allowed():
