@@ -68,6 +68,7 @@ from plugtrain.train.observability import (
     allow_failures,
     assemble,
     console_logging,
+    loss_tokens_in,
     profiler_callbacks,
     say_inert_off_csx,
     token_counter,
@@ -433,6 +434,7 @@ class Trainer:
             self.stream_position,
             batches_per_epoch=batches,
             count_tokens=token_counter(self.unwrapped_model),
+            count_loss_tokens=loss_tokens_in,
         )
         last_val: dict[str, float] = {}
         try:

@@ -32,12 +32,15 @@ class DataStream:
         *,
         batches_per_epoch: int | None = None,
         count_tokens: Callable[[Any], int] | None = None,
+        count_loss_tokens: Callable[[Any], int] | None = None,
     ) -> None:
         """Read ``loader`` from ``position`` (``None``: from the start).
 
         :param batches_per_epoch: end an epoch after this many batches (``steps_per_epoch``);
             ``None``: when the loader is exhausted.
         :param count_tokens: a batch's tokens, summed in ``tokens`` (``None``: none counted).
+        :param count_loss_tokens: a batch's tokens that count in the loss (padding and prompts
+            left out), summed in ``loss_tokens`` (``None``: none counted).
         """
         self.loader = loader
         self.batches_per_epoch = batches_per_epoch
@@ -46,7 +49,9 @@ class DataStream:
         self.consumed = 0
         self.samples = 0
         self.tokens = 0
+        self.loss_tokens = 0
         self.count_tokens = count_tokens
+        self.count_loss_tokens = count_loss_tokens
         self._iterator: Iterator[Any] | None = None
         self._epoch_rng: dict[str, Any] = {}
         if position is not None:
@@ -109,6 +114,8 @@ class DataStream:
         self.samples += batch_size(batch)
         if self.count_tokens is not None:
             self.tokens += self.count_tokens(batch)
+        if self.count_loss_tokens is not None:
+            self.loss_tokens += self.count_loss_tokens(batch)
         return batch
 
     def position(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from plugtrain.train.observability.loggers import (
     assemble,
 )
 from plugtrain.train.observability.profiling import profiler_callbacks
-from plugtrain.train.observability.throughput import Throughput, token_counter
+from plugtrain.train.observability.throughput import Throughput, loss_tokens_in, token_counter
 
 __all__ = [
     "DEFAULT_CALLBACKS",
@@ -31,6 +31,7 @@ __all__ = [
     "assemble",
     "console_logging",
     "describe_failure",
+    "loss_tokens_in",
     "profiler_callbacks",
     "say_inert_off_csx",
     "say_once",

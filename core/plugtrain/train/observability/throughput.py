@@ -2,7 +2,12 @@
 
 Tokens: a model may declare ``num_tokens(batch) -> int`` (since plugin API 1.1); otherwise a
 mapping batch with an ``input_ids`` tensor counts its elements; other batches count none. The
-Trainer's data stream counts them as it hands batches out (:func:`token_counter`).
+Trainer's data stream counts them as it hands batches out (:func:`token_counter`). Padding and
+prompt tokens count there too; the tokens the loss is taken over (``loss_mask``, else the
+``labels`` that are not -100: :func:`loss_tokens_in`) are reported beside them.
+
+MFU above 1 means the peak FLOP/s is wrong (a stale probe of a busy CPU): it is not reported,
+and a warning says so once.
 
 FLOPs (on CPU and CUDA devices): counted once, by :class:`torch.utils.flop_counter.FlopCounterMode`
 over the forward and backward passes of one optimizer step (all its micro-batches), then scaled
@@ -15,13 +20,16 @@ counter). With activation checkpointing, the recomputed forward passes are count
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import torch
 
-__all__ = ["MeteredTrainer", "Throughput", "token_counter", "tokens_in"]
+__all__ = ["MeteredTrainer", "Throughput", "loss_tokens_in", "token_counter", "tokens_in"]
+
+log = logging.getLogger("plugtrain")
 
 
 class _Counts(Protocol):
@@ -70,6 +78,19 @@ def tokens_in(batch: Any) -> int:
     return 0
 
 
+def loss_tokens_in(batch: Any) -> int:
+    """Tokens of a batch the loss is taken over: ``loss_mask``'s, else ``labels`` not -100."""
+    if not isinstance(batch, Mapping):
+        return 0
+    mask = batch.get("loss_mask")
+    if isinstance(mask, torch.Tensor):
+        return int(mask.count_nonzero())
+    labels = batch.get("labels")
+    if isinstance(labels, torch.Tensor) and labels.dtype not in (torch.float32, torch.float64):
+        return int((labels != -100).sum()) if labels.dim() > 1 else 0
+    return 0
+
+
 def token_counter(model: Any) -> Callable[[Any], int]:
     """How the Trainer counts a batch's tokens for ``model``: ``num_tokens``, else tokens_in."""
     declared = getattr(model, "num_tokens", None)
@@ -79,8 +100,10 @@ def token_counter(model: Any) -> Callable[[Any], int]:
 class Throughput:
     """Adds tokens/s, samples/s, FLOP/s and MFU to each logged training record.
 
-    The metrics: ``device/tokens_per_sec``, ``device/samples_per_sec``,
-    ``device/flops_per_sec`` and ``device/mfu`` (a fraction of the device's peak FLOP/s).
+    The metrics: ``device/tokens_per_sec`` (every position, padding included),
+    ``device/loss_tokens_per_sec`` (the positions the loss is taken over),
+    ``device/samples_per_sec``, ``device/flops_per_sec`` and ``device/mfu`` (a fraction of the
+    device's peak FLOP/s, never above 1).
     Rates are this process's (one device), over the window since the previous record, without
     the time spent in evaluations. On by default for models that report tokens (``Throughput:
     null`` removes it); listed in ``callbacks``, it reports samples for any model.
@@ -109,7 +132,9 @@ class Throughput:
         self._at_count = (0, 0)
         self._last = 0.0
         self._last_units = (0, 0)
+        self._last_loss_units = 0
         self._paused = 0.0
+        self._said_above_peak = False
 
     def on_fit_start(self, trainer: MeteredTrainer) -> None:
         """Start the clock and choose the step whose FLOPs are counted.
@@ -123,6 +148,7 @@ class Throughput:
         self._count_step = (start + 1 if start else 2) if counts else -1
         self._last = time.perf_counter()
         self._last_units = _units(trainer)
+        self._last_loss_units = _loss_units(trainer)
         self._paused = 0.0
 
     def on_train_step_start(self, trainer: MeteredTrainer, step: int) -> None:
@@ -131,7 +157,8 @@ class Throughput:
             self._stop_counting(trainer)
         if step != self._count_step or not self._active:
             return
-        if self.only_with_tokens and not _units(trainer)[0]:
+        tokens, samples = _units(trainer)
+        if self.only_with_tokens and samples and not tokens:  # batches drawn, none with tokens
             self._active = False
             return
         from torch.utils.flop_counter import FlopCounterMode
@@ -159,6 +186,8 @@ class Throughput:
         tokens, samples = _units(trainer)
         self.step_tokens = tokens - self._at_count[0]
         self.step_samples = samples - self._at_count[1]
+        if self.only_with_tokens and not self.step_tokens:  # a resumed fit's first batches
+            self._active, self.flops_per_step = False, None
 
     def on_validate_start(self, trainer: MeteredTrainer) -> None:
         """Stop the clock during an evaluation."""
@@ -177,18 +206,31 @@ class Throughput:
         elapsed = now - self._last
         done_tokens, done_samples = tokens - self._last_units[0], samples - self._last_units[1]
         self._last, self._last_units = now, (tokens, samples)
-        if elapsed <= 0 or not self._active or (self.only_with_tokens and not tokens):
+        loss_tokens = _loss_units(trainer)
+        done_loss_tokens = loss_tokens - self._last_loss_units
+        self._last_loss_units = loss_tokens
+        if elapsed <= 0 or not self._active or (self.only_with_tokens and not done_tokens):
             return
         metrics["device/samples_per_sec"] = done_samples / elapsed
-        if tokens:
+        if done_tokens:
             metrics["device/tokens_per_sec"] = done_tokens / elapsed
+        if done_loss_tokens:
+            metrics["device/loss_tokens_per_sec"] = done_loss_tokens / elapsed
         flops = self._window_flops(done_tokens, done_samples)
         if flops is None:
             return
         metrics["device/flops_per_sec"] = flops / elapsed
         peak = self._peak(trainer)
-        if peak:
+        if peak and flops / elapsed <= peak:
             metrics["device/mfu"] = flops / elapsed / peak
+        elif peak and not self._said_above_peak:
+            self._said_above_peak = True
+            log.warning(
+                "warning: the model ran at %.3g FLOP/s, above the peak of %.3g FLOP/s taken "
+                "for this device: MFU is not reported (give Throughput: {peak_flops: ...})",
+                flops / elapsed,
+                peak,
+            )
 
     def _window_flops(self, tokens: int, samples: int) -> float | None:
         """The model FLOPs of a window: the counted step's, per token (else per sample)."""
@@ -216,6 +258,11 @@ class Throughput:
 
 _COUNTED_DEVICES = ("cpu", "cuda")
 """Where FLOPs are counted: a compiling backend's device (CSX) runs no eager ops to count."""
+
+
+def _loss_units(trainer: MeteredTrainer) -> int:
+    """Tokens the loss is taken over that the trainer's data stream has handed out."""
+    return int(getattr(trainer.stream, "loss_tokens", 0) or 0)
 
 
 def _units(trainer: MeteredTrainer) -> tuple[int, int]:
