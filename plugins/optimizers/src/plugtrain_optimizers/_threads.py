@@ -64,19 +64,12 @@ def _setters() -> list[Callable[[int], int]]:
     return found if found and found[0].__name__ == "omp_set_num_threads" else []
 
 
-def _limit(count: int) -> Callable[[], None]:
-    """Run this thread's parallel regions on ``count`` threads, until the returned call."""
+def _limit(count: int) -> list[tuple[Callable[[int], int], int]]:
+    """Run this thread's parallel regions on ``count`` threads; what undoes it: (setter, value)."""
     before = torch.get_num_threads()
     omp, *mkl = _setters()
     omp(count)
-    earlier = [set_mkl(count) for set_mkl in mkl]  # each returns the value it replaced
-
-    def undo() -> None:
-        omp(before)
-        for set_mkl, value in zip(mkl, earlier, strict=True):
-            set_mkl(value)
-
-    return undo
+    return [(omp, before)] + [(set_mkl, set_mkl(count)) for set_mkl in mkl]  # returns the last
 
 
 EXPLORE_FIRST = 32
@@ -187,14 +180,14 @@ class StepTuner:
         """Run the body (one optimizer step) with the chosen plan, timed."""
         threads = torch.get_num_threads()
         plan, timed = self.choose(threads)
-        undo = _limit(plan.threads) if plan.threads != threads else None
+        undo = _limit(plan.threads) if plan.threads != threads else []
         start = self.clock()
         try:
             yield
         finally:
             seconds = self.clock() - start
-            if undo is not None:
-                undo()
+            for setter, value in undo:
+                setter(value)
         if timed:
             self.record(plan, seconds, threads)
         else:
