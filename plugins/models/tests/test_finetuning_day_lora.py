@@ -32,6 +32,14 @@ LLAMA = {
     "num_key_value_heads": 2,
     "max_position_embeddings": 32,
 }
+LLAMA_KEYS = {
+    "vocab_size": 96,
+    "hidden_size": 32,
+    "filter_size": 48,
+    "num_hidden_layers": 2,
+    "num_heads": 4,
+    "max_position_embeddings": 32,
+}
 LORA = {"r": 4, "alpha": 8, "target_modules": ["TransformerDecoderLayer", "Linear"]}
 
 
@@ -137,3 +145,21 @@ def test_generate_lm_eval_and_validate_load_a_lora_checkpoint(
     evaluator.validate(_loader(), ckpt_path=str(checkpoint))
     with torch.no_grad():
         assert torch.equal(evaluator.unwrapped_model.eval().logits(tokens), expected)
+
+
+def test_peft_module_names_select_the_layers_peft_adapts() -> None:
+    from plugtrain_models.lora.apply import apply_lora
+    from plugtrain_models.lora.config import lora_configs
+
+    keys = dict(LLAMA_KEYS, nonlinearity="swiglu")
+    model = build_decoder("llama", keys)
+    targets = ["q_proj", "v_proj", "gate_proj", "down_proj"]
+    report = apply_lora(model, lora_configs({"r": 2, "target_modules": targets}))
+    suffixes = {".".join(name.split(".")[-2:]) for name in report["layers"]}
+    assert suffixes == {
+        "self_attn.proj_q_dense_layer",
+        "self_attn.proj_v_dense_layer",
+        "0.linear_layer_for_glu",
+        "1.linear_layer",
+    }
+    assert len(report["layers"]) == 4 * 2  # two layers

@@ -65,7 +65,7 @@ def _line_of(path: Path, text: str) -> int:
 def test_targets_matching_nothing_are_refused_at_lora_params_listing_what_exists(
     tmp_path: Path,
 ) -> None:
-    path = _run_file(tmp_path, {"r": 4, "target_modules": ["q_proj"]})
+    path = _run_file(tmp_path, {"r": 4, "target_modules": ["query_proj"]})  # q_proj is PEFT's
     message = _refusal(path)
     assert f"run.yaml:{_line_of(path, 'lora_params') + 1}:" in message  # its value's line
     assert "match no Linear or Embedding layer" in message

@@ -6,7 +6,9 @@ entry of ``target_modules`` appears in that path (``["MultiQueryAttention", "Lin
 attention projections). plugtrain's decoder names its classes differently, so each module's
 path holds both spellings (:data:`MODELZOO_CLASS_NAMES`). An entry may also be a module-name
 glob, matched as parameter tags match names: against the whole dotted name or any dot-suffix
-of it (``*.proj_q_dense_layer``, ``lm_head``).
+of it (``*.proj_q_dense_layer``, ``lm_head``), or one of PEFT's module names
+(:data:`PEFT_MODULE_NAMES`: ``q_proj``, ``c_attn``, ...). A list of PEFT names alone is read as
+PEFT reads it: a layer matching any of them is a target.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ADAPTABLE_CLASSES",
     "MODELZOO_CLASS_NAMES",
+    "PEFT_MODULE_NAMES",
     "LayerInfo",
     "choose",
     "class_names",
@@ -49,6 +52,23 @@ MODELZOO_CLASS_NAMES: dict[str, tuple[str, ...]] = {
 of Model Zoo's names (a decoder has one kind, so either selects its projections)."""
 
 
+PEFT_MODULE_NAMES: dict[str, tuple[str, ...]] = {
+    "q_proj": ("proj_q_dense_layer",),
+    "k_proj": ("proj_k_dense_layer",),
+    "v_proj": ("proj_v_dense_layer",),
+    "o_proj": ("proj_output_dense_layer",),
+    "gate_proj": ("ffn.0.linear_layer_for_glu",),
+    "up_proj": ("ffn.0.linear_layer",),
+    "down_proj": ("ffn.1.linear_layer",),
+    "embed_tokens": ("embedding_layer.word_embeddings",),
+    "c_attn": ("proj_q_dense_layer", "proj_k_dense_layer", "proj_v_dense_layer"),
+    "c_fc": ("ffn.0.linear_layer",),
+    "c_proj": ("proj_output_dense_layer", "ffn.1.linear_layer"),
+}
+"""PEFT's (Hugging Face's) module names of the Llama- and GPT-2-style families, as module-name
+globs of plugtrain's decoder (the converters' weight rules)."""
+
+
 def class_names(own: str) -> tuple[str, ...]:
     """The names a module of class ``own`` answers to in a class-name path."""
     return (own, *MODELZOO_CLASS_NAMES.get(own, ()))
@@ -64,12 +84,20 @@ def targeted(target_modules: Sequence[str] | None, name: str, path: Iterable[str
     """Whether the layer ``name`` with class-name ``path`` (root first) is a target.
 
     :param target_modules: ``None``: every Linear and Embedding (Model Zoo's default); else
-        every entry must be a class name in ``path`` or a glob matching ``name``.
+        every entry must be a class name in ``path`` or a glob matching ``name`` (a list of
+        PEFT module names alone: any of them).
     """
     if target_modules is None:
         return True
     names = set(path)
-    return all(entry in names or name_matches(entry, name) for entry in target_modules)
+
+    def hit(entry: str) -> bool:
+        aliases = PEFT_MODULE_NAMES.get(entry, ())
+        return entry in names or any(name_matches(p, name) for p in (entry, *aliases))
+
+    if all(entry in PEFT_MODULE_NAMES for entry in target_modules):
+        return any(hit(entry) for entry in target_modules)
+    return all(hit(entry) for entry in target_modules)
 
 
 def describe_layers(layers: Sequence[LayerInfo]) -> str:
