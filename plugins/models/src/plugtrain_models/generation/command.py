@@ -72,7 +72,14 @@ def add_parser(commands: Subcommands, name: str) -> argparse.ArgumentParser:
     prompts.add_argument(
         "--prompt", action="extend", nargs="+", metavar="TEXT", help="one or more prompts"
     )
-    prompts.add_argument("--prompts-file", metavar="FILE", help="a file with one prompt a line")
+    prompts.add_argument(
+        "--prompts-file", metavar="FILE",
+        help='one prompt a line; a .jsonl file: {"prompt": TEXT} or {"messages": [...]} a line',
+    )  # fmt: skip
+    parser.add_argument(
+        "--chat", action="store_true",
+        help="render each prompt as a user turn with the tokenizer's chat template",
+    )  # fmt: skip
     parser.add_argument(
         "--max-tokens", type=bounded(int, gt=0), metavar="N", help="default: model.max_tokens"
     )

@@ -16,6 +16,7 @@ from plugtrain_models.generation.loading import (
     load_run,
     model_defaults,
 )
+from plugtrain_models.generation.prompts import checkpoint_eos_ids, encode_prompt, read_prompts
 from plugtrain_models.generation.sampling import Sampling
 from plugtrain_models.generation.text import (
     BYTES,
@@ -58,18 +59,6 @@ def resolve_tokenizer(explicit: str | None, loaded: LoadedRun) -> TextTokenizer:
     return load_text_tokenizer(BYTES)
 
 
-def _prompts(args: argparse.Namespace) -> list[str]:
-    if args.prompt:
-        return list(args.prompt)
-    path = Path(args.prompts_file)
-    if not path.is_file():
-        raise ConfigError([ConfigIssue("--prompts-file", f"{path}: no such file")])
-    prompts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not prompts:
-        raise ConfigError([ConfigIssue("--prompts-file", f"{path}: holds no prompt")])
-    return prompts
-
-
 def _stop_sequences(value: Any) -> list[list[int]]:
     """The model section's ``stop_sequences``: an id, a list of ids, or a list of lists."""
     if value is None:
@@ -94,18 +83,21 @@ def _sampling(args: argparse.Namespace, defaults: dict[str, Any]) -> Sampling:
 
 def generate_command(args: argparse.Namespace, out: TextIO) -> int:
     """``plugtrain generate``: see :mod:`plugtrain_models.generation.command`."""
-    prompts = _prompts(args)
+    prompts = read_prompts(args.prompt, args.prompts_file)
     loaded = load_run(args.run_file, args.set, args.ckpt)
     defaults = model_defaults(loaded.plan)
     tokenizer = resolve_tokenizer(args.tokenizer, loaded)
     max_tokens = args.max_tokens or defaults["max_tokens"] or DEFAULT_MAX_TOKENS
     start = defaults["start_token"]
     pad = start[0] if isinstance(start, list) else start
-    encoded = [tokenizer.encode(prompt) for prompt in prompts]
+    chat = bool(getattr(args, "chat", False))
+    encoded = [encode_prompt(tokenizer, prompt, chat) for prompt in prompts]
+    eos_ids = [] if tokenizer.eos_id is None else [tokenizer.eos_id]
+    eos_ids += [i for i in checkpoint_eos_ids(loaded.source) if i not in eos_ids]
     try:
         generated = generate(
             loaded.model, encoded, max_tokens, sampling=_sampling(args, defaults),
-            eos_ids=[] if tokenizer.eos_id is None else [tokenizer.eos_id],
+            eos_ids=eos_ids,
             stop_sequences=_stop_sequences(defaults["stop_sequences"]), seed=args.seed,
             pad_id=tokenizer.pad_id if pad is None else pad,
         )  # fmt: skip
@@ -116,5 +108,6 @@ def generate_command(args: argparse.Namespace, out: TextIO) -> int:
         if args.json:
             out.write(json.dumps({"prompt": prompt, "token_ids": ids, "text": text}) + "\n")
         else:
-            out.write(f"{prompt}{text}\n")
+            shown = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)
+            out.write(f"{shown}{text}\n")
     return 0
