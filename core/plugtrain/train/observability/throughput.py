@@ -139,17 +139,41 @@ class Throughput:
     def on_fit_start(self, trainer: MeteredTrainer) -> None:
         """Start the clock and choose the step whose FLOPs are counted.
 
-        Step 2 from scratch, else the first after the resumed step: an uninterrupted run has
-        FLOP/s in its records from step 2 on.
+        Step 2, as an uninterrupted run counts it. A resumed fit keeps the count its checkpoint
+        holds (the callback's state), so it counts no step an uninterrupted run does not (the
+        counted step runs eagerly, which may change its rounding); a checkpoint without one
+        has the first step after it counted. Either way every record from step 2 on carries
+        FLOP/s whether or not the run was interrupted.
         """
-        self._active = True
         counts = self.mfu and trainer.device.type in _COUNTED_DEVICES
         start = trainer.global_step
-        self._count_step = (start + 1 if start else 2) if counts else -1
+        if not counts or not self._active:
+            self._count_step = -1
+        elif start < 2:
+            self._count_step = 2
+        else:
+            self._count_step = -1 if self.flops_per_step is not None else start + 1
         self._last = time.perf_counter()
         self._last_units = _units(trainer)
         self._last_loss_units = _loss_units(trainer)
         self._paused = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counted step's FLOPs, tokens and samples, and whether the fit reports at all."""
+        return {
+            "flops_per_step": self.flops_per_step,
+            "step_tokens": self.step_tokens,
+            "step_samples": self.step_samples,
+            "active": self._active,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Keep the count of the run resumed (see :meth:`on_fit_start`)."""
+        flops = state.get("flops_per_step")
+        self.flops_per_step = int(flops) if flops is not None else None
+        self.step_tokens = int(state.get("step_tokens") or 0)
+        self.step_samples = int(state.get("step_samples") or 0)
+        self._active = bool(state.get("active", True))
 
     def on_train_step_start(self, trainer: MeteredTrainer, step: int) -> None:
         """At the counted step, start counting FLOPs (and decide whether there are tokens)."""
