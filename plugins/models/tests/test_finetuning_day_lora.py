@@ -3,6 +3,7 @@ resumes; generate, lm_eval and validate load its checkpoints, whole or adapter-o
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,18 @@ def test_peft_module_names_select_the_layers_peft_adapts() -> None:
         "1.linear_layer",
     }
     assert len(report["layers"]) == 4 * 2  # two layers
+
+
+def test_the_base_is_recorded_as_given_and_a_relative_one_resumes(
+    bf16_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(bf16_folder, tmp_path / "llama_hf")
+    monkeypatch.chdir(tmp_path)
+    first = _trainer(Path("llama_hf"), Path("run"), 2)
+    first.fit(_loader(), ckpt_path="llama_hf")
+    saved = torch.load(first.checkpoint_path(2), weights_only=True)
+    lora = next(e["state"] for e in saved["callbacks"] if e and e["name"] == "Lora")
+    assert lora["base"]["path"] == "llama_hf"
+    resumed = _trainer(Path("llama_hf"), Path("run"), 3)
+    resumed.fit(_loader(), ckpt_path="llama_hf")
+    assert resumed.loaded_step == 2

@@ -191,10 +191,13 @@ class Lora:
         self.base = reference
 
     def on_load_checkpoint(self, trainer: TrainerView, path: Path) -> None:
-        """Remember the file a base was loaded from (adapter-only checkpoints name it)."""
+        """Remember the file a base was loaded from, as given (a relative path stays relative).
+
+        Adapter-only checkpoints and PEFT exports (``base_model_name_or_path``) name it.
+        """
         if self._loaded_base is not None:
             state = trainer.unwrapped_model.state_dict()
-            self.base = {"path": str(Path(path).resolve()), "fingerprint": base_fingerprint(state)}
+            self.base = {"path": str(path), "fingerprint": base_fingerprint(state)}
 
 
 def _saved_state(callbacks: Any) -> Mapping[str, Any]:
