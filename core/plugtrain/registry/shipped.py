@@ -62,17 +62,24 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
         "model": (
             "GPT", "bloom", "btlm", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3", "gptj",
             "jais", "llama", "mistral", "mixtral", "santacoder", "starcoder",
+            "T5ForConditionalGeneration", "bert", "bert/classifier",
+            "bert/extractive_summarization", "bert/token_classifier", "dpr", "esm2", "t5",
+            "transformer",
         ),
         "callback": ("BigCodeEvalHarness", "EleutherEvalHarness", "Lora"),
-        "checkpoint_converter": tuple(
-            f"{family}{variant}"
-            for family in (
-                "bloom", "btlm", "code-llama", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3",
-                "gptj", "jais", "llama", "llamaV2", "mistral", "mixtral", "octocoder",
-                "santacoder", "sqlcoder", "starcoder", "wizardcoder", "wizardlm",
-            )
-            for variant in ("", "-headless")
-            if (family, variant) != ("gemma2", "-headless")
+        "checkpoint_converter": (
+            *(
+                f"{family}{variant}"
+                for family in (
+                    "bloom", "btlm", "code-llama", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3",
+                    "gptj", "jais", "llama", "llamaV2", "mistral", "mixtral", "octocoder",
+                    "santacoder", "sqlcoder", "starcoder", "wizardcoder", "wizardlm",
+                )
+                for variant in ("", "-headless")
+                if (family, variant) != ("gemma2", "-headless")
+            ),
+            "bert", "bert-sequence-classifier", "bert-token-classifier", "dpr", "esm-2",
+            "roberta", "t5", "transformer",
         ),
     },
 }  # fmt: skip
