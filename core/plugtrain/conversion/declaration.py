@@ -34,6 +34,7 @@ __all__ = [
     "ConverterArguments",
     "Transform",
     "WeightRule",
+    "Wrapping",
     "headless",
 ]
 
@@ -171,6 +172,27 @@ MupFold = Callable[[dict[str, Any], dict[str, Any]], tuple[dict[str, Any], dict[
 
 
 @attrs.frozen
+class Wrapping:
+    """A model that holds a decoder of any family in one section (DPO's ``policy_model``).
+
+    The converter of such a model has no table of its own: it takes the decoder family's
+    converter, the one reading ``config.json``'s ``model_type`` on import and the one the
+    section's ``name`` gives on export, and applies it under the section's prefix.
+
+    :param section: the ``model:`` key holding the decoder's keys, and the prefix of its
+        tensors in the model's state (``policy_model`` -> ``policy_model.model.…``).
+    :param copies: the prefixes of copies of the decoder import fills with the same tensors
+        (``ref_model``); export writes the section's tensors only.
+    :param fixed: the model's other keys import writes beside the section (a required
+        section of its own parameters, left to their defaults: ``{"dpo": {}}``).
+    """
+
+    section: str
+    copies: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    fixed: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
 class CheckpointConverter:
     """One Hugging Face architecture as one plugtrain model, both ways (see the module).
 
@@ -206,6 +228,8 @@ class CheckpointConverter:
         ``architectures`` entry of its ``config.json``. Their tensors are named
         ``<sub-folder>.…`` (DPR's ``question_encoder.…`` and ``ctx_encoder.…``); import reads
         every sub-folder, export writes each sub-folder with its own tensors and config.
+    :param wraps: the model holds a decoder of any family in one section (see :class:`Wrapping`);
+        the tables of this declaration are then empty.
     """
 
     model: str
@@ -228,6 +252,7 @@ class CheckpointConverter:
     formats: tuple[str, str] = FORMATS
     note: str = ""
     hf_parts: Mapping[str, str] = attrs.field(factory=dict)
+    wraps: Wrapping | None = None
 
     @property
     def folds_mup(self) -> bool:

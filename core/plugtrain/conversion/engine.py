@@ -33,7 +33,12 @@ from plugtrain.conversion.hf_files import (
     iter_hf_tensors,
     parse_size,
 )
-from plugtrain.conversion.lookup import complete_model_keys, find_converter, model_defaults
+from plugtrain.conversion.lookup import (
+    complete_model_keys,
+    find_converter,
+    model_defaults,
+    wrapped_converter,
+)
 from plugtrain.conversion.opening import ForeignCheckpoint, open_checkpoint
 from plugtrain.conversion.weights import RuleApplier
 
@@ -134,7 +139,8 @@ def read_checkpoint(opened: ForeignCheckpoint, *, drop_unmatched: bool = False) 
     """The state of an opened Hugging Face checkpoint, read one shard in memory at a time.
 
     The model is built (on the ``meta`` device) through the registry the checkpoint was opened
-    with; no other registry is consulted.
+    with; no other registry is consulted. Under a wrapping converter the decoder's state is
+    named under its section and copied under each copy's prefix.
 
     :raises ConversionError: naming the tensor that does not convert, or the ones missing.
     """
@@ -166,7 +172,15 @@ def read_checkpoint(opened: ForeignCheckpoint, *, drop_unmatched: bool = False) 
             opened.converter_key,
             ", ".join(dropped),
         )
-    return Converted(opened.converter_key, converter.model, keys, state, dropped)
+    if opened.wrapper is not None and opened.wrapper.wraps is not None:
+        wraps = opened.wrapper.wraps
+        state = {
+            f"{prefix}.{name}": tensor
+            for prefix in (wraps.section, *wraps.copies)
+            for name, tensor in state.items()
+        }
+        keys = {wraps.section: {"name": converter.model, **keys}, **wraps.fixed}
+    return Converted(opened.converter_key, opened.model_name, keys, state, dropped)
 
 
 def _checked(tensor: torch.Tensor, name: str, layout: ModelLayout, source: Path) -> torch.Tensor:
@@ -240,6 +254,22 @@ def export_hf(
     """
     registry = _registry(registry)
     key, converter = find_converter(registry, model_name, None)
+    if converter.wraps is not None:
+        section = converter.wraps.section
+        inner, _ = wrapped_converter(registry, key, converter, keys=model_keys)
+        prefix = section + "."
+        decoder = {n.removeprefix(prefix): t for n, t in state.items() if n.startswith(prefix)}
+        return export_hf(
+            decoder,
+            inner,
+            model_keys[section],
+            output_dir,
+            tokenizer_dir=tokenizer_dir,
+            shard_size=shard_size,
+            safetensors=safetensors,
+            drop_unmatched=drop_unmatched,
+            registry=registry,
+        )
     keys = {k: v for k, v in model_keys.items() if k != "name"}
     complete = complete_model_keys(registry, converter.model, keys)
     if converter.fold_mup is not None:

@@ -6,11 +6,19 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from plugtrain.conversion.declaration import CheckpointConverter, ConversionError
+from plugtrain.errors import UnknownNameError
 
 if TYPE_CHECKING:
     from plugtrain.registry.components import Registry
 
-__all__ = ["KIND", "complete_model_keys", "converters", "find_converter", "model_defaults"]
+__all__ = [
+    "KIND",
+    "complete_model_keys",
+    "converters",
+    "find_converter",
+    "model_defaults",
+    "wrapped_converter",
+]
 
 KIND = "checkpoint_converter"
 """The component kind converters are registered as."""
@@ -60,6 +68,47 @@ def find_converter(
             return key, converter
     headed = [(k, c) for k, c in candidates if not c.is_headless]
     return (headed or candidates)[0]
+
+
+def wrapped_converter(
+    registry: Registry,
+    key: str,
+    converter: CheckpointConverter,
+    *,
+    hf: Mapping[str, Any] | None = None,
+    keys: Mapping[str, Any] | None = None,
+) -> tuple[str, CheckpointConverter]:
+    """The decoder family's converter a wrapping converter ``key`` applies (see ``Wrapping``).
+
+    Found from ``hf``'s ``model_type`` (import), else from the ``name`` of ``keys``'s section
+    (export).
+
+    :raises ConversionError: no converter reads the ``model_type``, or the section names none.
+    """
+    assert converter.wraps is not None
+    section = converter.wraps.section
+    if hf is not None:
+        try:
+            inner_key, inner = find_converter(registry, None, hf)
+        except ConversionError as exc:
+            message = (
+                f"config.json: the {key!r} converter holds a decoder, and no converter reads "
+                f"model_type {hf.get('model_type')!r}"
+            )
+            raise ConversionError(message) from exc
+    else:
+        keys_of_section = (keys or {}).get(section)
+        name = keys_of_section.get("name") if isinstance(keys_of_section, Mapping) else None
+        if not isinstance(name, str):
+            raise ConversionError(f"the {key!r} model's {section} section names no model")
+        try:
+            inner_key, inner = find_converter(registry, name, None)
+        except UnknownNameError as exc:
+            message = f"{section}.name: no converter for model {name!r} (the {key!r} converter)"
+            raise ConversionError(message) from exc
+    if inner.wraps is not None:
+        raise ConversionError(f"the {key!r} converter cannot hold {inner_key!r}, which wraps too")
+    return inner_key, inner
 
 
 def _schema(registry: Registry, model: str) -> type:

@@ -19,7 +19,7 @@ import attrs
 from plugtrain.conversion.configs import disagreements, hf_to_plugtrain_config, read_hf_config
 from plugtrain.conversion.declaration import CheckpointConverter, ConversionError
 from plugtrain.conversion.files import hf_config_file, hf_weight_files, is_hf_checkpoint
-from plugtrain.conversion.lookup import complete_model_keys, find_converter
+from plugtrain.conversion.lookup import complete_model_keys, find_converter, wrapped_converter
 from plugtrain.errors import CheckpointMismatchError
 
 if TYPE_CHECKING:
@@ -63,11 +63,14 @@ class ForeignCheckpoint:
     :param config_file: its ``config.json``.
     :param hf_config: that file's contents, normalised.
     :param converter_key: the registered key of the converter that reads it (``"llama"``).
-    :param converter: that converter's declaration.
-    :param model_keys: the ``model:`` keys ``config.json`` converts to (without ``name``).
+    :param converter: that converter's declaration (a decoder family's, under a wrapper).
+    :param model_keys: the ``model:`` keys ``config.json`` converts to (without ``name``; the
+        decoder's under a wrapper).
     :param dropped_config_keys: ``config.json`` keys the converter does not use.
     :param weight_files: the weights files, in reading order (none opened yet).
     :param registry: the caller's registry, which builds the model the tensors are read for.
+    :param wrapper: the wrapping converter asked for (``dpo``), whose model holds the decoder
+        ``converter`` reads; ``None`` when ``converter`` was asked for.
     """
 
     source: Path
@@ -79,11 +82,12 @@ class ForeignCheckpoint:
     dropped_config_keys: list[str]
     weight_files: tuple[Path, ...]
     registry: Registry = attrs.field(eq=False, repr=False)
+    wrapper: CheckpointConverter | None = None
 
     @property
     def model_name(self) -> str:
         """The plugtrain model the checkpoint converts to (``model: {name: ...}``)."""
-        return self.converter.model
+        return (self.wrapper or self.converter).model
 
 
 def open_checkpoint(
@@ -118,6 +122,12 @@ def open_checkpoint(
     if config_file.is_dir():
         config_file = config_file / "config.json"
     key, declaration = find_converter(registry, converter, hf)
+    wrapper = None
+    if declaration.wraps is not None:
+        section, wrapper = declaration.wraps.section, declaration
+        _, declaration = wrapped_converter(registry, key, wrapper, hf=hf)
+        if model_keys is not None:
+            model_keys = model_keys.get(section) or {}
     theirs, dropped = hf_to_plugtrain_config(declaration, hf)
     if model_keys is not None:
         ours = complete_model_keys(registry, declaration.model, _without_name(model_keys))
@@ -126,7 +136,7 @@ def open_checkpoint(
             raise ConfigMismatchError(config_file, differences)
     files = tuple(hf_weight_files(source))
     return ForeignCheckpoint(
-        source, config_file, hf, key, declaration, theirs, dropped, files, registry
+        source, config_file, hf, key, declaration, theirs, dropped, files, registry, wrapper
     )
 
 

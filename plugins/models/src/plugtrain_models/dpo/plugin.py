@@ -26,3 +26,16 @@ def plugtrain_register_dataloaders(registry: ComponentRegistrar) -> None:
         "plugtrain_models.dpo.data:dpo_hdf5_loader",
         schema="plugtrain_models.dpo.schemas:DpoProcessorArgs",
     )
+
+
+@hookimpl
+def plugtrain_register_checkpoint_converters(registry: ComponentRegistrar) -> None:
+    """Register ``dpo``: a decoder family's Hugging Face folder as policy and reference."""
+    from plugtrain.conversion.declaration import ConverterArguments
+
+    registry.register(
+        "dpo",
+        "plugtrain_models.dpo.converter:DPO",
+        schema=ConverterArguments,
+        summary="Hugging Face <-> plugtrain checkpoints of dpo's policy decoder",
+    )
