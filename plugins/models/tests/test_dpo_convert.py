@@ -134,3 +134,28 @@ def test_a_model_type_without_a_converter_is_refused_by_name(tmp_path: Path) -> 
     section = {"policy_model": {"name": "no-such-family"}}
     with pytest.raises(ConversionError, match="no converter for model 'no-such-family'"):
         export_hf({}, "dpo", section, tmp_path / "none")
+
+
+def test_convert_config_writes_the_dpo_section_and_back_the_policy_config(
+    tmp_path: Path,
+) -> None:
+    _, folder = _saved("gpt2", tmp_path)
+    out = tmp_path / "configs"
+    forward = ["checkpoint", "convert-config", str(folder / "config.json"), "--model", "dpo",
+               "--src-fmt", "hf", "--tgt-fmt", "plugtrain", "--output-dir", str(out)]  # fmt: skip
+    assert main(forward) == 0
+    section_file = out / "config_to_plugtrain.yaml"
+    section = yaml.safe_load(section_file.read_text())["model"]
+    assert section["name"] == "dpo"
+    assert section["dpo"] == {}
+    assert section["policy_model"]["name"] == "gpt2"
+    assert section["policy_model"]["num_heads"] == 4
+    back = ["checkpoint", "convert-config", str(section_file), "--src-fmt", "plugtrain",
+            "--tgt-fmt", "hf", "--output-dir", str(out)]  # fmt: skip
+    assert main(back) == 0
+    config = json.loads((out / "config_to_plugtrain_to_hf.json").read_text())
+    original = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "gpt2"
+    assert {k: config[k] for k in ("n_embd", "n_head", "n_layer", "vocab_size")} == {
+        k: original[k] for k in ("n_embd", "n_head", "n_layer", "vocab_size")
+    }

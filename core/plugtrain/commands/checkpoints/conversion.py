@@ -21,7 +21,7 @@ from plugtrain.conversion.files import (
     output_stem,
     tokenizer_folder,
 )
-from plugtrain.conversion.lookup import KIND, converters, find_converter
+from plugtrain.conversion.lookup import KIND, converters, find_converter, wrapped_converter
 from plugtrain.conversion.writing import remove_stale_partials, write_converted
 from plugtrain.registry.components import Registry
 
@@ -181,16 +181,25 @@ def convert_config(args: argparse.Namespace, registry: Registry, out: TextIO) ->
     output.mkdir(parents=True, exist_ok=True)
     if source_format == "hf":
         hf = read_hf_config(config)
-        _, converter = find_converter(registry, args.model, hf)
+        key, converter = find_converter(registry, args.model, hf)
+        written, wraps = converter.model, converter.wraps
+        if wraps is not None:
+            _, converter = wrapped_converter(registry, key, converter, hf=hf)
         keys, dropped = hf_to_plugtrain_config(converter, hf)
         complete_model_keys(registry, converter.model, keys)
+        if wraps is not None:
+            keys = {wraps.section: {"name": converter.model, **keys}, **wraps.fixed}
         target = output / f"{output_stem(config)}_to_plugtrain.yaml"
-        target.write_text(_model_yaml(converter.model, keys), encoding="utf-8")
+        target.write_text(_model_yaml(written, keys), encoding="utf-8")
         if dropped:
             out.write(f"config.json keys not used: {', '.join(dropped)}\n")
     else:
         name, keys, _ = model_section(config)
-        _, converter = find_converter(registry, args.model or name, None)
+        key, converter = find_converter(registry, args.model or name, None)
+        if converter.wraps is not None:
+            section = converter.wraps.section
+            _, converter = wrapped_converter(registry, key, converter, keys=keys)
+            keys = {k: v for k, v in keys[section].items() if k != "name"}
         complete = complete_model_keys(registry, converter.model, keys)
         defaults = model_defaults(registry, converter.model)
         hf = plugtrain_to_hf_config(converter, complete, defaults, converter.plugtrain_handled)
