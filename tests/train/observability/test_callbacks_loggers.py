@@ -194,9 +194,16 @@ def test_callback_state_is_saved_and_restored_across_a_real_resume(tmp_path):
     _trainer(tmp_path, callbacks=[first]).fit(_data())
     assert first.records == 2
     saved = load_checkpoint(tmp_path / "run" / "checkpoint_4.mdl")
-    # one entry per callback (the given one, then the default Throughput), then per logger (the
-    # default Throughput and the two default loggers have no state)
-    assert saved["callbacks"] == [{"name": "Counter", "state": {"records": 2}}, None, None, None]
+    # one entry per callback (the given one, then the default Throughput, which keeps its FLOP
+    # count for a resume and here says it reports nothing: no tokens), then per logger (the two
+    # default loggers have no state)
+    throughput = {"flops_per_step": None, "step_tokens": 0, "step_samples": 0, "active": False}
+    assert saved["callbacks"] == [
+        {"name": "Counter", "state": {"records": 2}},
+        {"name": "Throughput", "state": throughput},
+        None,
+        None,
+    ]
     second = Counter()
     trainer = _trainer(tmp_path, callbacks=[second], loop={"max_steps": 8})
     trainer.fit(_data())
