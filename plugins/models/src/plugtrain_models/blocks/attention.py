@@ -6,7 +6,8 @@ attention) or the same one; the two lengths may differ. Scores are
 ``(q . k^T) * scale * logits_alpha + position_bias + mask``, then a softmax over the keys,
 attention dropout, ``@ v`` and the output projection. The computation is one
 :func:`torch.nn.functional.scaled_dot_product_attention` call (its fused kernels), the mask
-and the position bias folded into its ``attn_mask``.
+and the position bias folded into its ``attn_mask``, except for a bias that takes a gradient
+(which those kernels do not give): that is computed explicitly, with SDPA's results.
 
 Interface::
 
@@ -116,10 +117,13 @@ class MultiheadAttention(nn.Module):
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         bias = _attention_bias(mask, position_bias, q.dtype)
-        attended = functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=self.dropout if self.training else 0.0,
-            scale=self.scale,
-        )  # fmt: skip
+        dropout = self.dropout if self.training else 0.0
+        if bias is not None and bias.requires_grad and torch.is_grad_enabled():
+            attended = _explicit_attention(q, k, v, bias, dropout, self.scale)
+        else:
+            attended = functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, dropout_p=dropout, scale=self.scale
+            )
         merged = attended.transpose(1, 2).flatten(2)  # [B, T, nh * d]
         out: torch.Tensor = self.proj_output_dense_layer(merged)
         return out
@@ -139,3 +143,37 @@ def _attention_bias(
     if mask.dtype == torch.bool:
         return bias.masked_fill(~mask, float("-inf"))
     return bias + mask.to(dtype)
+
+
+def _explicit_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    dropout: float,
+    scale: float,
+) -> torch.Tensor:
+    """``softmax(q k^T scale + bias) v``, a query whose keys are all hidden getting zeros.
+
+    SDPA's fused CPU kernels take no gradient for ``attn_mask``, so a learned bias (T5's relative
+    positions) sends it down its composite path, which scales q and k apart and masks the
+    probabilities of rows without a visible key over the whole score tensor. This scales q
+    once and looks for such rows in one read of the row maxima, fixing them only when present.
+    Half-precision inputs on the CPU are computed in float32 and rounded back, as SDPA's
+    composite path does there.
+    """
+    dtype = q.dtype
+    if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("cpu", enabled=False):
+            wide = _explicit_attention(
+                q.float(), k.float(), v.float(), bias.float(), dropout, scale
+            )
+        return wide.to(dtype)
+    scores = torch.matmul(q * scale, k.transpose(-1, -2)) + bias
+    probabilities = torch.softmax(scores, dim=-1)
+    hidden = torch.isneginf(scores.detach().amax(dim=-1, keepdim=True))
+    if bool(hidden.any()):
+        probabilities = probabilities.masked_fill(hidden, 0.0)
+    if dropout:
+        probabilities = functional.dropout(probabilities, dropout)
+    return torch.matmul(probabilities, v)

@@ -71,7 +71,10 @@ class RelativePositionBias(nn.Module):
             num_buckets=self.num_buckets,
             max_distance=MAX_DISTANCE,
         )
-        return self.relative_attention_bias(buckets).permute(2, 0, 1).unsqueeze(0)
+        # contiguous: a permuted bias would hand its layout to every layer's scores, and the
+        # softmax over keys that are not adjacent in memory is several times slower
+        table = self.relative_attention_bias(buckets).permute(2, 0, 1).unsqueeze(0)
+        return table.contiguous()
 
 
 def timing_signal(positions: int, width: int) -> torch.Tensor:
