@@ -56,7 +56,7 @@ def test_run_plugtrain_in_this_process_gives_status_and_both_streams(tmp_path):
 
 @pytest.mark.slow
 def test_run_plugtrain_in_a_new_process_trains_in_its_folder(tmp_path):
-    run = trainer_run({**INIT, "model_dir": "model"}, fit=FIT)
+    run = trainer_run({**INIT, "model_dir": "model", "logging": {"log_steps": 1}}, fit=FIT)
     path = write_run_file(tmp_path, run)
     result = run_plugtrain("fit", path.name, subprocess_run=True, cwd=tmp_path)
     assert result.status == 0, result.err
