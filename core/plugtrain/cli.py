@@ -25,6 +25,7 @@ from plugtrain.commands.checkpoints import checkpoint
 from plugtrain.commands.components import installed, listing, new, show
 from plugtrain.commands.plugin import Subcommands, add_plugin_commands
 from plugtrain.commands.run_files import check, fit, plot, schema
+from plugtrain.conversion.opening import ConfigMismatchError
 from plugtrain.discovery import loading as plugins
 from plugtrain.discovery.attribution import attribute_error
 from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError
@@ -155,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise blamed from exc
             out.flush()  # a closed pipe is found here, not at exit
             return status
-    except (ConfigError, UnknownNameError) as exc:  # usage errors: the status argparse uses
+    except (ConfigError, UnknownNameError, ConfigMismatchError) as exc:  # usage errors (a
+        # checkpoint's config.json against the run file's model too, as check says it): 2
         return _fail(args, exc, EXIT_CONFIG)
     except PlugtrainError as exc:
         return _fail(args, exc, EXIT_ERROR)

@@ -113,7 +113,7 @@ def test_x06_generate_refuses_a_checkpoint_whose_config_disagrees_with_the_run_f
 ) -> None:
     run_file = _run_file(tmp_path, checkpoint, rope_theta=500000.0)
     done = run_cli("generate", str(run_file), "--ckpt", str(checkpoint), "--prompt", "Paris")
-    assert done.status == 1, done.err
+    assert done.status == 2, done.err  # a usage error, as check says it
     assert "rope_theta: config.json has 10000.0, the model 500000.0" in done.err
     assert "Traceback" not in done.err
 

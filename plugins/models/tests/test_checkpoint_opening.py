@@ -177,7 +177,7 @@ def test_a_run_files_trainer_opens_with_the_runs_registry_and_refuses_another_co
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     run_file = _run_file(tmp_path, {**keys, "rope_theta": 10000.0}, unreadable)
-    assert main(["validate_all", str(run_file)]) == 1
+    assert main(["validate_all", str(run_file)]) == 2  # a usage error, as check says it
     assert REFUSAL in capsys.readouterr().err
     (call,) = spy.opened
     assert call["converter"] == "llama"
@@ -326,7 +326,7 @@ def test_generate_and_lm_eval_refuse_another_config_before_reading_a_shard(
     run_file = _run_file(tmp_path, {**keys, "rope_theta": 10000.0},
                          callbacks=[{"EleutherEvalHarness": harness}])  # fmt: skip
     arguments = ["--prompt", "Paris"] if command == "generate" else ["--tasks", "winogrande"]
-    assert main([command, str(run_file), "--ckpt", str(unreadable), *arguments]) == 1
+    assert main([command, str(run_file), "--ckpt", str(unreadable), *arguments]) == 2
     assert REFUSAL in capsys.readouterr().err
     assert len(spy.opened) == 1
     assert spy.reads == 0

@@ -179,3 +179,23 @@ def test_the_base_is_recorded_as_given_and_a_relative_one_resumes(
     resumed = _trainer(Path("llama_hf"), Path("run"), 3)
     resumed.fit(_loader(), ckpt_path="llama_hf")
     assert resumed.loaded_step == 2
+
+
+def test_a_fit_from_a_folder_whose_config_disagrees_exits_2_as_check(
+    bf16_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from plugtrain.cli import main as plugtrain_main
+
+    keys = dict(hf_to_plugtrain(bf16_folder).model_keys, hidden_size=64)  # not the folder's
+    init = {
+        "model_dir": str(tmp_path / "m"),
+        "backend": {"backend_type": "CPU"},
+        "model": {"name": "llama", **keys},
+        "optimizer": {"AdamW": {"lr": 0.01}},
+        "loop": {"max_steps": 1},
+    }
+    fit = {"train_dataloader": {"Digits": {"batch_size": 2}}, "ckpt_path": str(bf16_folder)}
+    run = write_run_file(tmp_path, trainer_run(init, fit=fit))
+    assert plugtrain_main(["check", str(run)]) == 2
+    assert plugtrain_main(["fit", str(run)]) == 2
+    assert "hidden_size" in capsys.readouterr().err
