@@ -44,6 +44,17 @@ def _folded(
     return None, bias.masked_fill(~mask, float("-inf"))
 
 
+def _padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The key padding mask ``[B, 1, 1, S]``, or ``None`` when no key is padding.
+
+    Without padding the stacks skip the mask: the encoder's bias stays ``[1, nh, S, S]`` (not
+    one copy per row) and cross-attention runs SDPA's kernel without a mask.
+    """
+    if attention_mask is None or bool((attention_mask != 0).all()):
+        return None
+    return key_padding_mask(attention_mask)
+
+
 class T5Embeddings(nn.Module):
     """One stack's token table and positions (Model Zoo's ``EmbeddingLayer``)."""
 
@@ -136,7 +147,7 @@ class T5Network(nn.Module):
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The encoder's output ``[B, S, d_model]``; padding keys are hidden from every query."""
         hidden = self._embed(self.encoder_embeddings, input_ids)
-        mask = None if attention_mask is None else key_padding_mask(attention_mask)
+        mask = _padding_mask(attention_mask)
         bias = self.encoder_embeddings.position_bias(input_ids.shape[1])
         mask, bias = _folded(mask, bias)
         hidden = self.encoder(hidden, mask, None, bias)
@@ -151,7 +162,7 @@ class T5Network(nn.Module):
         """The decoder's output ``[B, T, d_model]``: causal, reading the unpadded encoder keys."""
         hidden = self._embed(self.decoder_embeddings, decoder_input_ids)
         length = decoder_input_ids.shape[1]
-        memory_mask = None if attention_mask is None else key_padding_mask(attention_mask)
+        memory_mask = _padding_mask(attention_mask)
         bias = self.decoder_embeddings.position_bias(length)
         causal, bias = _folded(causal_mask(length, hidden.device), bias)
         hidden = self.decoder(hidden, memory, causal, memory_mask, bias)
