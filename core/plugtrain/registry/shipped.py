@@ -56,6 +56,7 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
         "dataloader": (
             "BertCSVDataProcessor", "BertCSVDynamicMaskDataProcessor", "BertHDF5DataProcessor",
             "BertSumCSVDataProcessor", "BertTokenClassifierDataProcessor", "DPRHDF5DataProcessor",
+            "DpoHDF5DataProcessor",
             "GptHDF5DataProcessor", "GptHDF5MapDataProcessor", "MNLIDataProcessor",
             "SST2DataProcessor", "T5DynamicDataProcessor", "TransformerDynamicDataProcessor",
         ),
@@ -63,7 +64,7 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
             "GPT", "bloom", "btlm", "falcon", "gemma2", "gpt-neox", "gpt2", "gpt3", "gptj",
             "jais", "llama", "mistral", "mixtral", "santacoder", "starcoder",
             "T5ForConditionalGeneration", "bert", "bert/classifier",
-            "bert/extractive_summarization", "bert/token_classifier", "dpr", "esm2", "t5",
+            "bert/extractive_summarization", "bert/token_classifier", "dpo", "dpr", "esm2", "t5",
             "transformer",
         ),
         "callback": ("BigCodeEvalHarness", "EleutherEvalHarness", "Lora"),
@@ -78,7 +79,7 @@ SHIPPED: dict[str, dict[str, tuple[str, ...]]] = {
                 for variant in ("", "-headless")
                 if (family, variant) != ("gemma2", "-headless")
             ),
-            "bert", "bert-sequence-classifier", "bert-token-classifier", "dpr", "esm-2",
+            "bert", "bert-sequence-classifier", "bert-token-classifier", "dpo", "dpr", "esm-2",
             "roberta", "t5", "transformer",
         ),
     },
