@@ -260,13 +260,6 @@ def test_the_import_graph_has_no_cycle() -> None:
     assert _cycles(import_graph(annotations=False)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "train/checkpointing/state/fit_start.py imports TrainerState from trainer_state.py for "
-        "an annotation, and trainer_state.py imports fit_start at run time"
-    ),
-)
 def test_the_import_graph_has_no_cycle_counting_annotations() -> None:
     assert _cycles(import_graph()) == []
 

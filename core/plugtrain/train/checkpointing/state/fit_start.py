@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from plugtrain._unset import UNSET
 from plugtrain.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from plugtrain.train.checkpointing.state.trainer_state import TrainerState
+    from plugtrain.train.checkpointing.state.owner import StateOwner
 
 __all__ = ["STARTED_FROM", "restore_for_fit", "started_from_key"]
 
@@ -40,12 +40,23 @@ STARTED_FROM = "started_from"
 _UNKNOWN = object()
 
 
+class FitStartState(Protocol):
+    """What the rule needs of the trainer's checkpoint state (``TrainerState`` is one)."""
+
+    trainer: StateOwner
+    started_from: str | None
+    loaded_metadata: dict[str, Any]
+
+    def restore(self, ckpt_path: Any) -> Path | None:
+        """Load ``ckpt_path``, or (unset) the newest sound checkpoint; the path loaded."""
+
+
 def started_from_key(ckpt_path: str | os.PathLike[str] | None) -> str | None:
     """How a starting point is recorded and compared: its resolved path (``None``: none)."""
     return None if ckpt_path is None else os.path.realpath(os.fspath(ckpt_path))
 
 
-def restore_for_fit(state: TrainerState, ckpt_path: Any) -> Path | None:
+def restore_for_fit(state: FitStartState, ckpt_path: Any) -> Path | None:
     """Load what a fit starts from (see the module's rule); the path loaded, if any.
 
     :raises CheckpointError: the checkpoint folder holds checkpoints this run would write over.
@@ -93,7 +104,7 @@ def restore_for_fit(state: TrainerState, ckpt_path: Any) -> Path | None:
     return given
 
 
-def _started_from(state: TrainerState, path: Path) -> object:
+def _started_from(state: FitStartState, path: Path) -> object:
     """The starting point a checkpoint records (``_UNKNOWN``: it records none, or is unreadable)."""
     try:
         stored = state.trainer.checkpointer.load(path)
@@ -111,7 +122,7 @@ def _is_listed(path: Path, found: list[tuple[int, Path]]) -> bool:
     return any(os.path.realpath(listed) == real for _, listed in found)
 
 
-def _refuse_overwrite(state: TrainerState, found: list[tuple[int, Path]], why: str) -> None:
+def _refuse_overwrite(state: FitStartState, found: list[tuple[int, Path]], why: str) -> None:
     """Refuse a run that would write over checkpoints of later steps than it starts at."""
     step = state.trainer.global_step
     later = [path for saved, path in found if saved > step]
