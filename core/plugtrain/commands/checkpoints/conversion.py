@@ -36,6 +36,17 @@ def _model_yaml(name: str, keys: dict[str, Any]) -> str:
     return header + yaml.safe_dump({"model": {"name": name, **keys}}, sort_keys=False)
 
 
+def _written_name(registry: Registry, asked: str | None, model: str) -> str:
+    """The model name a converted section carries: ``--model``'s when it names a model.
+
+    ``--model gpt3`` reads with the gpt2 converter (an alias), and the section says ``gpt3``;
+    a converter key that is no model's name (``gpt2-headless``) gives the converter's model.
+    """
+    if asked is not None and asked != model and asked in registry.names("model"):
+        return asked
+    return model
+
+
 def convert_formats(args: argparse.Namespace, registry: Registry, out: TextIO) -> int:
     """Convert a checkpoint between ``hf`` and ``plugtrain`` (see the module)."""
     source_format, target_format = check_formats(args.src_fmt, args.tgt_fmt)
@@ -66,7 +77,8 @@ def _hf_to_plugtrain(
             raise ConversionError(message)
     opened = open_checkpoint(weights, registry, converter=args.model, config=args.config)
     converted = read_checkpoint(opened, drop_unmatched=args.drop_unmatched_keys)
-    text = _model_yaml(converted.model_name, converted.model_keys)
+    name = _written_name(registry, args.model, converted.model_name)
+    text = _model_yaml(name, converted.model_keys)
     write_converted(
         checkpoint, config, text, lambda path: save_checkpoint(path, {"model": converted.state})
     )
@@ -182,7 +194,8 @@ def convert_config(args: argparse.Namespace, registry: Registry, out: TextIO) ->
     if source_format == "hf":
         hf = read_hf_config(config)
         key, converter = find_converter(registry, args.model, hf)
-        written, wraps = converter.model, converter.wraps
+        written = _written_name(registry, args.model, converter.model)
+        wraps = converter.wraps
         if wraps is not None:
             _, converter = wrapped_converter(registry, key, converter, hf=hf)
         keys, dropped = hf_to_plugtrain_config(converter, hf)
