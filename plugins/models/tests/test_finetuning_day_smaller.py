@@ -9,10 +9,10 @@ import yaml
 
 pytest.importorskip("transformers")
 
-import transformers  # noqa: E402
-from support.hf_models import random_hf_model, save_hf  # noqa: E402
+import transformers
+from support.hf_models import random_hf_model, save_hf
 
-from plugtrain.cli import main  # noqa: E402
+from plugtrain.cli import main
 
 GPT2 = {"vocab_size": 64, "n_positions": 32, "n_embd": 16, "n_layer": 1, "n_head": 2}
 
