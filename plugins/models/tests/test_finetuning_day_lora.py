@@ -23,6 +23,7 @@ from plugtrain_models.generation.loading import load_run
 from plugtrain_models.lora.apply import is_adapter
 from plugtrain_models.lora.callback import Lora
 from plugtrain_models.lora.checkpoints import base_fingerprint
+from plugtrain_models.lora.export import fold_for_export
 
 LLAMA = {
     "vocab_size": 96,
@@ -199,3 +200,22 @@ def test_a_fit_from_a_folder_whose_config_disagrees_exits_2_as_check(
     assert plugtrain_main(["check", str(run)]) == 2
     assert plugtrain_main(["fit", str(run)]) == 2
     assert "hidden_size" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("adapter_only", [False, True], ids=["whole", "adapter-only"])
+def test_a_merged_export_takes_the_dtype_of_its_bf16_base(
+    bf16_folder: Path, tmp_path: Path, adapter_only: bool
+) -> None:
+    trainer = _trainer(bf16_folder, tmp_path / "run", 2, adapter_only=adapter_only)
+    trainer.fit(_loader(), ckpt_path=str(bf16_folder))
+    checkpoint = tmp_path / "run" / "checkpoint_2.mdl"
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
+    keys = hf_to_plugtrain(bf16_folder).model_keys
+    folded, _ = fold_for_export(state, {"lora_params": LORA}, "llama", keys, checkpoint)
+    assert not any(is_adapter(n) for n in folded)
+    dtypes = {t.dtype for t in folded.values() if t.is_floating_point()}
+    assert dtypes == {torch.bfloat16}
+    layer = next(n.removesuffix(".lora_A") for n in state if n.endswith(".lora_A"))
+    merged = folded[layer + ".weight"].float()
+    base = hf_to_plugtrain(bf16_folder).state[layer + ".weight"].float()
+    assert not torch.equal(merged, base)  # the adapter is folded in

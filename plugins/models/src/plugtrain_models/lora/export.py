@@ -89,7 +89,10 @@ def fold_for_export(
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """``state`` with every adapter folded into its weight, and the model keys to export with.
 
-    An adapter-only checkpoint's base is read from the file it names.
+    An adapter-only checkpoint's base is read from the file it names. The folded weights take
+    the dtype of the base the run started from (a ``bfloat16`` base exports ``bfloat16``
+    whatever precision the run trained and saved in); without a recorded base, the
+    checkpoint's own dtype.
     """
     recorded = _recorded(Path(source))
     adapters = adapters_in(state, arguments, recorded)
@@ -117,7 +120,33 @@ def fold_for_export(
                     folded[other] = weight.clone()
         folded[weight_name] = merged
         del folded[layer + _A], folded[layer + _B]
+    dtype = _base_dtype(base_path) if adapters and base_path else None
+    if dtype is not None:
+        folded = {
+            n: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+            for n, t in folded.items()
+        }
     return folded, keys
+
+
+def _base_dtype(path: str) -> torch.dtype | None:
+    """The floating dtype of the base at ``path``: ``config.json``'s, or its first tensor's."""
+    where = Path(path)
+    if not where.exists():
+        return None
+    hf_file = where.suffix == ".safetensors" or where.name.endswith(".index.json")
+    if where.is_dir() or hf_file:
+        config = (where if where.is_dir() else where.parent) / "config.json"
+        hf = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+        named = hf.get("torch_dtype") or hf.get("dtype")
+        dtype = getattr(torch, named, None) if isinstance(named, str) else None
+        return dtype if isinstance(dtype, torch.dtype) else None
+    state = torch.load(where, map_location="cpu", weights_only=True, mmap=True)
+    weights = state.get("model", state) if isinstance(state, Mapping) else {}
+    for tensor in weights.values():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+            return tensor.dtype
+    return None
 
 
 def _check_base(base: Mapping[str, Any], recorded: Mapping[str, Any], path: str) -> None:
