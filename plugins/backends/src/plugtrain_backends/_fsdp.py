@@ -274,6 +274,7 @@ def deep_check(plan: FSDPPlan, make_model: Any, make_optimizer: Any, world_size:
     if report.problems:
         return report
     replica = _bytes(whole.parameters())
+    replica_grads = _bytes(p for p in whole.parameters() if p.requires_grad)
     replica_state = _optimizer_bytes(replica_optimizer)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
@@ -284,6 +285,7 @@ def deep_check(plan: FSDPPlan, make_model: Any, make_optimizer: Any, world_size:
         with torch.device("meta"):
             optimizer = make_optimizer(model) if make_optimizer else None
         params = _bytes(model.parameters())
+        grads = _bytes(p for p in model.parameters() if p.requires_grad)
         state = _optimizer_bytes(optimizer)
     finally:
         dist.destroy_process_group()
@@ -297,10 +299,10 @@ def deep_check(plan: FSDPPlan, make_model: Any, make_optimizer: Any, world_size:
     report.lines += [
         f"mesh {' x '.join(f'{k}={v}' for k, v in names.items())} over {world_size} processes; "
         f"{len(units) + 1} fully_shard units ({len(units)} from fsdp_modules + the root)",
-        f"per rank: parameters {params / mib:.2f} MiB, gradients {params / mib:.2f} MiB, "
-        f"optimizer state {state / mib:.2f} MiB; total {(2 * params + state) / mib:.2f} MiB",
-        f"ddp would hold: parameters {replica / mib:.2f} MiB, gradients {replica / mib:.2f} "
+        f"per rank: parameters {params / mib:.2f} MiB, gradients {grads / mib:.2f} MiB, "
+        f"optimizer state {state / mib:.2f} MiB; total {(params + grads + state) / mib:.2f} MiB",
+        f"ddp would hold: parameters {replica / mib:.2f} MiB, gradients {replica_grads / mib:.2f} "
         f"MiB, optimizer state {replica_state / mib:.2f} MiB; total "
-        f"{(2 * replica + replica_state) / mib:.2f} MiB",
+        f"{(replica + replica_grads + replica_state) / mib:.2f} MiB",
     ]
     return report
