@@ -405,6 +405,7 @@ def _copy_tokenizer(
                 f"{folder}: holds no tokenizer files ({', '.join(TOKENIZER_FILES)})"
             )
         generation.update(_special_token_ids(folder))
+        generation.update(_config_token_ids(folder))
         hf.update({k: v for k, v in generation.items() if k.endswith("token_id")})
         _write_json(writer.staged("config.json"), hf)
         if (folder / "generation_config.json").is_file():
@@ -419,6 +420,22 @@ def _copy_files(source: Path, target: Path, names: Iterable[str]) -> list[str]:
             shutil.copyfile(source / name, target / name)
             copied.append(name)
     return copied
+
+
+def _config_token_ids(folder: Path) -> dict[str, Any]:
+    """The bos/eos/pad ids of the model folder's ``config.json`` (an eos list kept a list)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, Any] = {}
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = config.get(key) if isinstance(config, Mapping) else None
+        if isinstance(value, int) or (
+            isinstance(value, list) and value and all(isinstance(v, int) for v in value)
+        ):
+            found[key] = value
+    return found
 
 
 def _special_token_ids(folder: Path) -> dict[str, int]:

@@ -23,6 +23,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "HF_WEIGHT_FILES",
     "check_formats",
+    "data_tokenizer_folder",
     "hf_config_file",
     "hf_source_file",
     "hf_sub_models",
@@ -253,6 +254,48 @@ def model_section(
 
 _TOKENIZER_KEYS = ("pretrained_model_name_or_path", "huggingface_tokenizer", "tokenizer_dir",
                    "tokenizer", "tokenizer_file_path")  # fmt: skip
+
+
+def data_tokenizer_folder(data: Any, base: Path) -> Path | None:
+    """The tokenizer folder a data folder the run file names was written with, if any.
+
+    ``plugtrain preprocess`` records it in the folder's ``data_params.json``
+    (``processing.huggingface_tokenizer``); a relative path is taken as written, else beside
+    the data folder.
+    """
+    for value in _values_of(data, "data_dir"):
+        folder = Path(value) if Path(value).is_absolute() else base / value
+        try:
+            params = json.loads((folder / "data_params.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        processing = params.get("processing") if isinstance(params, Mapping) else None
+        spec = processing.get("huggingface_tokenizer") if isinstance(processing, Mapping) else None
+        if not isinstance(spec, str):
+            continue
+        for candidate in (Path(spec), folder / spec):
+            if (candidate / "tokenizer.json").is_file() or (
+                candidate / "tokenizer.model"
+            ).is_file():
+                return candidate
+    return None
+
+
+def _values_of(data: Any, key: str) -> list[str]:
+    """Every string (or string in a list) under ``key`` anywhere in ``data``."""
+    found: list[str] = []
+    if isinstance(data, Mapping):
+        for name, value in data.items():
+            if name == key and isinstance(value, str):
+                found.append(value)
+            elif name == key and isinstance(value, list):
+                found += [v for v in value if isinstance(v, str)]
+            else:
+                found += _values_of(value, key)
+    elif isinstance(data, list):
+        for item in data:
+            found += _values_of(item, key)
+    return found
 
 
 def tokenizer_folder(data: Any, base: Path) -> Path | None:

@@ -11,7 +11,7 @@ import torch
 from plugtrain.conversion.declaration import ConversionError
 from plugtrain.conversion.files import is_hf_checkpoint
 
-__all__ = ["read_model_state"]
+__all__ = ["read_model_state", "read_started_from"]
 
 
 def read_model_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
@@ -43,3 +43,21 @@ def read_model_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     ):
         raise ConversionError(f"{path}: holds no model state (a mapping of tensors under 'model')")
     return dict(model)
+
+
+def read_started_from(path: str | os.PathLike[str]) -> Path | None:
+    """The folder of the starting point the checkpoint's run began from, if it is one.
+
+    A fit records its starting point (``metadata.started_from``): a Hugging Face folder, or a
+    file in one (``model.safetensors.index.json``); ``None`` for a file not holding it, or a
+    starting point that is no longer there. Read after :func:`read_model_state` (which
+    reports an unreadable file).
+    """
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    metadata = state.get("metadata") if isinstance(state, Mapping) else None
+    started = metadata.get("started_from") if isinstance(metadata, Mapping) else None
+    if not isinstance(started, str):
+        return None
+    folder = Path(started)
+    folder = folder if folder.is_dir() else folder.parent
+    return folder if (folder / "config.json").is_file() else None

@@ -3,12 +3,14 @@ resumes; generate, lm_eval and validate load its checkpoints, whole or adapter-o
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import yaml
 
 pytest.importorskip("transformers")
 
@@ -219,3 +221,74 @@ def test_a_merged_export_takes_the_dtype_of_its_bf16_base(
     merged = folded[layer + ".weight"].float()
     base = hf_to_plugtrain(bf16_folder).state[layer + ".weight"].float()
     assert not torch.equal(merged, base)  # the adapter is folded in
+
+
+def _llama_with_tokenizer(folder: Path) -> Path:
+    """A bf16 Llama folder with a word-level tokenizer and an EOS list, as Llama 3 has."""
+    import tokenizers
+
+    vocab = {"<s>": 0, "</s>": 1, "<eot>": 2, **{f"w{i}": i for i in range(3, 96)}}
+    config = {**LLAMA, "bos_token_id": 0, "eos_token_id": [1, 2]}
+    hf = random_hf_model(transformers.LlamaConfig, transformers.LlamaForCausalLM, **config)
+    save_hf(hf.to(torch.bfloat16), folder)
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<s>"))
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    special = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(special), encoding="utf-8")
+    return folder
+
+
+def _exported(checkpoint: Path, run: Path, output: Path) -> Path:
+    from plugtrain.cli import main
+
+    formats = ["--src-fmt", "plugtrain", "--tgt-fmt", "hf", "--config", str(run)]
+    assert (
+        main(["checkpoint", "convert", str(checkpoint), *formats, "--output-dir", str(output)]) == 0
+    )
+    return output / f"{checkpoint.stem}_to_hf"
+
+
+@pytest.mark.parametrize("adapter_only", [False, True], ids=["whole", "adapter-only"])
+def test_an_export_keeps_the_tokenizer_and_generation_config_of_its_starting_folder(
+    tmp_path: Path, adapter_only: bool
+) -> None:
+    folder = _llama_with_tokenizer(tmp_path / "llama")
+    trainer = _trainer(folder, tmp_path / "run", 2, adapter_only=adapter_only)
+    trainer.fit(_loader(), ckpt_path=str(folder))
+    run = _run_file(folder, tmp_path / "run", adapter_only)
+    exported = _exported(tmp_path / "run" / "checkpoint_2.mdl", run, tmp_path / "out")
+    assert (exported / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
+    config = json.loads((exported / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (0, [1, 2])
+    generation = json.loads((exported / "generation_config.json").read_text())
+    assert (generation["bos_token_id"], generation["eos_token_id"]) == (0, [1, 2])
+    loaded = transformers.AutoTokenizer.from_pretrained(exported)
+    assert loaded("w5 w7")["input_ids"] == [5, 7]
+    assert transformers.GenerationConfig.from_pretrained(exported).eos_token_id == [1, 2]
+
+
+def test_without_a_starting_folder_an_export_takes_the_datas_tokenizer(tmp_path: Path) -> None:
+    folder = _llama_with_tokenizer(tmp_path / "llama")
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(folder / name, tokenizer / name)
+    data = tmp_path / "data"
+    data.mkdir()
+    params = {"processing": {"huggingface_tokenizer": str(tokenizer)}}
+    (data / "data_params.json").write_text(json.dumps(params), encoding="utf-8")
+    trainer = _trainer(folder, tmp_path / "run", 2, adapter_only=False)
+    trainer.fit(_loader())  # from the model's own weights: no starting folder recorded
+    run = _run_file(folder, tmp_path / "run", False)
+    text = yaml.safe_load(run.read_text())
+    text["trainer"]["fit"]["val_dataloader"] = {"GptHDF5MapDataProcessor": {"data_dir": str(data)}}
+    run.write_text(yaml.safe_dump(text))
+    exported = _exported(tmp_path / "run" / "checkpoint_2.mdl", run, tmp_path / "out")
+    assert (exported / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
+    config = json.loads((exported / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (0, 1)  # the tokenizer's

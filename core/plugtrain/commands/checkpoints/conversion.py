@@ -16,6 +16,7 @@ from plugtrain.commands import EXIT_OK
 from plugtrain.conversion.declaration import ConversionError
 from plugtrain.conversion.files import (
     check_formats,
+    data_tokenizer_folder,
     hf_source_file,
     model_section,
     output_stem,
@@ -92,13 +93,14 @@ def _plugtrain_to_hf(
     args: argparse.Namespace, registry: Registry, source: Path, out: TextIO
 ) -> int:
     from plugtrain.conversion.engine import export_hf
-    from plugtrain.conversion.plugtrain_files import read_model_state
+    from plugtrain.conversion.plugtrain_files import read_model_state, read_started_from
 
     name, keys, data = model_section(args.config)
     model = args.model or name
     if model is None:
         raise SystemExit(f"{args.config}: the model has no name: pass --model")
     state = read_model_state(source)
+    started = read_started_from(source)
     for callback, arguments in _state_changers(data, registry, "fold_for_export"):
         try:
             state, keys = callback.fold_for_export(state, arguments, model, keys, source)
@@ -106,7 +108,13 @@ def _plugtrain_to_hf(
             raise ConversionError(str(exc)) from exc
     output = Path(args.output_dir) if args.output_dir else source.parent
     target = output / f"{output_stem(source)}_to_hf"
-    tokenizer = args.tokenizer or tokenizer_folder(data, Path(args.config).parent)
+    base = Path(args.config).parent
+    tokenizer = (
+        args.tokenizer
+        or _with_tokenizer(started)
+        or tokenizer_folder(data, base)
+        or data_tokenizer_folder(data, base)
+    )
     export_hf(
         state,
         model,
@@ -122,6 +130,14 @@ def _plugtrain_to_hf(
     if tokenizer is None:
         out.write("no tokenizer folder named (--tokenizer DIR adds its files)\n")
     return EXIT_OK
+
+
+def _with_tokenizer(folder: Path | None) -> Path | None:
+    """``folder`` (the Hugging Face folder a run started from) when it holds a tokenizer."""
+    if folder is None:
+        return None
+    names = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+    return folder if any((folder / n).is_file() for n in names) else None
 
 
 def _state_changers(data: Any, registry: Registry, method: str) -> list[tuple[Any, Any]]:
