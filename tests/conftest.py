@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -9,11 +10,28 @@ from pathlib import Path
 import pytest
 
 STDLIB_GPT = "runs/data/stdlib_gpt"
+TINY_LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 257,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+}
 """Where the Model Zoo-shaped examples read the HDF5 files ``plugtrain preprocess`` writes."""
 
 ENCODERS = "runs/data/encoders"
 """Where the encoder examples read the sample data ``plugtrain_models.encoder_data.samples``
 writes."""
+
+DPO = "runs/data/dpo"
+"""Where the DPO example reads the preference samples ``plugtrain_models.dpo.samples`` writes."""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -36,14 +54,20 @@ def _sigint_delivered() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def stdlib_gpt_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding ``runs/data/stdlib_gpt``: a small stdlib corpus, preprocessed once;
-    and ``runs/data/encoders``, the encoder examples' sample data."""
+    ``runs/data/encoders``, the encoder examples' sample data; and ``runs/data/dpo``, the DPO
+    example's preference samples; and ``llama3_hf/config.json``, a tiny Llama's config, whose
+    shape the fine-tuning examples take (``from_config``)."""
     from plugtrain.cli import main
+    from plugtrain_models.dpo.samples import write_dpo_samples
     from plugtrain_models.encoder_data.samples import write_examples
 
     root = tmp_path_factory.mktemp("examples_cwd")
     arguments = ["preprocess", "stdlib", "-o", str(root / STDLIB_GPT), "--max-seq-length", "128"]
     assert main([*arguments, "--stdlib-corpus", "300000", "--no-progress"]) == 0
     write_examples(root / ENCODERS)
+    write_dpo_samples(root / DPO)
+    (root / "llama3_hf").mkdir()
+    (root / "llama3_hf/config.json").write_text(json.dumps(TINY_LLAMA), encoding="utf-8")
     return root
 
 
@@ -58,7 +82,7 @@ def example_cwd(
 
     def enter(example: Path) -> None:
         text = example.read_text(encoding="utf-8")
-        if STDLIB_GPT in text or ENCODERS in text:
+        if any(folder in text for folder in (STDLIB_GPT, ENCODERS, DPO)):
             monkeypatch.chdir(request.getfixturevalue("stdlib_gpt_root"))
 
     return enter

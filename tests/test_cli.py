@@ -137,7 +137,7 @@ def test_p_no_blocks_a_plugin(capsys):
     assert main(["-p", "no:builtin", "list", "model", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [row["name"] for row in listed if row["plugin"] == "builtin"] == []
-    blocked = ["-p", "no:builtin", "-p", "no:models", "-p", "no:encoders"]
+    blocked = ["-p", "no:builtin", "-p", "no:models", "-p", "no:encoders", "-p", "no:dpo"]
     assert main([*blocked, "list", "model", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []  # plugtrain-models' plugins blocked too
 

@@ -41,6 +41,14 @@ _TINY_DECODER = {
     "vocab_size": 32, "hidden_size": 16, "num_hidden_layers": 1, "num_heads": 2,
     "filter_size": 32, "max_position_embeddings": 16,
 }  # fmt: skip
+_TINY_BERT = {
+    "vocab_size": 40, "hidden_size": 16, "num_heads": 2, "num_hidden_layers": 1,
+    "filter_size": 32, "max_position_embeddings": 24,
+}  # fmt: skip
+_TINY_T5 = {
+    "src_vocab_size": 40, "d_model": 16, "d_kv": 8, "num_heads": 2, "d_ff": 32,
+    "encoder_num_hidden_layers": 1, "decoder_num_hidden_layers": 1,
+}  # fmt: skip
 CONTRACT_ARGUMENTS: dict[str, dict[str, dict[str, Any]]] = {
     "plugtrain-models": {
         **dict.fromkeys(
@@ -49,6 +57,15 @@ CONTRACT_ARGUMENTS: dict[str, dict[str, dict[str, Any]]] = {
             _TINY_DECODER,
         ),
         "GPT": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+        **dict.fromkeys(("bert", "bert/extractive_summarization"), _TINY_BERT),
+        "bert/classifier": {**_TINY_BERT, "num_labels": 2, "problem_type": "regression",
+                            "task_dropout": 0.0},
+        "bert/token_classifier": {**_TINY_BERT, "num_classes": 3,
+                                  "encoder_output_dropout_rate": 0.0},
+        "esm2": {**_TINY_BERT, "position_embedding_type": "rotary", "rotary_dim": 8},
+        "dpr": {"q_encoder": _TINY_BERT, "ctx_encoder": _TINY_BERT},
+        **dict.fromkeys(("t5", "T5ForConditionalGeneration", "transformer"), _TINY_T5),
+        "dpo": {"policy_model": {"name": "llama", **_TINY_DECODER}, "dpo": {"beta": 0.1}},
     },
 }  # fmt: skip
 """``arguments`` of the plugin contract's round trip, per distribution."""
@@ -143,6 +160,7 @@ round-tripped) is in the slow lane, its own tests check its contract in the fast
 
 
 @pytest.mark.parametrize(("distribution", "package", "kind", "name"), CONTRACT_CASES)
+@pytest.mark.filterwarnings("ignore:Passing 'T5ForConditionalGeneration':FutureWarning")
 def test_distribution_passes_the_plugin_contract(
     distribution: str, package: str, kind: str, name: str, installed_registry: Registry
 ) -> None:

@@ -26,8 +26,9 @@ from support.reliability import (
     write_dist,
 )
 
-from plugtrain import hookimpl, plugins
+from plugtrain import hookimpl
 from plugtrain.authoring import jsonschema
+from plugtrain.discovery import loading as plugins
 
 pytestmark = pytest.mark.slow
 
