@@ -260,6 +260,8 @@ class _Builder:
                     **{k: {"const": name} for k in keys},
                     **arguments.get("properties", {}),
                 }
+                if kind == "model":
+                    _take_from_config(named)
                 chosen = [{"properties": {k: {"const": name}}, "required": [k]} for k in keys]
                 branches.append({"if": {"anyOf": chosen}, "then": named})
         named_spelling: Schema = {
@@ -535,3 +537,18 @@ def _doc(schema: type) -> str:
     import inspect
 
     return inspect.cleandoc(schema.__doc__) if schema.__doc__ else ""
+
+
+def _take_from_config(named: Schema) -> None:
+    """Let a model's ``{name: X, ...}`` take its keys from a Hugging Face folder (``from_config``).
+
+    The folder's ``config.json`` gives the keys the model requires, so none is required beside it.
+    """
+    named["properties"]["from_config"] = {
+        "type": "string",
+        "description": "a Hugging Face folder (or its config.json) the model's keys are read "
+        "from; keys written beside it override the folder's",
+    }
+    required = named.pop("required", None)
+    if required:
+        named["anyOf"] = [{"required": ["from_config"]}, {"required": required}]

@@ -22,6 +22,7 @@ from plugtrain.conversion.files import (
     output_stem,
     tokenizer_folder,
 )
+from plugtrain.conversion.from_config import with_config_keys
 from plugtrain.conversion.lookup import KIND, converters, find_converter, wrapped_converter
 from plugtrain.conversion.writing import remove_stale_partials, write_converted
 from plugtrain.registry.components import Registry
@@ -99,6 +100,7 @@ def _plugtrain_to_hf(
     model = args.model or name
     if model is None:
         raise SystemExit(f"{args.config}: the model has no name: pass --model")
+    keys = with_config_keys(registry, model, keys)
     state = read_model_state(source)
     started = read_started_from(source)
     for callback, arguments in _state_changers(data, registry, "fold_for_export"):
@@ -173,6 +175,7 @@ def _plugtrain_to_adapter(
     model = args.model or name
     if model is None:
         raise SystemExit(f"{args.config}: the model has no name: pass --model")
+    keys = with_config_keys(registry, model, keys)
     changers = _state_changers(data, registry, "export_adapter")
     if not changers:
         message = f"{args.config}: names no callback with adapters to export (a Lora callback)"
@@ -225,6 +228,7 @@ def convert_config(args: argparse.Namespace, registry: Registry, out: TextIO) ->
     else:
         name, keys, _ = model_section(config)
         key, converter = find_converter(registry, args.model or name, None)
+        keys = with_config_keys(registry, args.model or name or converter.model, keys)
         if converter.wraps is not None:
             section = converter.wraps.section
             _, converter = wrapped_converter(registry, key, converter, keys=keys)

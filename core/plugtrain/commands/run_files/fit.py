@@ -30,10 +30,18 @@ HELP = {
 }
 """The commands this module gives and their help."""
 
+FIT_EPILOG = (
+    "Fine-tuning a Hugging Face folder (full or LoRA, resuming, exporting back): "
+    "docs/fine-tuning.md. Run files to start from: examples/ (finetune_llama_full.yaml, "
+    "finetune_llama_lora.yaml, quickstart.yaml)."
+)
+"""What ``plugtrain fit --help`` ends with: where the guide and the example run files are."""
+
 
 def add_parser(commands: Subcommands, name: str) -> argparse.ArgumentParser:
     """The parser of ``plugtrain fit``, ``validate`` or ``validate_all`` (``name``)."""
-    parser = commands.add_parser(name, help=HELP[name])
+    epilog = FIT_EPILOG if name == "fit" else None
+    parser = commands.add_parser(name, help=HELP[name], epilog=epilog)
     add_run_file_arguments(parser)
     return parser
 

@@ -199,6 +199,10 @@ class Checker:
             message = f"arguments of {name} must be a mapping, got {type(arguments).__name__}"
             self.add((*path, name), message, spec, name)
             return None
+        if kind == "model" and "from_config" in arguments:
+            from plugtrain.config.validation.model_source import expand_from_config
+
+            arguments = expand_from_config(self, str(name), arguments, (*path, name))
         tagging: tuple[tuple[ParamFilter, ...] | None, bool] = (None, True)
         factors: tuple[tuple[str, float], ...] = ()
         if kind == "optimizer":
