@@ -26,6 +26,7 @@ from plugtrain.conversion.declaration import (
     WeightRule,
     headless,
 )
+from plugtrain.conversion.from_config import model_keys_from_config
 from plugtrain.conversion.opening import (
     ConfigMismatchError,
     ForeignCheckpoint,
@@ -54,6 +55,7 @@ __all__ = [
     "headless",
     "hf_to_plugtrain",
     "is_hf_checkpoint",
+    "model_keys_from_config",
     "open_checkpoint",
     "read_checkpoint",
 ]

@@ -7,24 +7,68 @@ folder that the schema refuses is reported at the ``from_config`` line. Torch-fr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from plugtrain.config.reading.yaml_loader import LocatedDict
+from plugtrain.errors import PlugtrainError, UnknownNameError
+from plugtrain.registry.components import Registry
 
-if TYPE_CHECKING:
-    from plugtrain.config.validation.checker import Checker, Path
+__all__ = ["FROM_CONFIG", "expand_from_config", "register_config_reader"]
 
-__all__ = ["expand_from_config"]
+FROM_CONFIG = "from_config"
+"""The model key naming a Hugging Face folder (or its ``config.json``)."""
+
+CONVERTERS = "checkpoint_converter"
+"""The component kind checkpoint converters are registered as."""
+
+
+ConfigReader = Callable[[Any, str], dict[str, Any]]
+"""``reader(converter, source)``: the model keys a converter reads from a ``config.json``."""
+
+_READERS: list[ConfigReader] = []
+
+
+def register_config_reader(reader: ConfigReader) -> None:
+    """Give the reader of converters' ``config.json`` keys.
+
+    ``plugtrain.conversion`` gives it when imported, which resolving any converter does.
+    """
+    if reader not in _READERS:
+        _READERS.append(reader)
+
+
+class _Checker(Protocol):
+    registry: Registry
+
+    def add(
+        self, path: tuple[str | int, ...], message: str, container: Any = None, key: Any = None
+    ) -> None: ...
+
+
+def _keys(registry: Registry, model: str, source: str) -> dict[str, Any]:
+    """The keys of ``model`` the folder's ``config.json`` gives, by the model's converter."""
+    try:
+        converter = registry.resolve(CONVERTERS, model)
+    except UnknownNameError:
+        found = [
+            registry.resolve(CONVERTERS, n)
+            for n in registry.names(CONVERTERS)
+            if getattr(registry.resolve(CONVERTERS, n), "model", None) == model
+        ]
+        if not found:
+            message = f"no checkpoint converter makes {model!r}; write its keys instead"
+            raise PlugtrainError(message) from None
+        converter = found[0]
+    if not _READERS:  # unreachable once a converter is resolved: its module registers one
+        raise PlugtrainError("no reader of config.json is registered (import plugtrain.conversion)")
+    return _READERS[-1](converter, source)
 
 
 def expand_from_config(
-    checker: Checker, name: str, arguments: Mapping[str, Any], path: Path
+    checker: _Checker, name: str, arguments: Mapping[str, Any], path: tuple[str | int, ...]
 ) -> Mapping[str, Any]:
     """``arguments`` with ``from_config`` replaced by the folder's keys (those written win)."""
-    from plugtrain.conversion.declaration import ConversionError
-    from plugtrain.conversion.from_config import FROM_CONFIG, model_keys_from_config
-
     source = arguments[FROM_CONFIG]
     expanded = LocatedDict((k, v) for k, v in arguments.items() if k != FROM_CONFIG)
     marks = getattr(arguments, "value_marks", {})
@@ -36,8 +80,8 @@ def expand_from_config(
         checker.add((*path, FROM_CONFIG), message, arguments, FROM_CONFIG)
         return expanded
     try:
-        found = model_keys_from_config(checker.registry, name, source)
-    except ConversionError as exc:
+        found = _keys(checker.registry, name, source)
+    except PlugtrainError as exc:
         checker.add((*path, FROM_CONFIG), str(exc), arguments, FROM_CONFIG)
         return expanded
     where = marks.get(FROM_CONFIG)
