@@ -81,7 +81,7 @@ def expand_from_config(
         return expanded
     try:
         found = _keys(checker.registry, name, source)
-    except PlugtrainError as exc:
+    except (PlugtrainError, OSError, ValueError, TypeError, AttributeError) as exc:
         checker.add((*path, FROM_CONFIG), str(exc), arguments, FROM_CONFIG)
         return expanded
     where = marks.get(FROM_CONFIG)
