@@ -138,6 +138,10 @@ class Checker:
         for key, value in mapping.items():
             info = by_name.get(key)
             checked[key] = plain(value)
+            if info is not None and value is None and info.required and info.component:
+                message = f"a {info.component} is required here, {{Name: {{arguments}}}}; got null"
+                self.add((*path, key), message, mapping, key)
+                continue
             if info is None or value is None:
                 continue
             section = _section(schema, info.name)
