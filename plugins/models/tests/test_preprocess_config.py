@@ -93,9 +93,10 @@ def _read(folder: Path) -> np.ndarray:
 def test_model_zoo_files_run_as_written(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["preprocess", "--config", str(SUMMARIZATION)]) == 0
     notes = capsys.readouterr().err
-    for key in ("setup.processes", "processing.write_in_batch", "processing.short_seq_prob"):
+    for key in ("processing.write_in_batch", "processing.short_seq_prob"):
         assert notes.count(f"{key} has no effect here") == 1
-    assert f"{SUMMARIZATION}:14:5: setup.processes" in notes  # where the file writes it
+    assert f"{SUMMARIZATION}:23:5: processing.write_in_batch" in notes  # where the file has it
+    assert "setup.processes" not in notes  # processes: N runs N worker processes
     data = _read(workdir / "data_dir_summarization")
     assert data.shape == (12, 3, 2048)
     params = json.loads((workdir / "data_dir_summarization/data_params.json").read_text())

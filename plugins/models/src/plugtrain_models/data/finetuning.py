@@ -15,7 +15,13 @@ from typing import Any
 import attrs
 import numpy as np
 
-from plugtrain_models.data.regions import Region, find_token_range, fold_end_tokens, locate_markers
+from plugtrain_models.data.regions import (
+    Region,
+    find_token_range,
+    find_token_range_arrays,
+    fold_end_tokens,
+    locate_markers,
+)
 from plugtrain_models.data.tokenizer_folder import TokenizerFolder
 from plugtrain_models.data.truncation import truncate
 
@@ -27,10 +33,13 @@ SCORED_ROLES = ("assistant", "completion")
 
 @attrs.frozen
 class Encoded:
-    """One sample before the shift: all its tokens and each token's loss weight."""
+    """One sample before the shift: all its tokens and each token's loss weight.
 
-    token_ids: list[int]
-    loss_mask: list[int]
+    Lists, or int32 arrays (:meth:`FinetuningEncoder.encode_many`).
+    """
+
+    token_ids: Sequence[int]
+    loss_mask: Sequence[int]
 
 
 @attrs.frozen
@@ -162,9 +171,10 @@ class FinetuningEncoder:
     def encode_many(
         self, semantics: Sequence[Sequence[Mapping[str, Any]]]
     ) -> list[Encoded | Skipped]:
-        """:meth:`encode` of each record, tokenized in one batch (on every core).
+        """:meth:`encode` of each record, tokenized in one batch, masks made with numpy.
 
-        A record that makes no sample gives its :class:`Skipped` in its place.
+        The samples hold int32 arrays. A record that makes no sample gives its
+        :class:`Skipped` in its place.
         """
         formatted: list[tuple[str, list[Region], bool] | Skipped] = []
         for semantic in semantics:
@@ -176,14 +186,65 @@ class FinetuningEncoder:
         for is_chat in (False, True):
             todo = [i for i, f in enumerate(formatted) if isinstance(f, tuple) and f[2] == is_chat]
             texts = [formatted[i][0] for i in todo]  # type: ignore[index]
-            encoded = self.tokenizer.encode_batch_with_offsets(texts, not is_chat)
-            for i, (token_ids, offsets) in zip(todo, encoded, strict=True):
+            encoded = self.tokenizer.encode_batch_arrays(texts, not is_chat)
+            for i, (token_ids, starts, ends) in zip(todo, encoded, strict=True):
                 text, regions, _ = formatted[i]  # type: ignore[misc]
                 try:
-                    results[i] = self._sample(text, regions, is_chat, token_ids, offsets)
+                    results[i] = self._sample_arrays(
+                        text, regions, is_chat, token_ids, starts, ends
+                    )
                 except Skipped as skipped:
                     results[i] = skipped
         return results
+
+    def _sample_arrays(
+        self,
+        text: str,
+        regions: list[Region],
+        is_chat: bool,
+        token_ids: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+    ) -> Encoded:
+        """:meth:`_sample` with the ids and offsets as arrays (the result holds arrays)."""
+        fold_end_tokens(text, regions, self.end_token, is_chat)
+        tokens: list[tuple[str, int, int, float]] = []
+        first = 0
+        for region in regions:
+            start, end = find_token_range_arrays(region, starts, ends, first)
+            if region.get("handle_turn_token"):
+                end += 1
+            tokens.append((region["role"], start, end, region["loss_weight"]))
+            first = end
+        total = len(token_ids)
+        if total > self.max_seq_length:
+            truncated = self._truncate(token_ids.tolist(), tokens)
+            token_ids = np.asarray(truncated[0], dtype=np.int32)
+            tokens = truncated[1]
+        if total < self.min_sequence_len:  # Model Zoo compares the length before truncation
+            raise Skipped("discarded_files")
+        mask = np.zeros(len(token_ids), dtype=np.int32)
+        for _role, start, end, weight in tokens:
+            stop = min(end, len(token_ids))
+            if stop > start:
+                mask[start:stop] = int(weight)
+        return Encoded(token_ids, mask)
+
+    def _truncate(
+        self, token_ids: list[int], tokens: list[tuple[str, int, int, float]]
+    ) -> tuple[list[int], list[tuple[str, int, int, float]]]:
+        """The sample cut to ``max_seq_length`` as ``dataset.truncate_to_msl`` says.
+
+        :raises Skipped: no truncation asked for, or it cannot cut enough.
+        """
+        if self.truncation is None:
+            raise Skipped("discarded_files")
+        t = self.truncation
+        turn = t.max_turn_length if t.max_turn_length is not None else self.max_seq_length
+        result = truncate(token_ids, tokens, self.max_seq_length, turn, t.mode)
+        if result is None:
+            raise Skipped("discarded_files")
+        return result
 
     def _sample(
         self,
@@ -204,14 +265,7 @@ class FinetuningEncoder:
             first = end
         total = len(token_ids)
         if total > self.max_seq_length:
-            if self.truncation is None:
-                raise Skipped("discarded_files")
-            t = self.truncation
-            turn = t.max_turn_length if t.max_turn_length is not None else self.max_seq_length
-            result = truncate(token_ids, tokens, self.max_seq_length, turn, t.mode)
-            if result is None:
-                raise Skipped("discarded_files")
-            token_ids, tokens = result
+            token_ids, tokens = self._truncate(token_ids, tokens)
         if total < self.min_sequence_len:  # Model Zoo compares the length before truncation
             raise Skipped("discarded_files")
         mask = [0] * len(token_ids)
@@ -238,14 +292,12 @@ def vsl_rows(samples: Sequence[Encoded], msl: int, pad_id: int) -> np.ndarray:
     Each sample (the last one less its final token, which only serves as a label) gets
     ``attention_span`` ``n-1, ..., 0`` and ``position_ids`` ``0, ..., n-1``; padding gets 0.
     """
-    tokens = [t for s in samples for t in s.token_ids]
-    mask = [m for s in samples for m in s.loss_mask]
-    spans: list[int] = []
-    positions: list[int] = []
-    for number, sample in enumerate(samples):
-        n = len(sample.token_ids) - (1 if number == len(samples) - 1 else 0)
-        spans.extend(range(n - 1, -1, -1))
-        positions.extend(range(n))
+    tokens = np.concatenate([np.asarray(s.token_ids, dtype=np.int32) for s in samples])
+    mask = np.concatenate([np.asarray(s.loss_mask, dtype=np.int32) for s in samples])
+    lengths = [len(s.token_ids) for s in samples]
+    lengths[-1] -= 1
+    spans = np.concatenate([np.arange(n - 1, -1, -1, dtype=np.int32) for n in lengths])
+    positions = np.concatenate([np.arange(n, dtype=np.int32) for n in lengths])
     rows = np.zeros((5, msl), dtype=np.int32)
     length = len(tokens) - 1
     rows[0, :] = rows[2, :] = pad_id

@@ -7,7 +7,7 @@ document's last full chunk with one. Here every document ends with EOS in the st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -79,6 +79,43 @@ class Packer:
     def finish(self) -> Iterator[np.ndarray]:
         """The final partial chunk, padded, if it is long enough."""
         yield from self._tail()
+
+    def add_many(self, documents: Sequence[np.ndarray], *, finish: bool = False) -> np.ndarray:
+        """:meth:`add` of each document (then :meth:`finish` if ``finish``), as ``[n, 3, msl]``.
+
+        The same samples in the same order, cut with numpy.
+        """
+        size = self.msl + 1
+        eos = np.array([self.eos_id], dtype=np.int64)
+        rows: list[np.ndarray] = []
+        if self.pack:
+            parts = [np.asarray(self._pending, dtype=np.int64)]
+            for tokens in documents:
+                parts += [np.asarray(tokens, dtype=np.int64), eos]
+            stream = np.concatenate(parts)
+            full = len(stream) // size * size
+            rows.append(_full_rows(stream[:full], size))
+            self._pending = stream[full:].tolist()
+        else:
+            for tokens in documents:
+                stream = np.concatenate([np.asarray(tokens, dtype=np.int64), eos])
+                full = len(stream) // size * size
+                rows.append(_full_rows(stream[:full], size))
+                self._pending = stream[full:].tolist()
+                rows.extend(sample[None] for sample in self._tail())
+        if finish:
+            rows.extend(sample[None] for sample in self._tail())
+        return np.concatenate(rows) if rows else np.zeros((0, 3, self.msl), dtype=np.int32)
+
+
+def _full_rows(stream: np.ndarray, size: int) -> np.ndarray:
+    """Samples ``[n, 3, size - 1]`` of a stream of whole chunks of ``size`` tokens."""
+    chunks = stream.reshape(-1, size)
+    rows = np.empty((len(chunks), 3, size - 1), dtype=np.int32)
+    rows[:, 0] = chunks[:, :-1]
+    rows[:, 1] = 1
+    rows[:, 2] = chunks[:, 1:]
+    return rows
 
 
 def first_fit(lengths: Iterable[int], capacity: int) -> list[list[int]]:

@@ -20,7 +20,6 @@ __all__ = ["PreprocessConfig", "load_preprocess_config"]
 
 STR, INT, BOOL, MAP, ANY = "a string", "an integer", "true or false", "a mapping", "anything"
 
-ONE_PROCESS = "this preprocessing runs in one process; tokenizers encodes on every core"
 BUFFERS = "Model Zoo's reader/writer buffers; here samples go straight to their files"
 CLUSTER = "multi-node preprocessing on a Cerebras cluster"
 DPO_ROLES = "mode dpo renders the prompt as a user turn and each response as an assistant turn"
@@ -30,7 +29,7 @@ SETUP: dict[str, tuple[str, str | None]] = {
     "data": (MAP, None),
     "mode": (STR, None),
     "output_dir": (STR, None),
-    "processes": (INT, ONE_PROCESS),
+    "processes": (INT, None),
     "num_nodes": (INT, CLUSTER),
     "rank": (INT, CLUSTER),
     "slurm": (ANY, CLUSTER),

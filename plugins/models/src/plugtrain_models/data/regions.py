@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["find_token_range", "fold_end_tokens", "locate_markers"]
+import numpy as np
+
+__all__ = ["find_token_range", "find_token_range_arrays", "fold_end_tokens", "locate_markers"]
 
 Region = dict[str, Any]
 """``{role, indices: (start, end), loss_weight, ...}``: character indices until tokenized."""
@@ -117,3 +119,35 @@ def find_token_range(
     if end is None:
         raise ValueError("the tokenizer's offsets do not cover the end of a region of the text")
     return start, end + 1
+
+
+def find_token_range_arrays(
+    region: Region, starts: np.ndarray, ends: np.ndarray, first: int
+) -> tuple[int, int]:
+    """:func:`find_token_range` over the offsets as two arrays (each token's start and end).
+
+    The same rule, evaluated with numpy over the tokens from ``first`` on.
+
+    :raises ValueError: the offsets do not cover the region.
+    """
+    string_start, string_end = region["indices"]
+    head_starts, head_ends = starts[first:], ends[first:]
+    hits = ((head_starts <= string_start) & (string_start < head_ends)) | (
+        head_starts > string_start
+    )
+    found = int(hits.argmax()) if len(hits) else 0
+    if not len(hits) or not hits[found]:
+        raise ValueError("the tokenizer's offsets do not cover a region of the text")
+    start = first + found
+    tail_starts, tail_ends = starts[start:], ends[start:]
+    following = np.empty_like(tail_starts)
+    following[:-1] = tail_starts[1:]
+    hits = (tail_ends >= string_end) & (tail_starts < string_end)
+    # the next token starts at or after the region's end (the last token: always)
+    after = following >= string_end
+    after[-1] = True
+    hits |= (tail_ends < string_end) & after
+    found = int(hits.argmax())
+    if not hits[found]:
+        raise ValueError("the tokenizer's offsets do not cover the end of a region of the text")
+    return start, start + found + 1

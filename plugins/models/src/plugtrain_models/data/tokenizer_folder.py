@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from plugtrain.errors import MissingDependencyError, TrainingError
 
 __all__ = ["CHATML_TEMPLATE", "TokenizerFolder", "render_chat_template"]
@@ -205,6 +207,18 @@ class TokenizerFolder:
         """:meth:`encode` of each text, in parallel."""
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         return [(e.ids, e.offsets) for e in encodings]  # lists of ints and of int pairs
+
+    def encode_batch_arrays(
+        self, texts: Sequence[str], add_special_tokens: bool = True
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Each text's ids and its tokens' start and end offsets, as int32/int64 arrays."""
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        result = []
+        for encoding in encodings:
+            offsets = np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+            ids = np.array(encoding.ids, dtype=np.int32)
+            result.append((ids, offsets[:, 0], offsets[:, 1]))
+        return result
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """The ids of each text (special tokens added), encoded in parallel."""

@@ -10,23 +10,72 @@ from typing import Any
 import h5py
 import numpy as np
 
+from plugtrain_models.data.sample_chunks import Chunk, compress_samples
 from plugtrain_models.data.schemas import FEATURES
 
-__all__ = ["SampleWriter", "write_corpus", "write_params"]
+__all__ = ["ChunkWriter", "SampleWriter", "write_corpus", "write_params"]
 
 
 def _file_name(number: int) -> str:
     return f"data-{number:05d}.h5"  # zero-padded: sorted order is write order
 
 
-def _write(path: Path, data: np.ndarray, chunks: tuple[int, ...]) -> None:
+def _write_chunks(path: Path, chunks: list[Chunk], shape: tuple[int, int]) -> None:
+    """One file of samples ``[len(chunks), *shape]``, each sample one chunk, as h5py writes it."""
     with h5py.File(path, "w") as file:
-        file.create_dataset("data", data=data, dtype="i4", chunks=chunks, compression="gzip")
-        file.attrs["n_examples"] = int(data.shape[0])
+        data = file.create_dataset(
+            "data", shape=(len(chunks), *shape), dtype="i4", chunks=(1, *shape), compression="gzip"
+        )
+        for number, chunk in enumerate(chunks):
+            if isinstance(chunk, bytes):
+                data.id.write_direct_chunk((number, 0, 0), chunk)
+            else:  # deflate would not shrink it: the filter decides how it is stored
+                data[number] = chunk
+        file.attrs["n_examples"] = len(chunks)
+
+
+class ChunkWriter:
+    """Writes samples given as their HDF5 chunks into files of ``samples_per_file``, in order.
+
+    Only the chunks of the file being filled are held; each file is written when it is full.
+
+    :ivar files: the files written so far.
+    :ivar samples: samples written so far.
+    """
+
+    def __init__(self, output_dir: Path, samples_per_file: int) -> None:
+        self.output_dir, self.samples_per_file = output_dir, samples_per_file
+        self._buffer: list[Chunk] = []
+        self._shape: tuple[int, int] | None = None
+        self.files: list[Path] = []
+        self.samples = 0
+
+    def add(self, chunks: Iterable[Chunk], shape: tuple[int, int]) -> None:
+        """Queue the chunks of samples of ``shape`` (rows, msl); full files are written."""
+        self._shape = shape
+        for chunk in chunks:
+            self._buffer.append(chunk)
+            if len(self._buffer) == self.samples_per_file:
+                self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer or self._shape is None:
+            return
+        path = self.output_dir / _file_name(len(self.files))
+        _write_chunks(path, self._buffer, self._shape)
+        self.files.append(path)
+        self.samples += len(self._buffer)
+        self._buffer = []
+
+    def close(self) -> None:
+        """Write the last, partly filled file."""
+        self._flush()
 
 
 class SampleWriter:
     """Writes ``[3, msl]`` (VSL: ``[5, msl]``) samples into files of ``samples_per_file``.
+
+    Each sample is compressed as it comes; a file is written when it is full.
 
     :ivar files: the files written so far.
     :ivar samples: samples written so far.
@@ -35,34 +84,31 @@ class SampleWriter:
     """
 
     def __init__(self, output_dir: Path, msl: int, samples_per_file: int) -> None:
-        self.output_dir, self.msl, self.samples_per_file = output_dir, msl, samples_per_file
-        self._buffer: list[np.ndarray] = []
-        self.files: list[Path] = []
-        self.samples = self.loss_valid_tokens = self.num_pad_tokens = 0
+        self.msl = msl
+        self._chunks = ChunkWriter(output_dir, samples_per_file)
+        self.loss_valid_tokens = self.num_pad_tokens = 0
+
+    @property
+    def files(self) -> list[Path]:
+        """The files written so far."""
+        return self._chunks.files
+
+    @property
+    def samples(self) -> int:
+        """Samples written so far."""
+        return self._chunks.samples
 
     def add(self, samples: Iterable[np.ndarray]) -> None:
         """Queue samples; full files are written as they fill."""
         for sample in samples:
-            self._buffer.append(sample)
-            if len(self._buffer) == self.samples_per_file:
-                self._flush()
-
-    def _flush(self) -> None:
-        if not self._buffer:
-            return
-        data = np.stack(self._buffer)
-        path = self.output_dir / _file_name(len(self.files))
-        _write(path, data, (1, data.shape[1], self.msl))
-        self.files.append(path)
-        self.samples += len(data)
-        valid = int(data[:, 1].sum())
-        self.loss_valid_tokens += valid
-        self.num_pad_tokens += data.shape[0] * self.msl - valid
-        self._buffer = []
+            valid = int(sample[1].sum())
+            self.loss_valid_tokens += valid
+            self.num_pad_tokens += self.msl - valid
+            self._chunks.add(compress_samples(sample[None]), (sample.shape[0], self.msl))
 
     def close(self) -> None:
         """Write the last, partly filled file."""
-        self._flush()
+        self._chunks.close()
 
 
 def write_corpus(
