@@ -1,7 +1,8 @@
 """The decoder's fast paths compute what the plain formulas compute.
 
 RoPE as one complex product, MoE routing grouped by expert, soft-capped attention without
-repeating grouped k/v, the cross-entropy a block of rows at a time, and metrics only when
+repeating grouped k/v, the cross-entropy a block of rows at a time (its gradient in the logits'
+memory), RMSNorm's own backward, and metrics only when
 asked: each is checked against the straightforward formula it replaces (written out here or
 torch's own), on tiny random decoders in float32.
 """
@@ -17,7 +18,7 @@ from torch import nn
 from plugtrain_models.attention import Attention
 from plugtrain_models.families import build_decoder
 from plugtrain_models.ffn import route
-from plugtrain_models.layers import apply_rotary, rotary_angles, rotary_phases
+from plugtrain_models.layers import RMSNorm, apply_rotary, rotary_angles, rotary_phases
 from plugtrain_models.loss import TokenCrossEntropy, masked_accuracy
 
 ROTARY = {  # no dropout: a training forward is then a function of the weights and the batch
@@ -172,8 +173,7 @@ def test_the_blockwise_cross_entropy_is_torch_s(dtype: torch.dtype, monkeypatch)
     got = TokenCrossEntropy.apply(ours, labels)
     expected = nn.functional.cross_entropy(plain.float(), labels, reduction="none")
     assert got.dtype == torch.float32
-    # float32 either way (logsumexp vs log_softmax: the same sums in another order)
-    torch.testing.assert_close(got, expected, atol=2e-6, rtol=1e-6)
+    assert torch.equal(got, expected)  # the same log-softmax kernel, a block at a time
     (got * row_grads).sum().backward()
     (expected * row_grads).sum().backward()
     assert ours.grad.dtype == dtype
@@ -193,3 +193,50 @@ def test_accuracy_takes_the_first_largest_logit_as_argmax_does(dtype: torch.dtyp
     mask = (torch.rand(6, 40, generator=generator) > 0.3).long()
     hits = (logits.argmax(-1) == labels).float() * mask
     assert masked_accuracy(logits, labels, mask) == hits.sum() / mask.sum()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cross_entropy_may_leave_the_gradient_in_the_logits_memory(dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(5)
+    weights = torch.randn(8, 40, generator=generator)
+    hidden = torch.randn(12, 8, generator=generator)
+    labels = torch.randint(0, 40, (12,), generator=generator)
+    grads = []
+    for overwrite in (False, True):
+        head = weights.clone().requires_grad_()
+        logits = (hidden @ head).to(dtype)
+        loss = TokenCrossEntropy.apply(logits, labels, overwrite).mean()
+        loss.backward(retain_graph=True)
+        grads.append(head.grad)
+        if overwrite:  # the logits now hold their gradient: a second backward refuses them
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                loss.backward()
+        else:
+            loss.backward()
+    assert torch.equal(grads[0] / 2, grads[1])  # the first one accumulated twice
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rmsnorm_s_own_backward_is_autograd_s(dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(6)
+    norm = RMSNorm(24, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(24, generator=generator) + 0.5)
+    x = (torch.randn(3, 5, 24, generator=generator) * 3).to(dtype)
+    upstream = torch.randn(3, 5, 24, generator=generator).to(dtype)
+    ours, plain = x.clone().requires_grad_(), x.clone().requires_grad_()
+    weight = norm.weight.detach().clone().requires_grad_()
+    got = norm(ours)
+    wide = plain.float()
+    expected = (weight * (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + 1e-5))).to(dtype)
+    assert got.dtype == dtype
+    assert torch.equal(got, expected)  # the forward is the formula's, bit for bit
+    got.backward(upstream)
+    expected.backward(upstream)
+    # the same float32 gradient, summed in another order: round-off, then the input's rounding
+    tolerance = {"atol": 1e-6, "rtol": 1e-5} if dtype == torch.float32 else {}
+    torch.testing.assert_close(ours.grad, plain.grad, **tolerance)
+    torch.testing.assert_close(norm.weight.grad, weight.grad, atol=1e-5, rtol=1e-5)
+    (first,) = torch.autograd.grad((norm(ours) * upstream).sum(), ours, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):  # not silently wrong
+        first.sum().backward()

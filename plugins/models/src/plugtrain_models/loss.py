@@ -3,7 +3,8 @@
 Labels are already shifted by the data; ``attention_mask`` is the loss mask. The per-token
 cross-entropy is :class:`TokenCrossEntropy`: float32 whatever the logits' dtype, a block of rows
 at a time, so that a ``[tokens, vocab]`` float32 copy, log-softmax and zero-filled gradient are
-never written out (the gradient is ``softmax - one_hot``, written once, in the logits' dtype).
+never written out (the gradient is ``softmax - one_hot``, written once, in the logits' dtype,
+into the logits' own memory when nothing reads them after the loss).
 """
 
 from __future__ import annotations
@@ -19,40 +20,47 @@ _BLOCK_ELEMENTS = 1 << 20
 
 
 class TokenCrossEntropy(torch.autograd.Function):
-    """``logsumexp(z_i) - z_i[y_i]`` per row of logits ``z`` ``[N, V]``, float32 ``[N]``.
+    """``-log_softmax(z_i)[y_i]`` per row of logits ``z`` ``[N, V]``, float32 ``[N]``.
 
-    The values and gradient of ``cross_entropy(z.float(), y, reduction="none")``: the same
-    float32 arithmetic (max, sum of exponentials, log) on each row, in a different order
-    within a row; once differentiable.
+    The values of ``cross_entropy(z.float(), y, reduction="none")`` (the same log-softmax
+    kernel on each block of rows) and its gradient; once differentiable. With ``overwrite``
+    the backward writes the gradient into the logits' memory instead of a new ``[N, V]``
+    tensor (on the CPU, a fresh tensor of that size is new pages that the kernel must fault
+    in and zero): only for logits that nothing else reads after the loss. A second backward
+    through the same logits then fails (autograd sees them modified) instead of being wrong.
     """
 
     @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Each row's cross-entropy; keeps the logits and each row's log-sum-exp."""
+    def forward(
+        ctx: Any, logits: torch.Tensor, labels: torch.Tensor, overwrite: bool = False
+    ) -> torch.Tensor:
+        """Each row's cross-entropy; keeps the logits for the backward."""
         rows = max(1, _BLOCK_ELEMENTS // logits.shape[-1])
-        totals = torch.cat([torch.logsumexp(b.float(), dim=-1) for b in logits.split(rows)])
-        ctx.save_for_backward(logits, labels, totals)
-        picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1).float()
-        return totals - picked
+        picked = [
+            torch.log_softmax(block.float(), dim=-1).gather(-1, targets.unsqueeze(-1))
+            for block, targets in zip(logits.split(rows), labels.split(rows), strict=True)
+        ]
+        ctx.save_for_backward(logits, labels)
+        ctx.overwrite = overwrite
+        return torch.cat(picked).squeeze(-1).neg_()
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         """``grad_i * (softmax(z_i) - one_hot(y_i))``, block by block, in the logits' dtype."""
-        logits, labels, totals = ctx.saved_tensors
-        out = torch.empty_like(logits)
+        logits, labels = ctx.saved_tensors
+        out = logits.detach() if ctx.overwrite else torch.empty_like(logits)
         rows = max(1, _BLOCK_ELEMENTS // logits.shape[-1])
         for start in range(0, logits.shape[0], rows):
             end = min(start + rows, logits.shape[0])
             scale, target = grad[start:end].unsqueeze(-1), out[start:end]
-            shifted = totals[start:end].unsqueeze(-1)
             if logits.dtype == torch.float32:  # computed where it is returned
-                block = torch.sub(logits[start:end], shifted, out=target)
+                block = torch.ops.aten._softmax.out(logits[start:end], -1, False, out=target)
             else:  # in float32, then rounded once into the logits' dtype
-                block = logits[start:end].float() - shifted
-            block.exp_().mul_(scale).scatter_add_(-1, labels[start:end].unsqueeze(-1), -scale)
+                block = torch.softmax(logits[start:end].float(), dim=-1)
+            block.mul_(scale).scatter_add_(-1, labels[start:end].unsqueeze(-1), -scale)
             if block is not target:
                 target.copy_(block)
-        return out, None
+        return out, None, None
 
 
 def lm_loss(
@@ -62,13 +70,18 @@ def lm_loss(
     *,
     scaling: str,
     weight: float,
+    overwrite: bool = True,
 ) -> torch.Tensor:
     """``sum(ce * m) / sum(m)`` (``num_tokens``) or ``sum(ce * m) / B * weight`` (``batch_size``).
 
     A batch whose mask is all zero gives 0 under ``num_tokens`` (Model Zoo divides by zero).
+    With ``overwrite`` (the default: a model's forward computes its logits for the loss
+    alone), the backward leaves the logits' gradient in their memory (see
+    :class:`TokenCrossEntropy`): pass false for logits read again after the backward.
     """
     vocab = logits.shape[-1]
-    ce = TokenCrossEntropy.apply(logits.reshape(-1, vocab), labels.reshape(-1).long())
+    flat = logits.reshape(-1, vocab)
+    ce = TokenCrossEntropy.apply(flat, labels.reshape(-1).long(), overwrite)
     m = mask.reshape(-1).to(ce.dtype)
     total = (ce * m).sum()
     if scaling == "batch_size":
