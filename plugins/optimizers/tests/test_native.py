@@ -7,6 +7,10 @@ rounding as torch does. Updates with a square root (Adadelta, NAdam, Schedule-Fr
 with norms and means (Lamb, Adafactor) are held to the bound the float32 layout tests use: the
 kernels' square root is correctly rounded where torch's float32 one is not always, NAdam's
 torch path goes through torch's fused Adam, and sums run in another order.
+
+The numbers are checked for the library built for this CPU and for the one built for AVX2
+(``-march=x86-64-v3``, where an x86-64 compiler can build it): each build once per module. The
+steps run without the step tuner, which could take the torch path for some of them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 
 import plugtrain
 from plugtrain_optimizers import _native
+from plugtrain_optimizers._threads import TUNE_VARIABLE
 
 # (optimizer, arguments, shapes, exact): shapes include a large tensor (split between threads),
 # odd sizes (elements outside whole SIMD vectors) and a vector.
@@ -98,6 +103,7 @@ def _run(
     name, args, shapes, _ = CASES[case]
     args = {**args, **(extra or {})}
     os.environ[_native.SWITCH_VARIABLE] = "1" if native else "0"
+    os.environ[TUNE_VARIABLE] = "0"  # the kernels, on all threads, at every step
     _native.reset()
     before = torch.get_num_threads()
     if threads is not None:
@@ -121,6 +127,7 @@ def _run(
 @pytest.fixture(autouse=True)
 def _restore_switch(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv(_native.SWITCH_VARIABLE, raising=False)
+    monkeypatch.setenv(TUNE_VARIABLE, os.environ.get(TUNE_VARIABLE, "1"))  # restored after
     yield
     os.environ.pop(_native.SWITCH_VARIABLE, None)
     _native.reset()
@@ -144,8 +151,44 @@ def built() -> _native.NativeKernels:
     return kernels
 
 
+TARGETS = ["native", "x86-64-v3"]
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def target_build(request: pytest.FixtureRequest, built: _native.NativeKernels) -> str:
+    """Each build in turn, built (or found in the cache) once for the module.
+
+    The AVX2 build is skipped where the compiler cannot build for it (not an x86-64 machine).
+    """
+    if request.param != "native":
+        try:
+            kernels = _native.build_for(request.param)
+        except RuntimeError as exc:
+            pytest.skip(str(exc))
+        if f"-march={request.param}" not in kernels.flags:
+            pytest.skip(f"the compiler does not build for -march={request.param} here")
+    return str(request.param)
+
+
+@pytest.fixture
+def target(target_build: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The kernels of the test are those of ``target_build`` (``PLUGTRAIN_NATIVE_MARCH``)."""
+    monkeypatch.setenv(_native.MARCH_VARIABLE, target_build)
+    return target_build
+
+
+def test_each_target_is_its_own_library(target):
+    _native.reset()
+    kernels = _native.load()
+    assert kernels is not None, _native.status()
+    assert f"-march={target}" in kernels.flags
+    assert f"-march={target}" in _native.status()
+    other = _native.build_for("native" if target != "native" else "x86-64-v3")
+    assert other.path != kernels.path  # a cache key per target
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_kernels_give_the_multi_tensor_numbers(built, case):
+def test_the_kernels_give_the_multi_tensor_numbers(target, case):
     exact = CASES[case][3]
     with_kernels, without = _run(case, native=True), _run(case, native=False)
     assert with_kernels.keys() == without.keys()
@@ -159,14 +202,14 @@ def test_the_kernels_give_the_multi_tensor_numbers(built, case):
 @pytest.mark.parametrize(
     "case", ["Lion", "ASGD", "Rprop", "Adamax", "Adadelta", "AdamWScheduleFree"]
 )
-def test_threads_split_an_elementwise_update_without_changing_a_bit(built, case):
+def test_threads_split_an_elementwise_update_without_changing_a_bit(target, case):
     one, two = _run(case, native=True, threads=1), _run(case, native=True, threads=2)
     for key, value in one.items():
         assert torch.equal(value, two[key]), key
 
 
 @pytest.mark.parametrize("case", ["Lamb", "Adafactor"])
-def test_threads_split_the_sums_within_the_float32_bound(built, case):
+def test_threads_split_the_sums_within_the_float32_bound(target, case):
     one, two = _run(case, native=True, threads=1), _run(case, native=True, threads=2)
     for key, value in one.items():
         torch.testing.assert_close(value, two[key], rtol=1e-6, atol=1e-7, msg=key)
@@ -285,7 +328,7 @@ def test_a_build_without_openmp_runs_on_one_thread_with_the_same_numbers(
         _native.load()
     assert kernels is not None
     assert not kernels.openmp
-    assert _native.status().endswith("(one thread)")
+    assert "(one thread; -march=native)" in _native.status()
     assert [r.getMessage() for r in caplog.records] == [
         "plugtrain optimizers: the C kernels run on one thread: torch runs libomp.dylib"
     ]

@@ -12,6 +12,10 @@ under a hash of source, compiler, flags and CPU, one process at a time (a file l
 library this user built is loaded (:mod:`plugtrain_optimizers._kernel_cache`). With GNU
 OpenMP (``libgomp.so.1``) as torch's runtime, ``-fopenmp`` links it and loops over
 :data:`PARALLEL_ELEMENTS` elements or more use torch's threads; elsewhere one thread, said once.
+
+The library is built for this CPU (``-march=native``) unless ``PLUGTRAIN_NATIVE_MARCH`` names
+another target (``x86-64-v3``: AVX2 and FMA, no AVX-512), each target its own cached library.
+Every loop is vectorized on any target (``kernels.c`` says how); the flags change no result.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +47,24 @@ except ImportError:  # no flock (Windows): processes building at once each compi
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
+    "MARCH_VARIABLE",
     "PARALLEL_ELEMENTS",
     "SWITCH_VARIABLE",
     "NativeKernels",
+    "build_for",
     "call",
+    "calls",
+    "flag_sets",
     "load",
     "op",
     "reset",
     "set_enabled",
     "status",
+    "target",
+    "torch_path",
     "usable",
     "usable_matrix",
+    "use",
 ]
 
 _log = logging.getLogger(__name__)
@@ -60,26 +72,46 @@ _log = logging.getLogger(__name__)
 SWITCH_VARIABLE = "PLUGTRAIN_NATIVE_KERNELS"
 """Set to ``0`` to take the multi-tensor path everywhere."""
 
+MARCH_VARIABLE = "PLUGTRAIN_NATIVE_MARCH"
+"""The ``-march`` the kernels are built for (default ``native``: this CPU)."""
+
 PARALLEL_ELEMENTS = 1 << 15
 """Smallest buffer split between threads (below it, waking threads costs more than it saves)."""
 
 _SOURCE = Path(__file__).with_name("kernels.c")
+# -fno-math-errno lets sqrtf be one SIMD instruction; no flag here changes a result (no
+# -ffast-math, -fno-trapping-math or -ffinite-math-only: the loops vectorize without them).
 _FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"]
-# Tried in turn until one builds and loads; -fopenmp only where torch runs GNU OpenMP.
-_EXTRA_FLAGS = [
-    ["-march=native", "-fopenmp"],
-    ["-fopenmp"],
-    ["-march=native", "-fopenmp-simd"],
-    [],
-]
+_TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def target() -> str:
+    """The ``-march`` target asked for: ``$PLUGTRAIN_NATIVE_MARCH``, else ``native``."""
+    return os.environ.get(MARCH_VARIABLE, "").strip() or "native"
+
+
+def flag_sets(march: str) -> list[list[str]]:
+    """The flags beyond the common ones, tried in turn until a build compiles and loads.
+
+    -fopenmp only where torch runs GNU OpenMP (the caller skips it elsewhere); without
+    ``-march=<march>`` if the compiler does not know the target.
+    """
+    if not _TARGET_NAME.fullmatch(march):
+        raise RuntimeError(f"{MARCH_VARIABLE}={march!r} is not a -march target name")
+    arch = f"-march={march}"
+    return [[arch, "-fopenmp"], ["-fopenmp"], [arch, "-fopenmp-simd"], []]
 
 
 class NativeKernels:
     """The built library, whose C functions the ``torch.ops.plugtrain`` operators call."""
 
-    def __init__(self, library: ctypes.CDLL, path: Path, openmp: bool) -> None:
+    def __init__(
+        self, library: ctypes.CDLL, path: Path, openmp: bool, flags: Sequence[str] = ()
+    ) -> None:
         self.path = path
         self.openmp = openmp
+        self.flags = list(flags)
+        """The flags it was built with beyond the common ones (``-march=...``, ``-fopenmp``)."""
         self.functions: dict[str, Callable[..., None]] = {}
         for name, parameters in _declarations().items():
             function = getattr(library, f"plugtrain_{name}")
@@ -133,8 +165,35 @@ def op(name: str) -> Callable[..., None]:
 
 def call(name: str, *arguments: object) -> None:
     """C function ``plugtrain_<name>`` on C arguments a caller keeps, named for the profiler."""
+    global _calls  # noqa: PLW0603 - a count, read by the step tuner
+    _calls += 1
     with torch.profiler.record_function(f"plugtrain::{name}"):
         _current.functions[name](*arguments)  # type: ignore[union-attr]
+
+
+_calls = 0
+
+
+def calls() -> int:
+    """How many kernel calls this process has made (the step tuner: did a step run any?)."""
+    return _calls
+
+
+_bypass = threading.local()
+
+
+@contextmanager
+def torch_path() -> Iterator[None]:
+    """Within the block, :func:`load` answers ``None`` in this thread: steps take the torch path.
+
+    The step tuner times the torch-operation path this way, as one of its plans.
+    """
+    before = getattr(_bypass, "on", False)
+    _bypass.on = True
+    try:
+        yield
+    finally:
+        _bypass.on = before
 
 
 _forked = False
@@ -183,7 +242,7 @@ def load() -> NativeKernels | None:
     """The kernels, built and loaded on the first call; ``None`` where they cannot be.
 
     Why not: :func:`status` (logged once, not retried). ``PLUGTRAIN_NATIVE_KERNELS=0`` at the
-    first call, or :func:`set_enabled`, turns them off.
+    first call, or :func:`set_enabled`, turns them off; within :func:`torch_path`, ``None``.
     """
     global _loaded, _tried, _reason, _current  # noqa: PLW0603 - one library per process
     with _lock:
@@ -197,35 +256,62 @@ def load() -> NativeKernels | None:
                     _current = _loaded
                     _register()
             _tried = True
+    if getattr(_bypass, "on", False):
+        return None
     return _loaded if _enabled else None
 
 
-def _load() -> tuple[NativeKernels | None, str]:
-    """The first build that compiles and loads, by :data:`_EXTRA_FLAGS` in turn."""
+def _load(march: str | None = None) -> tuple[NativeKernels | None, str]:
+    """The first build for ``march`` (default :func:`target`) that compiles and loads."""
     problems = []
     no_openmp = _torch_not_gnu_openmp()
-    if no_openmp:
+    if no_openmp and march is None:
         _log.warning("plugtrain optimizers: the C kernels run on one thread: %s", no_openmp)
     try:
         compiler = _compiler()
-        for extra in _EXTRA_FLAGS:
+        for extra in flag_sets(march or target()):
             if no_openmp and "-fopenmp" in extra:
                 continue
             try:
                 path = _build(compiler, extra)
-                kernels = NativeKernels(ctypes.CDLL(str(path)), path, "-fopenmp" in extra)
+                library = ctypes.CDLL(str(path))
+                kernels = NativeKernels(library, path, "-fopenmp" in extra, extra)
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
                 problems.append(f"{' '.join(extra) or 'plain'}: {exc}")
                 continue
             finally:
                 _kernel_cache.remove_private_folders()  # a loaded library needs no file
             mode = "OpenMP threads" if kernels.openmp else "one thread"
-            return kernels, f"loaded from {path} ({mode})"
+            arch = next((f for f in extra if f.startswith("-march=")), "the default target")
+            return kernels, f"loaded from {path} ({mode}; {arch})"
     except RuntimeError as exc:
         problems.append(str(exc))
     reason = "not built: " + "; ".join(problems)
     _log.debug("plugtrain optimizers: native kernels %s", reason)
     return None, reason
+
+
+def build_for(march: str) -> NativeKernels:
+    """The kernels built for ``-march=<march>`` (cached as any build), not yet in use.
+
+    For benches and tests that compare targets in one process (:func:`use` switches).
+    """
+    kernels, reason = _load(march)
+    if kernels is None:
+        raise RuntimeError(f"the kernels for -march={march} were {reason}")
+    return kernels
+
+
+def use(kernels: NativeKernels) -> None:
+    """Make the operators call ``kernels`` (from :func:`build_for`) from now on."""
+    global _loaded, _tried, _reason, _current  # noqa: PLW0603
+    with _lock:
+        if not _libraries:
+            _register()
+        _loaded = _current = kernels
+        _tried = True
+        mode = "OpenMP threads" if kernels.openmp else "one thread"
+        _reason = f"loaded from {kernels.path} ({mode}; {' '.join(kernels.flags) or 'plain'})"
 
 
 def _torch_not_gnu_openmp() -> str:
@@ -266,6 +352,8 @@ def _implementation(name: str, parameters: list[str]) -> Callable[..., None]:
     lists = [i for i, count in enumerate(stars) if count == 2]
 
     def run(*arguments: Any) -> None:
+        global _calls  # noqa: PLW0603 - a count, read by the step tuner
+        _calls += 1
         kernels = _current
         assert kernels is not None  # the operators are defined by the first load
         values = list(arguments)

@@ -1,4 +1,4 @@
-"""On how many intra-op threads each CPU step of an optimizer runs: :class:`StepTuner`.
+"""How each CPU step of an optimizer runs, on how many threads, kernels or not: :class:`StepTuner`.
 
 All is fastest on a quiet machine; one wins when another process keeps a core busy and each of
 a step's many parallel regions waits for the descheduled thread (same numbers: bit for bit where
@@ -7,6 +7,12 @@ runs the faster by the median of recent times, retries the other after :data:`EX
 steps (doubling up to :data:`EXPLORE_LAST` while the choice holds) and times both again at once
 after two steps :data:`SLOWDOWN` times slower than the chosen plan's best. It sets the stepping
 thread's own counts (OpenMP's and MKL's), never torch's setting, which other threads see.
+
+Where a step runs the C kernels (:mod:`~plugtrain_optimizers._native`), the torch-operation path
+(what ``PLUGTRAIN_NATIVE_KERNELS=0`` runs) is a plan too, on each thread count: a step is then
+never slower than that path, whatever the CPU makes of the kernels. The two agree to the bit for
+the elementwise updates without a square root and within float32 rounding for the others (the
+kernels' test says which); ``PLUGTRAIN_TUNE_THREADS=0`` keeps the kernels and all threads.
 """
 
 from __future__ import annotations
@@ -86,19 +92,26 @@ SLOWDOWN = 2.0
 
 
 class Plan(NamedTuple):
-    """How one step runs: on ``threads`` intra-op threads."""
+    """How one step runs: on ``threads`` intra-op threads, with the C kernels or without."""
 
     threads: int
+    kernels: bool = True
 
 
 class StepTuner:
     """Chooses the :class:`Plan` of each step of one optimizer by the measured step times.
 
     :param clock: the timer (seconds); tests pass their own.
+    :param torch_path: whether the torch-operation path is a plan where a step runs kernels
+        (benches that time the kernels turn it off).
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, *, clock: Callable[[], float] = time.perf_counter, torch_path: bool = True
+    ) -> None:
         self.clock = clock
+        self.torch_path = torch_path
+        self.kernels_ran = False  # whether the last step allowed to run kernels ran any
         self.steps = 0
         self.times: dict[Plan, deque[float]] = {}
         self.measured_at: dict[Plan, int] = {}
@@ -110,8 +123,16 @@ class StepTuner:
         self.next_try = 0
 
     def plans(self, threads: int) -> list[Plan]:
-        """The plans for ``threads`` intra-op threads, the usual best first."""
-        return [Plan(threads), Plan(1)] if threads > 1 else [Plan(1)]
+        """The plans for ``threads`` intra-op threads, the usual best first.
+
+        With the torch-operation path among them where the last step with kernels allowed ran
+        any (nothing to compare otherwise).
+        """
+        counts = [threads, 1] if threads > 1 else [1]
+        plans = [Plan(count) for count in counts]
+        if self.torch_path and self.kernels_ran:
+            plans += [Plan(count, kernels=False) for count in counts]
+        return plans
 
     def estimate(self, plan: Plan) -> float:
         """A plan's step time: the median of its recent ones.
@@ -181,13 +202,20 @@ class StepTuner:
         threads = torch.get_num_threads()
         plan, timed = self.choose(threads)
         undo = _limit(plan.threads) if plan.threads != threads else []
+        calls = _native.calls()
         start = self.clock()
         try:
-            yield
+            if plan.kernels:
+                yield
+            else:
+                with _native.torch_path():
+                    yield
         finally:
             seconds = self.clock() - start
             for setter, value in undo:
                 setter(value)
+        if plan.kernels:
+            self.kernels_ran = _native.calls() != calls
         if timed:
             self.record(plan, seconds, threads)
         else:

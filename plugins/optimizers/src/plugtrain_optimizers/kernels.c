@@ -8,7 +8,12 @@
  * Each line mirrors one in-place operation of the Python path, rounding as torch's CPU kernels
  * do: `add(x, y, alpha)`, `lerp` and `addcmul(x, a, b, value)` (as `fma(value * a, b, x)`) are
  * fused multiply-adds there; `addcdiv(x, a, b, value)` is `x + value * a / b`, unfused. The
- * library is compiled with -ffp-contract=off, so that only the explicit fmaf calls fuse.
+ * library is compiled with -ffp-contract=off, so that only the explicit fmaf calls fuse, and
+ * -fno-math-errno, so that sqrtf is the correctly rounded SIMD square root (errno unset).
+ *
+ * Adafactor's row sums are written with vector types (sums in the order torch's float32
+ * reductions use); every other loop is left to the compiler's vectorizer, and a loop marked
+ * "vectorized" is one it must vectorize (the tests read its report).
  */
 #include <math.h>
 #include <stdint.h>
@@ -20,35 +25,57 @@
 #endif
 
 #define RESTRICT __restrict__
+#define INLINE static inline __attribute__((always_inline))
 
 /* Elementwise loops are split between `threads` threads of torch's OpenMP runtime (built
- * without OpenMP, a loop runs on one thread). */
+ * without OpenMP, a loop runs on one thread).
+ *
+ * Every loop body is free of branches, so that the compiler makes SIMD code of it on any x86-64
+ * level (AVX2 included) without a flag that changes a result: a choice is a select between
+ * values both computed unconditionally, comparisons included. Under the default -ftrapping-math
+ * the compiler may not evaluate an operation the C code evaluates on one branch only, so a
+ * conditional operation leaves a branch in the loop and the loop scalar. A loop marked
+ * "vectorized" is checked to be by the tests, from the compiler's vectorizer report. */
 #define PARALLEL_FOR _Pragma("omp parallel for num_threads(threads) if (threads > 1) schedule(static)")
 
-/* torch.lerp(start, end, weight) for a weight known outside the loop. */
-static inline float lerp(float start, float end, float weight) {
-    if (weight < 0.5f) {
-        return fmaf(weight, end - start, start);
-    }
-    return fmaf(weight - 1.0f, end - start, end);
+/* torch.lerp(start, end, weight): weight * (end - start) fused onto start below 0.5, and
+ * (weight - 1) * (end - start) onto end from 0.5 on. */
+INLINE float lerp(float start, float end, float weight) {
+    const int low = weight < 0.5f;
+    const float above = weight - 1.0f;
+    return fmaf(low ? weight : above, end - start, low ? start : end);
 }
 
-static inline float sign(float x) {
+INLINE float sign(float x) {
     return (float)((x > 0.0f) - (x < 0.0f));
 }
 
 /* torch.clamp: NaN stays NaN. */
-static inline float clamp(float x, float low, float high) {
+INLINE float clamp(float x, float low, float high) {
     x = x < low ? low : x;
     return x > high ? high : x;
 }
 
+/* torch.maximum: NaN if either is NaN (b's when only b is: a > b is then false). */
+INLINE float maximum(float a, float b) {
+    const float larger = a > b ? a : b;
+    return a != a ? a : larger;
+}
+
+/* The gradient a step uses: -g under maximize (flip = -1), plus weight_decay * p where
+ * `decayed` (weight_decay != 0, fixed for the loop). */
+INLINE float effective(float g, float p, float flip, float weight_decay, int decayed) {
+    const float flipped = g * flip;
+    const float with_decay = fmaf(weight_decay, p, flipped);
+    return decayed ? with_decay : flipped;
+}
+
 /* Lion: p *= decay; p -= lr sign(lerp(m, g, 1 - beta1)); m = lerp(m, g, 1 - beta2). */
-void plugtrain_lion_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT m,
-                    float lr, float decay, float w1, float w2) {
+void plugtrain_lion_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
+                         float *RESTRICT m, float lr, float decay, float w1, float w2) {
     const float neg_lr = -lr;
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
         const float mi = m[i], gi = g[i];
         const float direction = sign(lerp(mi, gi, w1));
         p[i] = fmaf(neg_lr, direction, p[i] * decay);
@@ -56,21 +83,18 @@ void plugtrain_lion_step(int64_t n, int64_t threads, float *RESTRICT p, const fl
     }
 }
 
-/* The gradient a step uses: -g under maximize, plus weight_decay * p. */
-static inline float effective(float g, float p, float flip, float weight_decay) {
-    return weight_decay != 0.0f ? fmaf(weight_decay, p, g * flip) : g * flip;
-}
-
 /* Adadelta: s = rho s + (1 - rho) g^2; d = sqrt((a + eps) / (s + eps)) g;
  * a = rho a + (1 - rho) d^2; p -= lr d. */
-void plugtrain_adadelta_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
-                        float *RESTRICT square_avg, float *RESTRICT acc_delta, float lr,
-                        float rho, float keep, float eps, float weight_decay, float flip) {
+void plugtrain_adadelta_step(int64_t n, int64_t threads, float *RESTRICT p,
+                             const float *RESTRICT g, float *RESTRICT square_avg,
+                             float *RESTRICT acc_delta, float lr, float rho, float keep,
+                             float eps, float weight_decay, float flip) {
     const float neg_lr = -lr;
+    const int decayed = weight_decay != 0.0f;
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
         const float pi = p[i];
-        const float gi = effective(g[i], pi, flip, weight_decay);
+        const float gi = effective(g[i], pi, flip, weight_decay, decayed);
         const float s = fmaf(keep * gi, gi, square_avg[i] * rho);
         const float delta = sqrtf((acc_delta[i] + eps) / (s + eps)) * gi;
         square_avg[i] = s;
@@ -79,15 +103,18 @@ void plugtrain_adadelta_step(int64_t n, int64_t threads, float *RESTRICT p, cons
     }
 }
 
-/* ASGD: p *= 1 - lambd eta; p -= eta g; ax = lerp(ax, p, mu) (a copy while mu = 1). */
-void plugtrain_asgd_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT ax,
-                    float eta, float decay, float mu, float weight_decay, float flip) {
+/* ASGD: p *= 1 - lambd eta; p -= eta g; ax = lerp(ax, p, mu) (a copy while mu = 1: a loop that
+ * does not read ax). */
+void plugtrain_asgd_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
+                         float *RESTRICT ax, float eta, float decay, float mu, float weight_decay,
+                         float flip) {
     const float neg_eta = -eta;
+    const int decayed = weight_decay != 0.0f;
     if (mu == 1.0f) {
         PARALLEL_FOR
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n; i++) { /* vectorized */
             const float pi = p[i];
-            const float gi = effective(g[i], pi, flip, weight_decay);
+            const float gi = effective(g[i], pi, flip, weight_decay, decayed);
             const float next = fmaf(neg_eta, gi, pi * decay);
             p[i] = next;
             ax[i] = next;
@@ -95,32 +122,25 @@ void plugtrain_asgd_step(int64_t n, int64_t threads, float *RESTRICT p, const fl
         return;
     }
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
         const float pi = p[i];
-        const float gi = effective(g[i], pi, flip, weight_decay);
+        const float gi = effective(g[i], pi, flip, weight_decay, decayed);
         const float next = fmaf(neg_eta, gi, pi * decay);
         p[i] = next;
         ax[i] = lerp(ax[i], next, mu);
     }
 }
 
-/* torch.maximum: NaN if either is NaN. */
-static inline float maximum(float a, float b) {
-    if (a != a || b != b) {
-        return a + b;
-    }
-    return a > b ? a : b;
-}
-
 /* Adamax: m = lerp(m, g, 1 - beta1); u = max(beta2 u, |g| + eps); p += size m / u
  * (size = -lr / (1 - beta1^t)). */
 void plugtrain_adamax_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
-                      float *RESTRICT m, float *RESTRICT u, float size, float w1, float beta2,
-                      float eps, float weight_decay, float flip) {
+                           float *RESTRICT m, float *RESTRICT u, float size, float w1, float beta2,
+                           float eps, float weight_decay, float flip) {
+    const int decayed = weight_decay != 0.0f;
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
         const float pi = p[i];
-        const float gi = effective(g[i], pi, flip, weight_decay);
+        const float gi = effective(g[i], pi, flip, weight_decay, decayed);
         const float mi = lerp(m[i], gi, w1);
         const float ui = maximum(u[i] * beta2, fabsf(gi) + eps);
         m[i] = mi;
@@ -133,12 +153,13 @@ void plugtrain_adamax_step(int64_t n, int64_t threads, float *RESTRICT p, const 
  * d = sqrt(v) + c eps; p += k_g g / d; p += k_m m / d (the coefficients folding in the bias
  * corrections and the momentum schedule). */
 void plugtrain_nadam_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
-                     float *RESTRICT m, float *RESTRICT v, float w1, float beta2, float keep,
-                     float c_eps, float grad_coef, float momentum_coef, float weight_decay) {
+                          float *RESTRICT m, float *RESTRICT v, float w1, float beta2, float keep,
+                          float c_eps, float grad_coef, float momentum_coef, float weight_decay) {
+    const int decayed = weight_decay != 0.0f;
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
         const float pi = p[i];
-        const float gi = weight_decay != 0.0f ? fmaf(weight_decay, pi, g[i]) : g[i];
+        const float gi = effective(g[i], pi, 1.0f, weight_decay, decayed);
         const float mi = lerp(m[i], gi, w1);
         const float vi = fmaf(keep * gi, gi, v[i] * beta2);
         const float denom = sqrtf(vi) + c_eps;
@@ -150,17 +171,19 @@ void plugtrain_nadam_step(int64_t n, int64_t threads, float *RESTRICT p, const f
 }
 
 /* Rprop: s = sign(g prev); step_size = clamp(step_size * (etaplus | etaminus | 1), low, high);
- * prev = s < 0 ? 0 : g; p -= sign(prev) step_size. */
-void plugtrain_rprop_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g, float *RESTRICT prev,
-                     float *RESTRICT step_size, float etaminus, float etaplus, float low,
-                     float high) {
+ * prev = g * (s < 0 ? 0 : 1); p -= sign(prev) step_size. The 0/1 factor is converted from the
+ * comparison, not selected: the compiler would move a product with a selected constant into
+ * the branches. */
+void plugtrain_rprop_step(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT g,
+                          float *RESTRICT prev, float *RESTRICT step_size, float etaminus,
+                          float etaplus, float low, float high) {
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
-        const float gi = g[i];
-        const float s = sign(gi * prev[i]);
-        const float factor = s > 0.0f ? etaplus : (s < 0.0f ? etaminus : 1.0f);
-        const float size = clamp(step_size[i] * factor, low, high);
-        const float kept = gi * (s < 0.0f ? 0.0f : 1.0f);
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
+        const float gi = g[i], product = gi * prev[i];
+        const int grew = product > 0.0f, flipped = product < 0.0f;
+        const float shrink = flipped ? etaminus : 1.0f;
+        const float size = clamp(step_size[i] * (grew ? etaplus : shrink), low, high);
+        const float kept = gi * (float)(1 - flipped);
         step_size[i] = size;
         prev[i] = kept;
         p[i] = fmaf(-1.0f * sign(kept), size, p[i]);
@@ -169,12 +192,12 @@ void plugtrain_rprop_step(int64_t n, int64_t threads, float *RESTRICT p, const f
 
 /* Schedule-Free AdamW without weight decay: v = beta2 v + (1 - beta2) g^2;
  * u = g / (sqrt(v) + eps root); y = lerp(y, z, ckp1) + y_rate root u; z -= lr root u. */
-void plugtrain_adamw_schedule_free_step(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
-                                   float *RESTRICT z, float *RESTRICT v, float beta2,
-                                   float keep, float eps_root, float ckp1, float y_scale,
-                                   float z_scale) {
+void plugtrain_adamw_schedule_free_step(int64_t n, int64_t threads, float *RESTRICT y,
+                                        const float *RESTRICT g, float *RESTRICT z,
+                                        float *RESTRICT v, float beta2, float keep,
+                                        float eps_root, float ckp1, float y_scale, float z_scale) {
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
         const float gi = g[i], zi = z[i];
         const float vi = fmaf(keep * gi, gi, v[i] * beta2);
         const float denom = sqrtf(vi) + eps_root;
@@ -186,13 +209,14 @@ void plugtrain_adamw_schedule_free_step(int64_t n, int64_t threads, float *RESTR
 
 /* Schedule-Free AdamW with weight decay: d = decay y + root g / (sqrt(v) + eps root);
  * y = lerp(y, z, ckp1) + y_rate d; z -= lr d. */
-void plugtrain_adamw_schedule_free_decay_step(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
-                                         float *RESTRICT z, float *RESTRICT v, float beta2,
-                                         float keep, float eps_root, float ckp1, float root,
-                                         float decay, float y_rate, float lr) {
+void plugtrain_adamw_schedule_free_decay_step(int64_t n, int64_t threads, float *RESTRICT y,
+                                              const float *RESTRICT g, float *RESTRICT z,
+                                              float *RESTRICT v, float beta2, float keep,
+                                              float eps_root, float ckp1, float root,
+                                              float decay, float y_rate, float lr) {
     const float neg_lr = -lr;
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
         const float gi = g[i], zi = z[i], yi = y[i];
         const float vi = fmaf(keep * gi, gi, v[i] * beta2);
         const float denom = sqrtf(vi) + eps_root;
@@ -204,43 +228,68 @@ void plugtrain_adamw_schedule_free_decay_step(int64_t n, int64_t threads, float 
 }
 
 /* Schedule-Free SGD: d = g + decay y; y = lerp(y, z, ckp1) + y_rate d; z -= lr d. */
-void plugtrain_sgd_schedule_free_step(int64_t n, int64_t threads, float *RESTRICT y, const float *RESTRICT g,
-                                 float *RESTRICT z, float ckp1, float decay, float y_rate,
-                                 float lr) {
+void plugtrain_sgd_schedule_free_step(int64_t n, int64_t threads, float *RESTRICT y,
+                                      const float *RESTRICT g, float *RESTRICT z, float ckp1,
+                                      float decay, float y_rate, float lr) {
     const float neg_lr = -lr;
+    const int decayed = decay != 0.0f;
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
         const float yi = y[i], zi = z[i];
-        const float step = decay != 0.0f ? fmaf(decay, yi, g[i]) : g[i];
+        const float step = effective(g[i], yi, 1.0f, decay, decayed);
         y[i] = fmaf(y_rate, step, lerp(yi, zi, ckp1));
         z[i] = fmaf(neg_lr, step, zi);
     }
 }
 
-/* Lamb's ratio r = m / (sqrt(v) + eps) + wd p. */
-static inline float lamb_ratio(float p, float m, float v, float eps, float weight_decay) {
+/* Lamb's ratio r = m / (sqrt(v) + eps), plus wd p where `decayed`. */
+INLINE float lamb_ratio(float p, float m, float v, float eps, float weight_decay, int decayed) {
     const float quotient = m / (sqrtf(v) + eps);
-    return weight_decay != 0.0f ? fmaf(weight_decay, p, quotient) : quotient;
+    const float with_decay = fmaf(weight_decay, p, quotient);
+    return decayed ? with_decay : quotient;
 }
 
-/* Lamb's first pass: m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
- * sums = (|p|^2, |r|^2), accumulated in double. r is not stored: the second pass
- * (plugtrain_lamb_apply) computes it again from p, m and v, which it reads anyway. */
-void plugtrain_lamb_moments(int64_t n, int64_t threads, const float *RESTRICT p, const float *RESTRICT g,
-                            float *RESTRICT m, float *RESTRICT v, double *RESTRICT sums, float w1,
-                            float beta2, float keep, float eps, float weight_decay) {
+/* Lamb's moments of one element: m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
+ * returns the ratio r. */
+INLINE float lamb_moment(float p, float g, float *RESTRICT m, float *RESTRICT v, float w1,
+                         float beta2, float keep, float eps, float weight_decay, int decayed) {
+    const float mi = lerp(*m, g, w1);
+    const float vi = fmaf(keep * g, g, *v * beta2);
+    *m = mi;
+    *v = vi;
+    return lamb_ratio(p, mi, vi, eps, weight_decay, decayed);
+}
+
+#define LAMB_SUMS                                                                            \
+    _Pragma("omp parallel for simd num_threads(threads) if (threads > 1) schedule(static) reduction(+ : weights, ratios)")
+
+/* Lamb's first pass: the moments and sums = (|p|^2, |r|^2), accumulated in double. r is not
+ * stored: the second pass (plugtrain_lamb_apply) computes it again from p, m and v, which it
+ * reads anyway. A loop for each weight decay choice: the compiler does not split an OpenMP SIMD
+ * loop by an invariant condition itself. */
+void plugtrain_lamb_moments(int64_t n, int64_t threads, const float *RESTRICT p,
+                            const float *RESTRICT g, float *RESTRICT m, float *RESTRICT v,
+                            double *RESTRICT sums, float w1, float beta2, float keep, float eps,
+                            float weight_decay) {
     double weights = 0.0, ratios = 0.0;
-#pragma omp parallel for simd num_threads(threads) if (threads > 1) schedule(static) \
-    reduction(+ : weights, ratios)
-    for (int64_t i = 0; i < n; i++) {
-        const float pi = p[i], gi = g[i];
-        const float mi = lerp(m[i], gi, w1);
-        const float vi = fmaf(keep * gi, gi, v[i] * beta2);
-        const float ri = lamb_ratio(pi, mi, vi, eps, weight_decay);
-        m[i] = mi;
-        v[i] = vi;
-        weights += (double)pi * (double)pi;
-        ratios += (double)ri * (double)ri;
+    if (weight_decay != 0.0f) {
+        LAMB_SUMS
+        for (int64_t i = 0; i < n; i++) { /* vectorized */
+            const float pi = p[i];
+            const float ri = lamb_moment(pi, g[i], m + i, v + i, w1, beta2, keep, eps,
+                                         weight_decay, 1);
+            weights += (double)pi * (double)pi;
+            ratios += (double)ri * (double)ri;
+        }
+    } else {
+        LAMB_SUMS
+        for (int64_t i = 0; i < n; i++) { /* vectorized */
+            const float pi = p[i];
+            const float ri = lamb_moment(pi, g[i], m + i, v + i, w1, beta2, keep, eps,
+                                         weight_decay, 0);
+            weights += (double)pi * (double)pi;
+            ratios += (double)ri * (double)ri;
+        }
     }
     sums[0] = weights;
     sums[1] = ratios;
@@ -249,10 +298,11 @@ void plugtrain_lamb_moments(int64_t n, int64_t threads, const float *RESTRICT p,
 /* Lamb's second pass: p += scale r (scale = -lr trust). */
 void plugtrain_lamb_apply(int64_t n, int64_t threads, float *RESTRICT p, const float *RESTRICT m,
                           const float *RESTRICT v, float scale, float eps, float weight_decay) {
+    const int decayed = weight_decay != 0.0f;
     PARALLEL_FOR
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* vectorized */
         const float pi = p[i];
-        p[i] = fmaf(scale, lamb_ratio(pi, m[i], v[i], eps, weight_decay), pi);
+        p[i] = fmaf(scale, lamb_ratio(pi, m[i], v[i], eps, weight_decay, decayed), pi);
     }
 }
 
@@ -351,11 +401,11 @@ static void apply_range(int64_t rows, int64_t cols, float *RESTRICT p, const flo
         const float *RESTRICT gr = g + r * cols;
         const float row_scale = rf[r] * scale;
         if (decay != 1.0f) {
-            for (int64_t c = 0; c < cols; c++) {
+            for (int64_t c = 0; c < cols; c++) { /* vectorized */
                 pr[c] = fmaf(gr[c] * row_scale, cf[c], pr[c] * decay);
             }
         } else {
-            for (int64_t c = 0; c < cols; c++) {
+            for (int64_t c = 0; c < cols; c++) { /* vectorized */
                 pr[c] = fmaf(gr[c] * row_scale, cf[c], pr[c]);
             }
         }
@@ -418,10 +468,10 @@ static void adafactor_factors(int64_t rows, int64_t cols, const float *RESTRICT 
         total += row[r];
     }
     const float mean = (float)(total / (double)rows);
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = 0; r < rows; r++) { /* vectorized */
         rf[r] = 1.0f / sqrtf(row[r] / mean);
     }
-    for (int64_t c = 0; c < cols; c++) {
+    for (int64_t c = 0; c < cols; c++) { /* vectorized */
         cf[c] = 1.0f / sqrtf(col[c]);
     }
 }
@@ -455,10 +505,10 @@ void plugtrain_adafactor_matrices(int64_t count, int64_t rows, int64_t cols, int
                 const double rms = sqrt(sums[0]) / root;
                 rho = (double)lr * (rms > eps2 ? rms : (double)eps2);
             }
-            for (int64_t r = 0; r < rows; r++) {
+            for (int64_t r = 0; r < rows; r++) { /* vectorized */
                 row[r] = fmaf(keep, (float)(row_sums[r] / (double)cols) + eps1, row[r] * beta);
             }
-            for (int64_t c = 0; c < cols; c++) {
+            for (int64_t c = 0; c < cols; c++) { /* vectorized */
                 col[c] = fmaf(keep, col_sums[c] / (float)rows + eps1, col[c] * beta);
             }
             adafactor_factors(rows, cols, row, col, rf, cf);
