@@ -36,6 +36,22 @@ def _fit_evaluated_it(fit: Any, validate: ValidatePlan) -> bool:
     return bool(fit.val_dataloader.to_mapping() == validate.val_dataloader.to_mapping())
 
 
+def _loads_weights(plan: TrainerPlan, mode: str) -> bool:
+    """Whether the run loads a checkpoint into the model before it uses it.
+
+    A fit given a ``ckpt_path`` starts from it (or resumes its run's newest checkpoint); a
+    validate-only run evaluates the ``ckpt_path`` given, else the newest checkpoint (or fails).
+    """
+    fit, validate = plan.fit, plan.validate
+    if mode == "fit" and fit is not None:
+        return fit.ckpt_path_given and fit.ckpt_path is not None
+    if mode == "validate" and validate is None and fit is not None and fit.val_dataloader:
+        return True
+    if mode in ("fit", "validate") and validate is not None:
+        return not validate.ckpt_path_given or validate.ckpt_path is not None
+    return False
+
+
 def _ckpt_argument(section: Any) -> dict[str, Any]:
     return {"ckpt_path": section.ckpt_path} if section.ckpt_path_given else {}
 
@@ -69,7 +85,8 @@ def run_plan(
                 trainer = build_trainer(trainer_plan, registry, backends)
                 results.append(_validate_all(trainer, trainer_plan.validate_all, registry))
             continue
-        trainer = build_trainer(trainer_plan, registry, backends)
+        loads = _loads_weights(trainer_plan, mode)
+        trainer = build_trainer(trainer_plan, registry, backends, weights_loaded=loads)
         metrics: dict[str, float] = {}
         fit = trainer_plan.fit
         if mode == "fit" and fit is not None:

@@ -7,7 +7,7 @@ registry that validated it; nothing parses the run file's mappings again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from plugtrain.config.plan import (
@@ -68,11 +68,42 @@ def _sparsity_groups(registry: Registry, plan: TrainerPlan) -> list[Any] | None:
     return [group_from_spec(registry, spec) for spec in plan.sparsity]
 
 
-def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any]) -> Trainer:
+def _model_factory(
+    plan: TrainerPlan, registry: Registry, backend: Any, weights_loaded: bool
+) -> Callable[[], Any]:
+    """What builds the plan's model: for a checkpoint to fill, when one will be loaded.
+
+    Only on a single CPU process without sparsity (which reads the weights as they are built):
+    there the model is built on ``meta`` and never initialised (see
+    :mod:`plugtrain.train.checkpointing.state.deferred`).
+    """
+
+    def build() -> Any:
+        return build_component(registry, "model", plan.model)
+
+    single = int(getattr(backend, "world_size", 1)) == 1
+    on_cpu = getattr(getattr(backend, "device", None), "type", None) == "cpu"
+    if not (weights_loaded and single and on_cpu and not plan.sparsity):
+        return build
+    from plugtrain.train.checkpointing.state.deferred import build_for_loading
+
+    return lambda: build_for_loading(build)
+
+
+def build_trainer(
+    plan: TrainerPlan,
+    registry: Registry,
+    backends: dict[str, Any],
+    *,
+    weights_loaded: bool = False,
+) -> Trainer:
     """A :class:`~plugtrain.train.trainer.Trainer` for one validated trainer of a run file.
 
     :param backends: backends already built for this run, by configuration; shared so that
         trainers with the same backend settings use one backend object.
+    :param weights_loaded: whether the run loads a checkpoint into the model before using it
+        (a ``ckpt_path`` to fit from or to validate): then the model is not initialised first
+        where it need not be (:func:`_model_factory`).
     """
     schedulers = [
         (
@@ -83,10 +114,11 @@ def build_trainer(plan: TrainerPlan, registry: Registry, backends: dict[str, Any
         for spec in plan.schedulers
     ]
     optimizer = optimizer_factory(registry, plan.optimizer) if plan.optimizer else None
+    backend = _backend_for(plan.backend, registry, backends)
     return Trainer(
-        backend=_backend_for(plan.backend, registry, backends),
+        backend=backend,
         model_dir=plan.model_dir,
-        model=lambda: build_component(registry, "model", plan.model),
+        model=_model_factory(plan, registry, backend, weights_loaded),
         registry=registry,
         optimizer=optimizer,
         schedulers=schedulers,

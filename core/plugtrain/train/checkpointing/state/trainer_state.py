@@ -22,6 +22,7 @@ from plugtrain.config.plan import plain
 from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingError
 from plugtrain.train.checkpointing.ranks import restore_agreed
 from plugtrain.train.checkpointing.run_folder import reserve
+from plugtrain.train.checkpointing.state.deferred import fill_pending
 from plugtrain.train.checkpointing.state.fit_check import check_fits
 from plugtrain.train.checkpointing.state.fit_start import STARTED_FROM, restore_for_fit
 from plugtrain.train.checkpointing.state.foreign import (
@@ -214,11 +215,8 @@ class TrainerState:
             check_optimizer_state(path, parts.get("optimizer"), optimizer)
         if "model" in parts:
             weights = model_shards(model, parts["model"]) if sharded else parts["model"]
-            loaded = model.load_state_dict(weights, strict=strict)
-            if not same_keys:
-                _report_non_strict(
-                    path, loaded.missing_keys, loaded.unexpected_keys, trainer.optimizer
-                )
+            self._load_weights(path, weights, strict, same_keys)
+        fill_pending(model)  # built for loading, but this checkpoint held no weights
         if trainer.sparsity is not None:
             trainer.sparsity.load_checkpoint(parts, state.get("sparsity_rng"))
         if optimizer is not None and parts.get("optimizer") is not None:
@@ -248,8 +246,25 @@ class TrainerState:
         log.info("resumed from %s at step %d", path, trainer.global_step)
         trainer.callbacks_dispatch.on_load_checkpoint(trainer, Path(path))
 
+    def _load_weights(
+        self, path: Any, weights: Mapping[str, Any], strict: bool, same_keys: bool
+    ) -> None:
+        """Load the model's part; fill what it lacks of a model built for loading."""
+        trainer = self.trainer
+        model = trainer.unwrapped_model
+        loaded = model.load_state_dict(weights, strict=strict)
+        if not same_keys:
+            _report_non_strict(path, loaded.missing_keys, loaded.unexpected_keys, trainer.optimizer)
+        fill_pending(model, set(weights).difference(loaded.unexpected_keys))
+
     def restore(self, ckpt_path: Any) -> Path | None:
         """Load ``ckpt_path``, or (unset, autoloading) the newest sound checkpoint; the path."""
+        try:
+            return self._restore(ckpt_path)
+        finally:  # a model built for a checkpoint that did not load: its initial values
+            fill_pending(self.trainer.unwrapped_model)
+
+    def _restore(self, ckpt_path: Any) -> Path | None:
         trainer = self.trainer
         if ckpt_path is not UNSET:
             if ckpt_path is not None:
@@ -271,7 +286,10 @@ class TrainerState:
 
         See :mod:`.fit_start` for the rule; the path loaded.
         """
-        return restore_for_fit(self, ckpt_path)
+        try:
+            return restore_for_fit(self, ckpt_path)
+        finally:  # a model built for a checkpoint that did not load: its initial values
+            fill_pending(self.trainer.unwrapped_model)
 
     def check_room(self) -> None:
         """Fail before training when ``model_dir`` cannot hold a checkpoint (read-only, full)."""
