@@ -8,7 +8,8 @@
   encoded without the tokenizer's special tokens: the template writes the BOS it wants, so no
   second one is added (as transformers' ``apply_chat_template(tokenize=True)``).
 - Generation stops at the tokenizer's EOS and at the ``eos_token_id`` (an id or a list) of the
-  checkpoint folder's ``generation_config.json`` and ``config.json``.
+  checkpoint folder's ``generation_config.json`` and ``config.json`` (for a plugtrain
+  checkpoint, those of the Hugging Face folder its run started from).
 """
 
 from __future__ import annotations
@@ -104,12 +105,29 @@ def _eos_of(file: Path) -> list[int]:
     return [int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
+def _started_from(path: Path) -> Path | None:
+    """The Hugging Face folder a plugtrain checkpoint's run started from, if it records one."""
+    from plugtrain.conversion.files import is_hf_checkpoint
+    from plugtrain.conversion.plugtrain_files import read_started_from
+
+    if not path.is_file() or is_hf_checkpoint(path):
+        return None
+    try:
+        return read_started_from(path)
+    except Exception:  # noqa: BLE001 - not a plugtrain file: the EOS ids of its folder alone
+        return None
+
+
 def checkpoint_eos_ids(source: str | None) -> list[int]:
-    """The EOS ids of the folder the weights came from (``generation_config.json`` first)."""
+    """The EOS ids of the folder the weights came from (``generation_config.json`` first).
+
+    For a plugtrain checkpoint, that is the Hugging Face folder its run started from
+    (``metadata.started_from``, as exports read it), else the checkpoint's own folder.
+    """
     if source is None:
         return []
     path = Path(source)
-    folder = path if path.is_dir() else path.parent
+    folder = path if path.is_dir() else (_started_from(path) or path.parent)
     found: list[int] = []
     for name in ("generation_config.json", "config.json"):
         found += [i for i in _eos_of(folder / name) if i not in found]
