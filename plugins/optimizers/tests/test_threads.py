@@ -187,3 +187,98 @@ def test_muon_keeps_every_thread(two_threads, tuned, monkeypatch):
     param.grad = torch.randn(8, 8)
     plugtrain.resolve("optimizer", "Muon")([param], ns_dtype="float32").step()
     assert not seen
+
+
+@pytest.fixture
+def kernels(monkeypatch: pytest.MonkeyPatch):
+    """The C kernels, loaded (skipped on a machine without a C compiler)."""
+    from plugtrain_optimizers import _native
+
+    monkeypatch.delenv(_native.SWITCH_VARIABLE, raising=False)
+    try:
+        _native._compiler()
+    except RuntimeError as exc:
+        pytest.skip(f"the kernels cannot be built here: {exc}")
+    _native.reset()
+    loaded = _native.load()
+    assert loaded is not None, _native.status()
+    yield loaded
+    _native.reset()
+
+
+def _lion(dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Parameter, torch.optim.Optimizer]:
+    gen = torch.Generator().manual_seed(0)
+    param = torch.nn.Parameter(torch.randn(300, 129, generator=gen, dtype=dtype))
+    return param, plugtrain.resolve("optimizer", "Lion")([param], lr=1e-3)
+
+
+def _grad(param: torch.nn.Parameter, step: int) -> None:
+    gen = torch.Generator().manual_seed(100 + step)
+    param.grad = torch.randn(param.shape, generator=gen, dtype=param.dtype)
+
+
+def test_the_torch_path_is_a_plan_where_a_step_runs_kernels(two_threads, tuned, kernels):
+    param, optimizer = _lion()
+    _grad(param, 0)
+    optimizer.step()
+    assert optimizer._tuner.plans(2) == [Plan(2), Plan(1), Plan(2, False), Plan(1, False)]
+    assert optimizer._tuner.plans(1) == [Plan(1), Plan(1, False)]
+    param64, optimizer64 = _lion(torch.float64)  # no kernel for float64: nothing to compare
+    _grad(param64, 0)
+    optimizer64.step()
+    assert optimizer64._tuner.plans(2) == [ALL_BLOCKED, ONE]
+
+
+def test_slow_kernels_lose_to_the_torch_path(two_threads, tuned, kernels, monkeypatch):
+    """Each kernel call "takes" 5 s of the test's clock, a step 1 s besides: the tuner moves the
+    steps to the torch path, which then gives its own numbers (Lion's: the same bits)."""
+    from plugtrain_optimizers import _native
+
+    clock = FakeLoad({})
+    fast = kernels.functions["lion_step"]
+
+    def slow(*arguments: object) -> None:
+        clock.now += 5.0
+        fast(*arguments)
+
+    monkeypatch.setitem(kernels.functions, "lion_step", slow)
+    param, optimizer = _lion()
+    optimizer._tuner = StepTuner(clock=lambda: clock.now)
+    ran_kernels = []
+    for step in range(12):
+        _grad(param, step)
+        calls = _native.calls()
+        clock.now += 1.0
+        optimizer.step()
+        ran_kernels.append(_native.calls() != calls)
+    assert optimizer._tuner.chosen == Plan(2, kernels=False)
+    assert ran_kernels[-4:] == [False] * 4  # no kernel call in the last steps
+    monkeypatch.setenv(_native.SWITCH_VARIABLE, "0")
+    _native.reset()
+    reference, without = _lion()
+    without._tuner = None
+    for step in range(12):
+        _grad(reference, step)
+        without.step()
+    assert torch.equal(param.detach(), reference.detach())
+
+
+def test_kernels_that_are_fast_keep_running(two_threads, tuned, kernels, monkeypatch):
+    """The torch path "takes" 5 s a step, a kernel step 1 s: the kernels stay chosen."""
+    from plugtrain_optimizers import _native
+
+    clock = FakeLoad({})
+    param, optimizer = _lion()
+    optimizer._tuner = StepTuner(clock=lambda: clock.now)
+    torch_path = _native.torch_path
+
+    def slow_torch_path():
+        clock.now += 5.0
+        return torch_path()
+
+    monkeypatch.setattr(_native, "torch_path", slow_torch_path)
+    for step in range(12):
+        _grad(param, step)
+        clock.now += 1.0
+        optimizer.step()
+    assert optimizer._tuner.chosen == Plan(2)
