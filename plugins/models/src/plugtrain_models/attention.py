@@ -160,7 +160,8 @@ class Attention(nn.Module):
         stacked = q.reshape(batch, self.groups, -1, dim)  # heads of a group are adjacent
         # in place: a matmul's (or float copy's) output, tanh_ keeps the result it saves
         scores = (stacked @ k.transpose(-1, -2)).float().mul_(self.scale / self.cap).tanh_()
-        scores = (scores * self.cap).view(batch, heads, length, -1).add_(bias)
+        # one pass (no in-place add on a view, whose backward zero-fills a scores-sized tensor)
+        scores = torch.add(bias, scores.view(batch, heads, length, -1), alpha=self.cap)
         probabilities = torch.softmax(scores, dim=-1).to(v.dtype)
         dropout = self.dropout if self.training else 0.0
         probabilities = functional.dropout(probabilities, dropout, self.training)
