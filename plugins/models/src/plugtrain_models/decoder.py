@@ -22,6 +22,7 @@ from plugtrain_models.layers import (
     make_norm,
     rotary_phases,
     sinusoidal_table,
+    soft_cap,
 )
 from plugtrain_models.settings import DecoderSettings
 
@@ -246,7 +247,7 @@ class LanguageModel(nn.Module):
         if s.logits_scale is not None:
             logits = logits * s.logits_scale
         if s.final_cap is not None:
-            logits = s.final_cap * torch.tanh(logits / s.final_cap)
+            logits = soft_cap(logits, s.final_cap)  # the head's own output: soft_cap may reuse it
         return logits
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
