@@ -2,7 +2,7 @@
 
 RoPE as one complex product, MoE routing grouped by expert, soft-capped attention without
 repeating grouped k/v, the cross-entropy a block of rows at a time (its gradient in the logits'
-memory), RMSNorm's own backward, and metrics only when
+memory), RMSNorm's own backward, the final soft cap over its input's memory, and metrics only when
 asked: each is checked against the straightforward formula it replaces (written out here or
 torch's own), on tiny random decoders in float32.
 """
@@ -18,7 +18,7 @@ from torch import nn
 from plugtrain_models.attention import Attention
 from plugtrain_models.families import build_decoder
 from plugtrain_models.ffn import route
-from plugtrain_models.layers import RMSNorm, apply_rotary, rotary_angles, rotary_phases
+from plugtrain_models.layers import RMSNorm, apply_rotary, rotary_angles, rotary_phases, soft_cap
 from plugtrain_models.loss import TokenCrossEntropy, masked_accuracy
 
 ROTARY = {  # no dropout: a training forward is then a function of the weights and the batch
@@ -240,3 +240,24 @@ def test_rmsnorm_s_own_backward_is_autograd_s(dtype: torch.dtype) -> None:
     (first,) = torch.autograd.grad((norm(ours) * upstream).sum(), ours, create_graph=True)
     with pytest.raises(RuntimeError, match="does not require grad"):  # not silently wrong
         first.sum().backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_final_soft_cap_is_the_formula_and_reuses_only_its_input(
+    dtype: torch.dtype, monkeypatch
+) -> None:
+    monkeypatch.setattr("plugtrain_models.layers._CAP_BLOCK_ELEMENTS", 2 * 30)  # 2 rows a block
+    generator = torch.Generator().manual_seed(7)
+    weights = torch.randn(8, 30, generator=generator) * 3
+    hidden = torch.randn(2, 5, 8, generator=generator)
+    upstream = torch.randn(2, 5, 30, generator=generator)
+    ours, plain = weights.clone().requires_grad_(), weights.clone().requires_grad_()
+    got = soft_cap((hidden @ ours).to(dtype), 4.0)
+    expected = 4.0 * torch.tanh((hidden @ plain).to(dtype) / 4.0)
+    assert torch.equal(got, expected)  # the same three roundings, bit for bit
+    got.backward(upstream.to(dtype), retain_graph=True)
+    expected.backward(upstream.to(dtype))
+    tolerance = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 2e-2}
+    torch.testing.assert_close(ours.grad, plain.grad, **tolerance)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        got.backward(upstream.to(dtype))  # its input now holds the gradient: refused

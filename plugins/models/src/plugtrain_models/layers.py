@@ -27,6 +27,7 @@ __all__ = [
     "rotary_angles",
     "rotary_phases",
     "sinusoidal_table",
+    "soft_cap",
 ]
 
 
@@ -79,6 +80,56 @@ class RMSNorm(nn.Module):
         """Normalise the last dimension."""
         out: torch.Tensor = _RMSNormFunction.apply(hidden, self.weight, self.eps)
         return out
+
+
+_CAP_BLOCK_ELEMENTS = 1 << 20
+"""Logits soft-capped at once: a block's three passes stay in the cache."""
+
+
+class _SoftCap(torch.autograd.Function):
+    """:func:`soft_cap` with its input's memory reused for the input's gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, raw: torch.Tensor, cap: float) -> torch.Tensor:
+        """``cap * tanh(raw / cap)``, a block of rows at a time; keeps ``raw``."""
+        raw = raw.contiguous()
+        out = torch.empty_like(raw)
+        rows = max(1, _CAP_BLOCK_ELEMENTS // raw.shape[-1])
+        for block, target in zip(_rows(raw).split(rows), _rows(out).split(rows), strict=True):
+            torch.div(block, cap, out=target).tanh_().mul_(cap)
+        ctx.save_for_backward(raw)
+        ctx.cap = cap
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """``grad * (1 - tanh(raw / cap)^2)``, written over ``raw``."""
+        (raw,) = ctx.saved_tensors
+        out = raw.detach()
+        rows = max(1, _CAP_BLOCK_ELEMENTS // raw.shape[-1])
+        pairs = zip(_rows(out).split(rows), _rows(grad).split(rows), strict=True)
+        for target, upstream in pairs:
+            squared = target.div_(ctx.cap).tanh_().square_()
+            torch.mul(upstream, squared.neg_().add_(1.0), out=target)
+        return out, None
+
+
+def _rows(tensor: torch.Tensor) -> torch.Tensor:
+    """``[..., V]`` as ``[N, V]``."""
+    return tensor.reshape(-1, tensor.shape[-1])
+
+
+def soft_cap(raw: torch.Tensor, cap: float) -> torch.Tensor:
+    """``cap * tanh(raw / cap)`` of logits that nothing else uses (Gemma 2's final cap).
+
+    The values of the three operations; without their three tensors and their backward's
+    three more, each of the logits' size: the backward writes the gradient over ``raw``, so
+    ``raw`` must be a tensor only this function reads (a head's fresh output). A second
+    backward through it then fails instead of being wrong.
+    """
+    out: torch.Tensor = _SoftCap.apply(raw, cap)
+    return out
 
 
 def make_norm(norm_type: str, width: int, eps: float) -> nn.Module:
