@@ -5,8 +5,9 @@ For each optimizer row (plugtrain's, default constructor path, the acceptance sh
 one process and interleaved round robin with a 256 MiB ``Tensor.copy_`` before every step (as
 forward and backward evict the optimizer's tensors in training):
 
-- the step under each fixed plan: all threads in cache blocks and one thread in cache blocks
-  (the two :class:`plugtrain_optimizers._threads.StepTuner` chooses between);
+- the step under each fixed plan :class:`plugtrain_optimizers._threads.StepTuner` chooses
+  between: all threads and one thread, each with the C kernels (where the optimizer has them)
+  and on the torch-operation path (the same step where it has none);
 - the tuned step (``PLUGTRAIN_TUNE_THREADS=1``, set here: the tuner choosing by step times);
 - the memory floor: the copy's bandwidth times the bytes the update must move (the acceptance
   script's counts, :data:`FLOOR_TENSORS`);
@@ -103,8 +104,10 @@ def row(name: str, shape: str, reps: int, shrink: int, threads: int) -> str:
     dst = torch.empty_like(src)
     contestants: dict[str, Any] = {}
     plans = {
-        "all threads, blocks": Plan(threads),
-        "one thread, blocks": Plan(1),
+        "all threads": Plan(threads),
+        "one thread": Plan(1),
+        "all threads, torch path": Plan(threads, kernels=False),
+        "one thread, torch path": Plan(1, kernels=False),
     }
     for label, plan in plans.items():
         contestants[label] = FixedPlan(make(name, SHAPES[shape])[0], plan)
@@ -158,11 +161,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     started, load = time.perf_counter(), os.getloadavg()[0]
     print(
-        "| shape | optimizer | all threads, blocks ms (x floor) | one thread, blocks | "
-        "default (tuned) | tuner's choice (threads) | floor ms | "
-        "arithmetic alone x floor | goal |"
+        "| shape | optimizer | all threads ms (x floor) | one thread | all threads, torch path | "
+        "one thread, torch path | default (tuned) | tuner's choice (threads, kernels) | "
+        "floor ms | arithmetic alone x floor | goal |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes.split(","):
         for name in args.rows.split(","):
             print(row(name, shape, args.reps, args.shrink, args.threads), flush=True)
