@@ -1,17 +1,20 @@
 """``plugtrain preprocess --config`` throughput beside a plain ``tokenizers`` batch encode.
 
-    python bench/preprocess_throughput.py [--records 4000]
+    python bench/preprocess_throughput.py [--records 4000] [--reps 3]
 
 Both sides tokenize the same text: records cut from the running Python's standard-library
 source (prompt: a chunk's first half, completion: its second half), with a byte-level BPE
 tokenizer trained here on that text (vocabulary 8000, no download). Baseline: one
-``Tokenizer.encode_batch`` of each record's full text (prompt + sep + completion + EOS), the
-fastest a tokenizer alone goes (it runs on every core). plugtrain: the whole preprocessing run
-from the YAML file (reading JSON lines, read hook, encoding with offsets, loss masks,
-padding, HDF5 writing, ``data_params.json``), once as prompt/completion, once as chats
-rendered with a Jinja template, once more with ``use_ftfy: true`` (Model Zoo's default).
-Tokens per second are the baseline's token count over each side's wall time; one run each,
-printed side by side with the ratios.
+``Tokenizer.encode_batch`` of each record's full text (prompt + sep + completion + EOS), offsets
+on (as ``encode_batch`` always computes them), the fastest a tokenizer alone goes (it runs on
+every core); beside it the same call on one thread, for scale. plugtrain: the whole
+preprocessing run from the YAML file (reading JSON lines, read hook, encoding with offsets,
+loss masks, padding, HDF5 writing, ``data_params.json``), as prompt/completion, as chats
+rendered with a Jinja template, and with ``use_ftfy: true`` (Model Zoo's default), each with
+``setup.processes`` 1 and 2. Tokens per second are the baseline's token count over each side's
+wall time: the median of ``--reps`` rounds, the sides interleaved in each round. The files of
+1 and 2 processes are compared byte for byte (``data_params.json`` less the ``processes`` and
+``output_dir`` it records); the load average is printed with the table.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import shutil
+import statistics
 import sysconfig
 import tempfile
 import time
@@ -35,6 +40,7 @@ setup:
   data: {{type: local, source: {source}}}
   output_dir: {output}
   mode: finetuning
+  processes: {processes}
 processing:
   huggingface_tokenizer: {tokenizer}
   max_seq_length: 1024
@@ -74,25 +80,30 @@ def _tokenizer(folder: Path, pairs: list[tuple[str, str]]) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def _baseline(folder: Path, pairs: list[tuple[str, str]]) -> tuple[int, float]:
+def _baseline(folder: Path, pairs: list[tuple[str, str]], threads: bool) -> tuple[int, float]:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     texts = [p + SEP + c + EOS for p, c in pairs]
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads else "false"  # read at each call
     start = time.perf_counter()
     encodings = tokenizer.encode_batch(texts)
     seconds = time.perf_counter() - start
+    del os.environ["TOKENIZERS_PARALLELISM"]
     return sum(len(e.ids) for e in encodings), seconds
 
 
-def _plugtrain(root: Path, name: str, hook: str, kwargs: str, ftfy: bool) -> float:
+def _plugtrain(root: Path, name: str, run: tuple[str, str, str, bool, int]) -> tuple[float, Path]:
+    """One preprocessing run's seconds, and the folder it wrote."""
     from plugtrain_models.data.config_run import run_config
 
+    _label, hook, kwargs, ftfy, processes = run
     config = root / f"{name}.yaml"
     output = root / f"out_{name}"
     text = CONFIG.format(
         source=root / ("chats" if "chat" in hook else "pairs"),
         output=output,
+        processes=processes,
         tokenizer=root / "tokenizer",
         ftfy=str(ftfy).lower(),
         hook=hook,
@@ -102,15 +113,28 @@ def _plugtrain(root: Path, name: str, hook: str, kwargs: str, ftfy: bool) -> flo
     config.write_text(text, encoding="utf-8")
     start = time.perf_counter()
     run_config(str(config), io.StringIO(), io.StringIO())
-    seconds = time.perf_counter() - start
-    shutil.rmtree(output)
-    return seconds
+    return time.perf_counter() - start, output
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    """The folder's files' bytes; ``data_params.json`` less the setup entries that differ."""
+    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    params = json.loads(files["data_params.json"])
+    params["setup"].pop("processes")
+    params["setup"].pop("output_dir")
+    files["data_params.json"] = json.dumps(params, sort_keys=True).encode()
+    return files
+
+
+def _load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
-    """Run both sides once and print tokens/s and the ratios."""
+    """Run the sides, interleaved, and print tokens/s, the ratios and the byte check."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=4000)
+    parser.add_argument("--reps", type=int, default=3, help="interleaved rounds (median)")
     args = parser.parse_args()
     pairs = _texts(args.records)
     with tempfile.TemporaryDirectory() as directory:
@@ -126,24 +150,55 @@ def main() -> None:
                 turns = [{"role": "user", "content": prompt}]
                 turns.append({"role": "assistant", "content": completion})
                 file.write(json.dumps({"messages": turns}) + "\n")
-        tokens, base = _baseline(root / "tokenizer", pairs)
         text_kwargs = "{prompt_key: prompt, completion_key: completion}"
         chat_kwargs = (
             "{multi_turn_key: messages, multi_turn_role_key: role, multi_turn_content_key: content}"
         )
         runs = [
-            ("prompt/completion", "prompt_completion_text_read_hook", text_kwargs, False),
-            ("chat (Jinja template)", "chat_read_hook", chat_kwargs, False),
-            ("prompt/completion, use_ftfy", "prompt_completion_text_read_hook", text_kwargs, True),
-        ]
-        rows = [(name, _plugtrain(root, str(i), h, k, f)) for i, (name, h, k, f) in enumerate(runs)]
-    print(f"{len(pairs)} records, {tokens} tokens (each side tokenizes the same text)\n")
-    print("| side | seconds | tokens/s | plugtrain / encode_batch |")
+            (f"{name}, processes: {n}", hook, kwargs, ftfy, n)
+            for name, hook, kwargs, ftfy in (
+                ("prompt/completion", "prompt_completion_text_read_hook", text_kwargs, False),
+                ("chat (Jinja template)", "chat_read_hook", chat_kwargs, False),
+                ("prompt/completion, use_ftfy", "prompt_completion_text_read_hook", text_kwargs,
+                 True),
+            )
+            for n in (1, 2)
+        ]  # fmt: skip
+        loads = [_load()]
+        base: list[float] = []
+        serial: list[float] = []
+        seconds: list[list[float]] = [[] for _ in runs]
+        same: list[bool] = []
+        for _round in range(args.reps):
+            tokens, took = _baseline(root / "tokenizer", pairs, threads=True)
+            base.append(took)
+            serial.append(_baseline(root / "tokenizer", pairs, threads=False)[1])
+            for i in range(0, len(runs), 2):  # 1 then 2 processes of one kind
+                took_one, one = _plugtrain(root, str(i), runs[i])
+                took_two, two = _plugtrain(root, str(i + 1), runs[i + 1])
+                seconds[i].append(took_one)
+                seconds[i + 1].append(took_two)
+                same.append(_contents(one) == _contents(two))
+                shutil.rmtree(one)
+                shutil.rmtree(two)
+        loads.append(_load())
+    median = statistics.median(base)
+    print(f"{len(pairs)} records, {tokens} tokens (each side tokenizes the same text); median "
+          f"of {args.reps} interleaved rounds; {loads[0]} before, {loads[1]} after\n")  # fmt: skip
+    print("| side | seconds | tokens/s | / encode_batch |")
     print("|---|---|---|---|")
-    print(f"| tokenizers encode_batch | {base:.2f} | {tokens / base:,.0f} | 1.00 |")
-    for name, seconds in rows:
-        print(f"| plugtrain preprocess, {name} | {seconds:.2f} | {tokens / seconds:,.0f} | "
-              f"{base / seconds:.2f} |")  # fmt: skip
+    print(f"| tokenizers encode_batch | {median:.2f} | {tokens / median:,.0f} | 1.00 |")
+    one = statistics.median(serial)
+    print(f"| tokenizers encode_batch, one thread | {one:.2f} | {tokens / one:,.0f} | "
+          f"{median / one:.2f} |")  # fmt: skip
+    for (name, *_), runs_seconds in zip(runs, seconds, strict=True):
+        took = statistics.median(runs_seconds)
+        print(f"| plugtrain preprocess, {name} | {took:.2f} | {tokens / took:,.0f} | "
+              f"{median / took:.2f} |")  # fmt: skip
+    verdict = "byte-equal" if all(same) else "DIFFERENT"
+    print(f"\nfiles of processes 1 and 2: {verdict} ({sum(same)} of {len(same)} pairs)")
+    if not all(same):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
