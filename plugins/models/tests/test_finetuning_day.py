@@ -28,10 +28,12 @@ import json
 import re
 import runpy
 import shlex
+import shutil
 import signal
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -46,10 +48,12 @@ pytest.importorskip("tokenizers")
 from plugtrain.cli import main
 from plugtrain.train.loop.callbacks import Callbacks
 from plugtrain_models.generation.prompts import checkpoint_eos_ids
+from plugtrain_models.generation.run import resolve_tokenizer
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "fine-tuning.md"
+TINY_TOKENIZER = Path(__file__).parent / "data" / "tiny_tokenizer"
 SECTION = "## The whole day, start to end"
 BLOCK = re.compile(r"<!-- day: (?P<what>[^>]+?) -->\n```[^\n]*\n(?P<text>.*?)\n```", re.S)
 STOP_AT = 3
@@ -299,20 +303,49 @@ def test_the_fine_tuning_day_runs_as_the_docs_walk_it_and_equals_the_reference_t
     _check_exports(done, steps)  # last: PEFT's merge_and_unload changes the page's model
 
 
-def test_a_plugtrain_checkpoint_stops_at_the_eos_ids_of_the_folder_its_run_started_from(
-    tmp_path: Path,
-) -> None:
+def _started_from(tmp_path: Path, base: Path | None) -> Path:
+    """A plugtrain checkpoint file whose run started from ``base`` (``None``: records none)."""
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    checkpoint = run / "checkpoint_8.mdl"
+    metadata = {} if base is None else {"started_from": str(base)}
+    torch.save({"model": {"w": torch.zeros(1)}, "metadata": metadata}, checkpoint)
+    return checkpoint
+
+
+def _base_folder(tmp_path: Path) -> Path:
     base = tmp_path / "llama3_hf"
     base.mkdir()
     (base / "config.json").write_text(json.dumps({"eos_token_id": 1}))
     (base / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 4]}))
-    run = tmp_path / "run"
-    run.mkdir()
-    checkpoint = run / "checkpoint_8.mdl"
-    metadata = {"started_from": str(base)}
-    torch.save({"model": {"w": torch.zeros(1)}, "metadata": metadata}, checkpoint)
+    return base
+
+
+def test_a_plugtrain_checkpoint_stops_at_the_eos_ids_of_the_folder_its_run_started_from(
+    tmp_path: Path,
+) -> None:
+    base = _base_folder(tmp_path)
+    checkpoint = _started_from(tmp_path, base)
     assert checkpoint_eos_ids(str(checkpoint)) == [1, 4]
-    torch.save({"model": {"w": torch.zeros(1)}, "metadata": {}}, checkpoint)
+    _started_from(tmp_path, None)
     assert checkpoint_eos_ids(str(checkpoint)) == []  # no starting folder: its own folder's
-    (run / "generation_config.json").write_text(json.dumps({"eos_token_id": 7}))
+    (checkpoint.parent / "generation_config.json").write_text(json.dumps({"eos_token_id": 7}))
     assert checkpoint_eos_ids(str(checkpoint)) == [7]
+
+
+def test_a_plugtrain_checkpoint_takes_the_tokenizer_of_the_folder_its_run_started_from(
+    tmp_path: Path,
+) -> None:
+    base = _base_folder(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TINY_TOKENIZER / name, base / name)
+    checkpoint = _started_from(tmp_path, base)
+    no_data = SimpleNamespace(fit=None, validate=None, validate_all=None)
+    loaded: Any = SimpleNamespace(source=str(checkpoint), plan=no_data, model=None)
+    tokenizer = resolve_tokenizer(None, loaded)
+    tokenizers = pytest.importorskip("tokenizers")
+    own = tokenizers.Tokenizer.from_file(str(base / "tokenizer.json"))
+    text = "The cat sat on the mat."
+    expected = own.encode(text, add_special_tokens=False).ids
+    assert expected != list(text.encode())  # not the byte tokenizer's
+    assert tokenizer.encode(text, add_special_tokens=False) == expected

@@ -11,6 +11,7 @@ from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain_models.evaluation.harness import EleutherEvalHarness
 from plugtrain_models.evaluation.schemas import lm_eval_missing
 from plugtrain_models.generation.loading import LoadedRun, data_tokenizer, load_run
+from plugtrain_models.generation.prompts import started_from_folder
 from plugtrain_models.generation.text import BYTES, has_tokenizer_files
 
 __all__ = ["HARNESS", "lm_eval_command"]
@@ -66,9 +67,10 @@ def _tokenizer_dir(
     own = harness.tokenizer_file_path is not None or (named and has_tokenizer_files(named))
     if own:
         return
-    if loaded.source is not None:  # as generate: the checkpoint's folder, or the file's folder
-        for candidate in (Path(loaded.source), Path(loaded.source).parent):
-            if has_tokenizer_files(candidate):
+    if loaded.source is not None:  # as generate: the checkpoint's folder, the file's folder,
+        source = Path(loaded.source)  # or the folder a plugtrain checkpoint's run started from
+        for candidate in (source, source.parent, started_from_folder(loaded.source)):
+            if candidate is not None and has_tokenizer_files(candidate):
                 harness.tokenizer_dir = str(candidate)
                 return
     recorded = data_tokenizer(loaded.plan)  # the tokenizer the run file's data was written with

@@ -21,7 +21,13 @@ from typing import Any
 from plugtrain.errors import ConfigError, ConfigIssue
 from plugtrain_models.generation.text import TextTokenizer
 
-__all__ = ["Prompt", "checkpoint_eos_ids", "encode_prompt", "read_prompts"]
+__all__ = [
+    "Prompt",
+    "checkpoint_eos_ids",
+    "encode_prompt",
+    "read_prompts",
+    "started_from_folder",
+]
 
 Prompt = str | list[dict[str, str]]
 """A text, or a chat: messages with ``role`` and ``content``."""
@@ -105,11 +111,18 @@ def _eos_of(file: Path) -> list[int]:
     return [int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
-def _started_from(path: Path) -> Path | None:
-    """The Hugging Face folder a plugtrain checkpoint's run started from, if it records one."""
+def started_from_folder(source: str | None) -> Path | None:
+    """The Hugging Face folder a plugtrain checkpoint's run started from, if it records one.
+
+    ``None`` for a Hugging Face checkpoint, a folder, a file recording no starting folder (or
+    one no longer there) and a file that is no plugtrain checkpoint.
+    """
     from plugtrain.conversion.files import is_hf_checkpoint
     from plugtrain.conversion.plugtrain_files import read_started_from
 
+    if source is None:
+        return None
+    path = Path(source)
     if not path.is_file() or is_hf_checkpoint(path):
         return None
     try:
@@ -127,7 +140,7 @@ def checkpoint_eos_ids(source: str | None) -> list[int]:
     if source is None:
         return []
     path = Path(source)
-    folder = path if path.is_dir() else (_started_from(path) or path.parent)
+    folder = path if path.is_dir() else (started_from_folder(source) or path.parent)
     found: list[int] = []
     for name in ("generation_config.json", "config.json"):
         found += [i for i in _eos_of(folder / name) if i not in found]

@@ -16,7 +16,12 @@ from plugtrain_models.generation.loading import (
     load_run,
     model_defaults,
 )
-from plugtrain_models.generation.prompts import checkpoint_eos_ids, encode_prompt, read_prompts
+from plugtrain_models.generation.prompts import (
+    checkpoint_eos_ids,
+    encode_prompt,
+    read_prompts,
+    started_from_folder,
+)
 from plugtrain_models.generation.sampling import Sampling
 from plugtrain_models.generation.text import (
     BYTES,
@@ -34,15 +39,16 @@ DEFAULT_MAX_TOKENS = 64
 def resolve_tokenizer(explicit: str | None, loaded: LoadedRun) -> TextTokenizer:
     """The tokenizer of ``generate`` and ``lm_eval`` (see ``docs/fine-tuning.md``).
 
-    ``--tokenizer``, else the checkpoint's folder if it holds one, else the tokenizer the run
-    file's data was written with (its ``data_params.json``), else the byte tokenizer.
+    ``--tokenizer``, else the checkpoint's folder if it holds one, else the Hugging Face
+    folder a plugtrain checkpoint's run started from if it holds one, else the tokenizer the
+    run file's data was written with (its ``data_params.json``), else the byte tokenizer.
     """
     if explicit is not None:
         return load_text_tokenizer(explicit)
     if loaded.source is not None:
         folder = Path(loaded.source)
-        for candidate in (folder, folder.parent):
-            if has_tokenizer_files(candidate):
+        for candidate in (folder, folder.parent, started_from_folder(loaded.source)):
+            if candidate is not None and has_tokenizer_files(candidate):
                 return load_text_tokenizer(candidate)
     recorded = data_tokenizer(loaded.plan)
     if recorded is not None:
