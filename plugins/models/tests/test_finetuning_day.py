@@ -196,6 +196,21 @@ def _lm_eval_reference(adapter: Path, tasks: str) -> dict[str, Any]:
     return flat_metrics(reference["results"])
 
 
+def _check_the_base() -> None:
+    """What the page's first block wrote: a bfloat16 Llama sharded with an index, an EOS list."""
+    from safetensors import safe_open
+
+    base = Path("llama3_hf")
+    index = json.loads((base / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) == 3
+    for shard in shards:
+        with safe_open(str(base / shard), "pt") as file:
+            assert {file.get_slice(k).get_dtype() for k in file.keys()} == {"BF16"}  # noqa: SIM118
+    generation = json.loads((base / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == [1, 4]  # <|end_of_text|>, <|eot_id|>, as the page says
+
+
 def _check_the_resume(
     done: dict[str, Any], steps: int, whole_options: list[str], capsys: Any
 ) -> None:
@@ -260,6 +275,8 @@ def _check_exports(done: dict[str, Any], steps: int) -> None:
     import transformers
 
     merged_folder = Path(f"runs/lora_chat/checkpoint_{steps}_to_hf")
+    template = "chat_template.jinja"
+    assert (merged_folder / template).read_text() == (Path("llama3_hf") / template).read_text()
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         written = json.loads((merged_folder / name).read_text())
         base = json.loads((Path("llama3_hf") / name).read_text())
@@ -297,6 +314,7 @@ def test_the_fine_tuning_day_runs_as_the_docs_walk_it_and_equals_the_reference_t
     run_file = Path("lora_chat.yaml")
     steps = yaml.safe_load(run_file.read_text())["trainer"]["init"]["loop"]["max_steps"]
     whole_options = _whole_run_options(run_file)
+    _check_the_base()
     _check_the_resume(done, steps, whole_options, capsys)
     _check_generation(done, whole_options, capsys)
     _check_lm_eval(done, steps)
