@@ -168,7 +168,7 @@ def fill_pending(root: nn.Module, loaded: Iterable[str] = ()) -> int:
     init_weights: Callable[[], None] = getattr(module, "init_weights")  # noqa: B009
     with _random_state(pending.rng_state), torch.no_grad():
         try:
-            with _SkipFilled(every - unfilled):
+            with _skipping_initialisers(every - unfilled), _SkipFilled(every - unfilled):
                 init_weights()
         except _NeedsScratch:
             torch.set_rng_state(pending.rng_state)
@@ -234,6 +234,32 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
 
 def _target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[0] if args else kwargs.get("tensor")  # torch.nn.init passes tensor=
+
+
+@contextmanager
+def _skipping_initialisers(filled: set[int]) -> Iterator[None]:
+    """``torch.nn.init``'s fills return a filled tensor untouched while this runs.
+
+    Some (``trunc_normal_``) take no part in torch's function overrides, so no mode sees them
+    whole: their inner calls read the tensor they fill.
+    """
+    originals = {n: getattr(nn.init, n) for n in _OVERWRITES if hasattr(nn.init, n)}
+
+    def skipping(original: Callable[..., Any]) -> Callable[..., Any]:
+        def fill(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if tensor.device.type == "cpu" and _storage(tensor) in filled:
+                return tensor
+            return original(tensor, *args, **kwargs)
+
+        return fill
+
+    try:
+        for name, original in originals.items():
+            setattr(nn.init, name, skipping(original))
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(nn.init, name, original)
 
 
 class _SkipFilled(TorchFunctionMode):

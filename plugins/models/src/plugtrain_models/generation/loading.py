@@ -6,6 +6,8 @@ has one (a LoRA checkpoint, whole or adapter-only, loads as ``fit`` wrote it), a
 this order: ``--ckpt`` (a plugtrain checkpoint, or a Hugging Face folder, opened as ``fit``
 opens it: its ``config.json`` must describe the run file's model), the newest checkpoint in
 ``model_dir``, the run file's ``fit.ckpt_path``; with none, the model stays as initialised.
+On the CPU the model is built on ``meta`` and never initialised when a checkpoint loads
+(:mod:`plugtrain.train.checkpointing.state.deferred`).
 A run file needs no ``fit`` or ``validate`` section here, nor the data they name: when its
 work sections do not check (none given, a data folder not on this machine), only what builds
 the model is checked.
@@ -27,6 +29,7 @@ from plugtrain.config import load_plan
 from plugtrain.config.plan import TrainerPlan
 from plugtrain.errors import ConfigError
 from plugtrain.registry import Registry
+from plugtrain.train.checkpointing.state.deferred import build_for_loading, fill_pending
 
 __all__ = ["LoadedRun", "data_tokenizer", "load_run", "model_defaults"]
 
@@ -96,13 +99,20 @@ def load_run(run_file: str, overrides: list[str], ckpt: str | None) -> LoadedRun
     except ConfigError:  # a model alone, or data that is not here: the model is what is used
         plan, registry = load_plan(run_file, overrides, import_local=True, model_only=True)
     first = plan.trainers[0]
+    device = _device(first)
+
+    def build() -> torch.nn.Module:
+        model: torch.nn.Module = build_component(registry, "model", first.model)
+        return model
+
     trainer = Trainer(
-        device=_device(first), model_dir=first.model_dir, seed=first.seed, registry=registry,
+        device=device, model_dir=first.model_dir, seed=first.seed, registry=registry,
         config=first.config,
-        model=lambda: build_component(registry, "model", first.model),
+        model=(lambda: build_for_loading(build)) if device == "CPU" else build,
         callbacks=[build_component(registry, "callback", spec) for spec in _model_changing(first)],
     )  # fmt: skip
     source = _load(trainer, first, ckpt)
+    fill_pending(trainer.unwrapped_model)  # no checkpoint: the model as initialised
     return LoadedRun(first, registry, trainer, source)
 
 
