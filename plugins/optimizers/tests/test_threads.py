@@ -15,6 +15,7 @@ import torch
 import plugtrain
 from plugtrain_optimizers._threads import (
     EXPLORE_FIRST,
+    TORCH_PATH_FROM,
     TUNE_VARIABLE,
     Plan,
     StepTuner,
@@ -218,14 +219,16 @@ def _grad(param: torch.nn.Parameter, step: int) -> None:
 
 
 def test_the_torch_path_is_a_plan_where_a_step_runs_kernels(two_threads, tuned, kernels):
+    """From step TORCH_PATH_FROM on: the first choice is among the kernels' plans."""
     param, optimizer = _lion()
-    _grad(param, 0)
-    optimizer.step()
+    param64, optimizer64 = _lion(torch.float64)  # no kernel for float64: nothing to compare
+    for step in range(TORCH_PATH_FROM):
+        assert optimizer._tuner.plans(2) == [ALL_BLOCKED, ONE]
+        for p, opt in ((param, optimizer), (param64, optimizer64)):
+            _grad(p, step)
+            opt.step()
     assert optimizer._tuner.plans(2) == [Plan(2), Plan(1), Plan(2, False), Plan(1, False)]
     assert optimizer._tuner.plans(1) == [Plan(1), Plan(1, False)]
-    param64, optimizer64 = _lion(torch.float64)  # no kernel for float64: nothing to compare
-    _grad(param64, 0)
-    optimizer64.step()
     assert optimizer64._tuner.plans(2) == [ALL_BLOCKED, ONE]
 
 
@@ -245,7 +248,7 @@ def test_slow_kernels_lose_to_the_torch_path(two_threads, tuned, kernels, monkey
     param, optimizer = _lion()
     optimizer._tuner = StepTuner(clock=lambda: clock.now)
     ran_kernels = []
-    for step in range(12):
+    for step in range(TORCH_PATH_FROM + 12):
         _grad(param, step)
         calls = _native.calls()
         clock.now += 1.0
@@ -257,7 +260,7 @@ def test_slow_kernels_lose_to_the_torch_path(two_threads, tuned, kernels, monkey
     _native.reset()
     reference, without = _lion()
     without._tuner = None
-    for step in range(12):
+    for step in range(TORCH_PATH_FROM + 12):
         _grad(reference, step)
         without.step()
     assert torch.equal(param.detach(), reference.detach())
@@ -277,7 +280,7 @@ def test_kernels_that_are_fast_keep_running(two_threads, tuned, kernels, monkeyp
         return torch_path()
 
     monkeypatch.setattr(_native, "torch_path", slow_torch_path)
-    for step in range(12):
+    for step in range(TORCH_PATH_FROM + 12):
         _grad(param, step)
         clock.now += 1.0
         optimizer.step()

@@ -9,8 +9,10 @@ after two steps :data:`SLOWDOWN` times slower than the chosen plan's best. It se
 thread's own counts (OpenMP's and MKL's), never torch's setting, which other threads see.
 
 Where a step runs the C kernels (:mod:`~plugtrain_optimizers._native`), the torch-operation path
-(what ``PLUGTRAIN_NATIVE_KERNELS=0`` runs) is a plan too, on each thread count: a step is then
-never slower than that path, whatever the CPU makes of the kernels. The two agree to the bit for
+(what ``PLUGTRAIN_NATIVE_KERNELS=0`` runs) is a plan too, on each thread count, from step
+:data:`TORCH_PATH_FROM` on (the kernels, the usual best, make the first choice: the first steps
+stay cheap): the steps are then never slower than that path for long, whatever the CPU makes
+of the kernels. The two agree to the bit for
 the elementwise updates without a square root and within float32 rounding for the others (the
 kernels' test says which); ``PLUGTRAIN_TUNE_THREADS=0`` keeps the kernels and all threads.
 """
@@ -37,6 +39,7 @@ __all__ = [
     "EXPLORE_LAST",
     "SAMPLES",
     "SLOWDOWN",
+    "TORCH_PATH_FROM",
     "TUNE_VARIABLE",
     "Plan",
     "StepTuner",
@@ -90,6 +93,9 @@ SAMPLES = 3
 SLOWDOWN = 2.0
 """Two steps in a row this many times slower than the chosen plan's recent time: a new load."""
 
+TORCH_PATH_FROM = EXPLORE_FIRST
+"""The step from which the torch-operation path is among the plans (where kernels run)."""
+
 
 class Plan(NamedTuple):
     """How one step runs: on ``threads`` intra-op threads, with the C kernels or without."""
@@ -125,12 +131,12 @@ class StepTuner:
     def plans(self, threads: int) -> list[Plan]:
         """The plans for ``threads`` intra-op threads, the usual best first.
 
-        With the torch-operation path among them where the last step with kernels allowed ran
-        any (nothing to compare otherwise).
+        With the torch-operation path among them from step :data:`TORCH_PATH_FROM` on, where
+        the last step with kernels allowed ran any (nothing to compare otherwise).
         """
         counts = [threads, 1] if threads > 1 else [1]
         plans = [Plan(count) for count in counts]
-        if self.torch_path and self.kernels_ran:
+        if self.torch_path and self.kernels_ran and self.steps >= TORCH_PATH_FROM:
             plans += [Plan(count, kernels=False) for count in counts]
         return plans
 
