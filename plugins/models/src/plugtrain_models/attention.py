@@ -13,6 +13,7 @@ step computes only the new tokens.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,10 +46,14 @@ class LayerCache:
 class KVCache:
     """Every layer's keys and values for incremental decoding, with each slot's row bookkeeping.
 
-    Slots ``0 .. length - 1`` are filled. ``positions[b, i]`` is the position of the token in
-    slot ``i`` of row ``b`` (rows of a batch count their own positions, so left padding does not
-    shift them); ``valid[b, i]`` is false for padding, which no other token attends to.
-    ``next_position[b]`` is where row ``b``'s next real token goes.
+    Allocated once for ``capacity`` tokens per row; each call writes its slots in place. Slots
+    ``0 .. length - 1`` are filled. While no row has padding (:attr:`padded` false) slot ``i``
+    holds position ``i`` in every row and no per-slot tensor is kept up to date. Once a row is
+    padded: ``positions[b, i]`` is the position of the token in slot ``i`` of row ``b`` (rows
+    count their own positions, so left padding does not shift them); ``valid[b, i]`` is false
+    for padding, which no other token attends to, and :attr:`padding_bias` ``[B, 1, 1,
+    capacity]`` is ``-inf`` there (0 elsewhere); ``next_position[b]`` is where row ``b``'s next
+    real token goes. :attr:`longest` is the largest next position of any row (a Python int).
     """
 
     def __init__(
@@ -61,31 +66,72 @@ class KVCache:
             return torch.zeros(shape, dtype=dtype, device=device)
 
         self.layers = [LayerCache(empty(), empty()) for _ in range(settings.num_layers)]
-        self.capacity = capacity
+        self.batch, self.capacity, self.device = batch, capacity, device
         self.length = 0
+        self.longest = 0
+        self.padded = False
         self.positions = torch.zeros(batch, capacity, dtype=torch.long, device=device)
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        self.padding_bias = torch.zeros(batch, 1, 1, capacity, device=device)
         self.next_position = torch.zeros(batch, dtype=torch.long, device=device)
+        self.rotary: torch.Tensor | None = None
+        """The RoPE phases of positions ``0 .. capacity - 1``, when the model uses RoPE."""
+        self.plans: list[Any] = []
+        """What the model prepares for its single-token steps (once per cache)."""
+        self._slots = torch.arange(capacity, device=device)
 
-    def append(self, mask: torch.Tensor) -> torch.Tensor:
-        """Reserve slots for new tokens (``mask`` ``[B, S]``: 1 real, 0 padding); their positions.
+    def _start_padding(self) -> None:
+        """Write the per-slot bookkeeping of the slots filled so far (none of them padding)."""
+        self.positions[:, : self.length] = self._slots[: self.length]
+        self.valid[:, : self.length] = True
+        self.next_position.fill_(self.length)
+        self.padded = True
 
-        Padding gets the position of the row's next real token (it is never attended to).
+    def append(self, count: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Reserve ``count`` slots for new tokens (``mask`` ``[B, S]``: 1 real, 0 padding).
+
+        Returns their positions: ``[S]``, shared by every row, while no row is padded, else
+        ``[B, S]``. Padding gets the position of the row's next real token (it is never
+        attended to).
         """
-        count = mask.shape[1]
-        if self.length + count > self.capacity:
-            message = f"the cache holds {self.capacity} tokens; {self.length + count} asked for"
-            raise ValueError(message)
-        mask = mask.to(torch.long)
-        positions = self.next_position.unsqueeze(1) + (mask.cumsum(1) - mask)
         end = self.length + count
-        self.positions[:, self.length : end] = positions
-        self.valid[:, self.length : end] = mask.bool()
-        self.next_position = self.next_position + mask.sum(1)
+        if end > self.capacity:
+            message = f"the cache holds {self.capacity} tokens; {end} asked for"
+            raise ValueError(message)
+        if mask is not None and not self.padded and not bool(mask.all()):
+            self._start_padding()
+        start = self.length
         for layer in self.layers:
-            layer.start = self.length
+            layer.start = start
         self.length = end
+        if not self.padded:
+            self.longest = end
+            return self._slots[start:end]
+        if mask is None:
+            positions = self.next_position.unsqueeze(1) + self._slots[:count]
+            self.next_position += count
+            self.longest += count
+        else:
+            mask = mask.to(torch.long)
+            positions = self.next_position.unsqueeze(1) + (mask.cumsum(1) - mask)
+            self.next_position += mask.sum(1)
+            self.longest = int(self.next_position.max())
+            self.padding_bias[:, 0, 0, start:end].masked_fill_(mask == 0, float("-inf"))
+        self.positions[:, start:end] = positions
+        self.valid[:, start:end] = True if mask is None else mask.bool()
         return positions
+
+    def slot_positions(self) -> torch.Tensor:
+        """``[B, length]``: the position of every filled slot of every row."""
+        if self.padded:
+            return self.positions[:, : self.length]
+        return self._slots[: self.length].unsqueeze(0).expand(self.batch, -1)
+
+    def slot_valid(self) -> torch.Tensor:
+        """``[B, length]``: false where a filled slot holds padding."""
+        if self.padded:
+            return self.valid[:, : self.length]
+        return torch.ones(self.batch, self.length, dtype=torch.bool, device=self.device)
 
 
 class Attention(nn.Module):

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from plugtrain_models.attention import Attention, KVCache, LayerCache
+from plugtrain_models.decode_step import LayerPlan, head_step, stock_layer
 from plugtrain_models.ffn import RouterStats, make_ffn
 from plugtrain_models.layers import (
     alibi_slopes,
@@ -180,10 +181,8 @@ class LanguageModel(nn.Module):
     def _cached_bias(self, cache: KVCache, count: int, window: int | None) -> torch.Tensor:
         """The additive ``[B, 1 or nh, S, K]`` mask of the last ``count`` cached slots' queries."""
         s = self.settings
-        positions = cache.positions[:, : cache.length]
-        allowed = cached_allowed_keys(
-            positions, cache.valid[:, : cache.length], count, window, s.sinks
-        )
+        positions = cache.slot_positions()
+        allowed = cached_allowed_keys(positions, cache.slot_valid(), count, window, s.sinks)
         bias = torch.zeros(allowed.shape, device=positions.device)
         bias = bias.masked_fill(~allowed, float("-inf")).unsqueeze(1)
         if s.positions == "alibi":
@@ -250,16 +249,50 @@ class LanguageModel(nn.Module):
             logits = soft_cap(logits, s.final_cap)  # the head's own output: soft_cap may reuse it
         return logits
 
+    def _step_bias(self, cache: KVCache, window: int | None) -> tuple[torch.Tensor | None, int]:
+        """The mask of one new token per row: ``(bias over slots first .. length - 1, first)``.
+
+        ``None`` when the token sees every slot from ``first`` on: no padding, no ALiBi, and a
+        window without sinks becomes the slots it covers.
+        """
+        s = self.settings
+        end = cache.length
+        if s.positions == "alibi" or (cache.padded and window is not None):
+            return self._cached_bias(cache, 1, window), 0
+        if cache.padded:
+            return cache.padding_bias[:, :, :, :end], 0
+        if window is None or window >= end:
+            return None, 0
+        if not s.sinks:
+            return None, end - window
+        bias = torch.zeros(1, 1, 1, end, device=cache.device)
+        bias[..., s.sinks : end - window] = float("-inf")
+        return bias, 0
+
     def new_cache(self, batch: int, capacity: int) -> KVCache:
-        """An empty :class:`KVCache` for ``batch`` rows of up to ``capacity`` tokens each."""
+        """An empty :class:`KVCache` for ``batch`` rows of up to ``capacity`` tokens each.
+
+        With RoPE it holds the phases of positions ``0 .. capacity - 1``, computed once.
+        """
         weight = self.embedding_layer.word_embeddings.weight
-        return KVCache(self.settings, batch, capacity, weight.dtype, weight.device)
+        cache = KVCache(self.settings, batch, capacity, weight.dtype, weight.device)
+        s = self.settings
+        if s.positions == "rotary":
+            cache.rotary = rotary_phases(
+                torch.arange(capacity, device=weight.device), s.rotary_dim, s.rope_theta,
+                s.pos_scaling_type, s.pos_scaling_factor, s.pos_scaling_extra,
+            )  # fmt: skip
+        return cache
 
     def decode(
         self, input_ids: torch.Tensor, cache: KVCache, mask: torch.Tensor | None = None,
         last_only: bool = False,
     ) -> torch.Tensor:  # fmt: skip
         """Logits of new tokens ``[B, S]`` after those in ``cache``, which takes their keys.
+
+        A prompt on an empty cache without padding attends causally without a mask; one new
+        token per row runs :func:`~plugtrain_models.decode_step.layer_step` (no mask unless
+        padding, ALiBi or a window's sinks need one).
 
         :param mask: ``[B, S]``, 0 where a row is padded (left padding of a batch of prompts);
             each row's positions count its real tokens only.
@@ -268,28 +301,46 @@ class LanguageModel(nn.Module):
         s = self.settings
         count = input_ids.shape[1]
         if mask is None:
-            mask = torch.ones_like(input_ids)
-        if int((cache.next_position + mask.sum(1)).max()) > s.max_positions:
+            furthest = cache.longest + count
+        else:
+            before = cache.next_position if cache.padded else cache.length
+            furthest = int((before + mask.sum(1)).max())
+        if furthest > s.max_positions:
             message = f"generation goes past max_position_embeddings ({s.max_positions})"
             raise ValueError(message)
-        positions = cache.append(mask)
+        start = cache.length
+        positions = cache.append(count, mask)
         hidden = self.embedding_layer(input_ids, positions)
         if s.embedding_norm:
             hidden = self.embedding_ln_f(hidden)
         hidden = _scaled(hidden, s.embeddings_scale)
         rotary = None
         if s.positions == "rotary":
-            rotary = rotary_phases(
-                positions, s.rotary_dim, s.rope_theta, s.pos_scaling_type,
-                s.pos_scaling_factor, s.pos_scaling_extra,
-            )  # fmt: skip
-        biases: dict[int | None, torch.Tensor] = {}
+            if cache.rotary is None:
+                cache.rotary = rotary_phases(
+                    torch.arange(cache.capacity, device=hidden.device), s.rotary_dim,
+                    s.rope_theta, s.pos_scaling_type, s.pos_scaling_factor, s.pos_scaling_extra,
+                )  # fmt: skip
+            rotary = cache.rotary[positions]
         layers = self.transformer_decoder.layers
-        for layer, window, layer_cache in zip(
-            layers, self._layer_windows(), cache.layers, strict=True
-        ):
+        windows = self._layer_windows()
+        if count == 1 and mask is None and all(stock_layer(layer) for layer in layers):
+            if not cache.plans:
+                cache.plans = [LayerPlan(layer) for layer in layers]
+            phases = None if rotary is None else rotary.view(-1, 1, rotary.shape[-1])
+            steps: dict[int | None, tuple[torch.Tensor | None, int]] = {}
+            for plan, window, layer_cache in zip(cache.plans, windows, cache.layers, strict=True):
+                if window not in steps:
+                    steps[window] = self._step_bias(cache, window)
+                bias, first = steps[window]
+                hidden = plan.step(hidden, layer_cache, bias, phases, first)
+            return head_step(self, hidden)
+        causal = start == 0 and not cache.padded and s.positions != "alibi"
+        biases: dict[int | None, torch.Tensor | None] = {}
+        for layer, window, layer_cache in zip(layers, windows, cache.layers, strict=True):
             if window not in biases:
-                biases[window] = self._cached_bias(cache, count, window)
+                plain = causal and (window is None or window >= count)
+                biases[window] = None if plain else self._cached_bias(cache, count, window)
             hidden, _ = layer(hidden, biases[window], rotary, layer_cache)
         if last_only:
             hidden = hidden[:, -1:]

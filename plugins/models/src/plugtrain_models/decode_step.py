@@ -1,0 +1,190 @@
+"""One decoder layer for one new token per row, against a KV cache: the generation step.
+
+:meth:`DecoderLayer.forward` computed as plain functions over the layer's own weights, for a
+layer in eval mode. A :class:`LayerPlan` looks the layer's parts up once per cache (a stock
+``nn.Linear``, :class:`RMSNorm` or ``nn.LayerNorm`` becomes one functional call on its tensors;
+any other part, a LoRA layer say, stays its module, so it computes what it always does). A step
+then skips what a single query in inference never needs: module calls, dropout, transposes
+(``[B, 1, h, d]`` and ``[B, h, 1, d]`` share a layout), the causal mask (the one query is the
+newest key) and, for a sliding window without sinks or padding, any mask at all (the keys are
+sliced to the window). RoPE rotates the new key in its cache slot and the query in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from plugtrain_models.attention import Attention, LayerCache
+from plugtrain_models.ffn import FeedForward, FFNLayer
+from plugtrain_models.layers import RMSNorm
+
+__all__ = ["LayerPlan", "head_step", "stock_layer"]
+
+Step = Callable[[torch.Tensor], torch.Tensor]
+
+
+def stock_layer(layer: nn.Module) -> bool:
+    """Whether a :class:`LayerPlan` may compute ``layer`` (a ``DecoderLayer`` in eval mode)."""
+    return not layer.training and type(layer.self_attn) is Attention
+
+
+def _module(module: nn.Module) -> Step:
+    def call(hidden: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = module(hidden)
+        return out
+
+    return call
+
+
+def linear_step(module: nn.Module) -> Step:
+    """``module`` as a function: ``F.linear`` on its tensors for a stock ``nn.Linear``."""
+    if type(module) is not nn.Linear:
+        return _module(module)
+    weight, bias = module.weight, module.bias
+    return lambda hidden: functional.linear(hidden, weight, bias)
+
+
+def norm_step(module: nn.Module) -> Step:
+    """``module`` as a function: one fused call for :class:`RMSNorm` and ``nn.LayerNorm``."""
+    if type(module) is RMSNorm:  # in float32, as RMSNorm computes it
+        weight, eps = module.weight.float(), module.eps
+        shape = (weight.shape[0],)
+        if module.weight.dtype == torch.float32:
+            return lambda hidden: torch.rms_norm(hidden, shape, weight, eps)
+        return lambda hidden: torch.rms_norm(hidden.float(), shape, weight, eps).to(hidden.dtype)
+    if type(module) is nn.LayerNorm:
+        shape, weight, bias, eps = module.normalized_shape, module.weight, module.bias, module.eps
+        return lambda hidden: functional.layer_norm(hidden, shape, weight, bias, eps)
+    return _module(module)
+
+
+def _ffn_layer_step(module: nn.Module) -> Step:
+    if type(module) is not FFNLayer:
+        return _module(module)
+    main, act = linear_step(module.linear_layer), module.act
+    if module.glu:
+        assert act is not None
+        gate = linear_step(module.linear_layer_for_glu)
+        return lambda hidden: act(gate(hidden)).mul_(main(hidden))
+    if act is None:
+        return main
+    return lambda hidden: act(main(hidden))
+
+
+def ffn_step(module: nn.Module) -> Step:
+    """A layer's FFN without dropout: its two layers, or a mixture of experts' output."""
+    if type(module) is FeedForward and len(module.ffn) == 2:
+        first, second = _ffn_layer_step(module.ffn[0]), _ffn_layer_step(module.ffn[1])
+        return lambda hidden: second(first(hidden))
+
+    def routed(hidden: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = module(hidden)[0]
+        return out
+
+    return routed
+
+
+def _rotate_(x: torch.Tensor, phases: torch.Tensor) -> None:
+    """RoPE on ``x`` ``[..., d]`` (float32) in place; ``phases`` broadcast over its pairs."""
+    half = phases.shape[-1]
+    torch.view_as_complex(x[..., : 2 * half].unflatten(-1, (half, 2))).mul_(phases)
+
+
+class LayerPlan:
+    """One ``DecoderLayer``'s parts as functions, for :meth:`step` (built once per cache)."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        attention: Attention = layer.self_attn
+        self.heads, self.groups = attention.heads, attention.groups
+        self.head_dim, self.scale, self.cap = attention.head_dim, attention.scale, attention.cap
+        self.capped = attention._capped
+        self.q = linear_step(attention.proj_q_dense_layer)
+        self.k = linear_step(attention.proj_k_dense_layer)
+        self.v = linear_step(attention.proj_v_dense_layer)
+        self.o = linear_step(attention.proj_output_dense_layer)
+        self.norm1 = norm_step(layer.norm1)
+        self.norm3 = norm_step(layer.norm3) if hasattr(layer, "norm3") else None
+        self.sandwich = layer.sandwich
+        if layer.sandwich:
+            self.norm1_post, self.norm3_post = (
+                norm_step(layer.norm1_post),
+                norm_step(layer.norm3_post),
+            )
+        self.parallel = layer.parallel
+        self.ffn = ffn_step(layer.ffn)
+
+    def _attend(
+        self, hidden: torch.Tensor, cache: LayerCache, bias: torch.Tensor | None,
+        rotary: torch.Tensor | None, first_key: int,
+    ) -> torch.Tensor:  # fmt: skip
+        batch, heads, groups, dim = hidden.shape[0], self.heads, self.groups, self.head_dim
+        q = self.q(hidden).view(batch, heads, 1, dim)  # [B, 1, h, d] is [B, h, 1, d]
+        start = cache.start
+        key, value = cache.keys[:, :, start], cache.values[:, :, start]
+        key.copy_(self.k(hidden).view(batch, groups, dim))
+        value.copy_(self.v(hidden).view(batch, groups, dim))
+        if rotary is not None:
+            if q.dtype == torch.float32:
+                _rotate_(q.view(batch, heads, dim), rotary)
+                _rotate_(key, rotary)
+            else:  # rotated in float32, rounded once, as apply_rotary does
+                q = _rotated(q.view(batch, heads, dim), rotary).view(batch, heads, 1, dim)
+                key.copy_(_rotated(key, rotary))
+        keys = cache.keys[:, :, first_key : start + 1]
+        values = cache.values[:, :, first_key : start + 1]
+        if self.cap is None:
+            attended = functional.scaled_dot_product_attention(
+                q, keys, values, attn_mask=None if bias is None else bias.to(q.dtype),
+                scale=self.scale, enable_gqa=groups != heads,
+            )  # fmt: skip
+        else:
+            if bias is None:
+                bias = torch.zeros(1, 1, 1, keys.shape[2], device=q.device)
+            attended = self.capped(q, keys, values, bias)
+        return self.o(attended.view(batch, 1, heads * dim))
+
+    def step(
+        self, hidden: torch.Tensor, cache: LayerCache, bias: torch.Tensor | None,
+        rotary: torch.Tensor | None, first_key: int = 0,
+    ) -> torch.Tensor:  # fmt: skip
+        """The layer's output for ``hidden`` ``[B, 1, H]``, one new token per row.
+
+        :param cache: the layer's cache, ``start`` at the new token's slot (written here).
+        :param bias: the additive mask ``[B, 1 or nh, 1, K]`` over cached slots ``first_key
+            .. start``, or ``None`` when the token sees all of them.
+        :param rotary: the token's RoPE phases ``[B or 1, 1, r/2]`` (complex), or ``None``.
+        """
+        normed = self.norm1(hidden)
+        attended = self._attend(normed, cache, bias, rotary, first_key)
+        if self.parallel:
+            ffn_in = normed if self.norm3 is None else self.norm3(hidden)
+            return (hidden + attended).add_(self.ffn(ffn_in))
+        if self.sandwich:
+            attended = self.norm1_post(attended)
+        hidden = attended.add_(hidden)
+        assert self.norm3 is not None
+        ffn_out = self.ffn(self.norm3(hidden))
+        if self.sandwich:
+            ffn_out = self.norm3_post(ffn_out)
+        return ffn_out.add_(hidden)
+
+
+def _rotated(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
+    wide = x.float()
+    _rotate_(wide, phases)
+    return wide.to(x.dtype)
+
+
+def head_step(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """``model``'s ``ln_f`` and head (the logits' scale and softcap too) without module calls."""
+    s = model.settings
+    logits = linear_step(model.lm_head)(norm_step(model.ln_f)(hidden))
+    if s.logits_scale is not None:
+        logits = logits * s.logits_scale
+    if s.final_cap is not None:
+        logits = s.final_cap * torch.tanh(logits / s.final_cap)
+    return logits
