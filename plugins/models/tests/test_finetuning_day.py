@@ -47,7 +47,7 @@ pytest.importorskip("tokenizers")
 
 from plugtrain.cli import main
 from plugtrain.train.loop.callbacks import Callbacks
-from plugtrain_models.generation.prompts import checkpoint_eos_ids
+from plugtrain_models.generation.prompts import checkpoint_eos_ids, read_prompts
 from plugtrain_models.generation.run import resolve_tokenizer
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -164,12 +164,26 @@ def _generated(ran: Ran) -> list[list[int]]:
     return [json.loads(line)["token_ids"] for line in ran.out.splitlines()]
 
 
-def _peft_ids(namespace: dict[str, Any], prompts: list[str], max_tokens: int) -> list[list[int]]:
-    """Greedy ids of transformers + PEFT (the page's ``adapted``), one prompt at a time."""
+def _chats(argv: list[str]) -> list[list[dict[str, str]]]:
+    """The chats a ``generate`` command line renders: ``--chat`` prompts as user turns, or
+    the ``messages`` of its ``--prompts-file``."""
+    if "--prompts-file" in argv:
+        prompts = read_prompts(None, argv[argv.index("--prompts-file") + 1])
+    else:
+        following = argv[argv.index("--prompt") + 1 :]
+        ends = [i for i, word in enumerate(following) if word.startswith("--")]
+        prompts = list(following[: ends[0] if ends else len(following)])
+    assert all(isinstance(p, list) for p in prompts) or "--chat" in argv
+    return [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+
+
+def _peft_ids(
+    namespace: dict[str, Any], chats: list[list[dict[str, str]]], max_tokens: int
+) -> list[list[int]]:
+    """Greedy ids of transformers + PEFT (the page's ``adapted``), one chat at a time."""
     tokenizer, adapted = namespace["tokenizer"], namespace["adapted"].eval()
     found = []
-    for text in prompts:
-        chat = [{"role": "user", "content": text}]
+    for chat in chats:
         prompt = tokenizer.apply_chat_template(
             chat, add_generation_prompt=True, return_tensors="pt"
         )
@@ -236,18 +250,22 @@ def _check_the_resume(
 
 
 def _check_generation(done: dict[str, Any], whole_options: list[str], capsys: Any) -> None:
-    """``generate --chat`` from the adapter-only and the whole checkpoint: PEFT's greedy ids."""
-    generate = next(r for r in done["ran"] if r.argv[0] == "generate")
-    argv = generate.argv
-    prompts = argv[argv.index("--prompt") + 1 : argv.index("--max-tokens")]
-    max_tokens = int(argv[argv.index("--max-tokens") + 1])
-    from_whole = _plugtrain([*argv[:2], *whole_options, *argv[2:]], capsys)
-    assert from_whole.status == 0, from_whole.err[-3000:]
-    reference = _peft_ids(done["namespace"], prompts, max_tokens)
-    assert _generated(generate) == reference
-    assert _generated(from_whole) == reference
+    """Each chat ``generate`` of the page, from its adapter-only checkpoint and from the whole
+    one of the uninterrupted run: transformers + PEFT's greedy ids."""
+    generated = [r for r in done["ran"] if r.argv[0] == "generate"]
+    assert generated
     eot = done["namespace"]["tokenizer"].convert_tokens_to_ids("<|eot_id|>")
-    assert any(ids[-1] == eot and len(ids) < max_tokens for ids in reference)  # stopped there
+    ended = 0
+    for generate in generated:
+        argv = generate.argv
+        max_tokens = int(argv[argv.index("--max-tokens") + 1])
+        reference = _peft_ids(done["namespace"], _chats(argv), max_tokens)
+        assert _generated(generate) == reference, argv
+        from_whole = _plugtrain([*argv[:2], *whole_options, *argv[2:]], capsys)
+        assert from_whole.status == 0, from_whole.err[-3000:]
+        assert _generated(from_whole) == reference, argv
+        ended += sum(ids[-1] == eot and len(ids) < max_tokens for ids in reference)
+    assert ended  # a turn stopped at <|eot_id|>, an id of the base's eos_token_id list
 
 
 def _check_lm_eval(done: dict[str, Any], steps: int) -> None:
