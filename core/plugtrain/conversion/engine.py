@@ -135,13 +135,22 @@ def hf_to_plugtrain(
     return read_checkpoint(opened, drop_unmatched=drop_unmatched)
 
 
-def read_checkpoint(opened: ForeignCheckpoint, *, drop_unmatched: bool = False) -> Converted:
+def read_checkpoint(
+    opened: ForeignCheckpoint,
+    *,
+    drop_unmatched: bool = False,
+    dtypes: Mapping[str, torch.dtype] | None = None,
+) -> Converted:
     """The state of an opened Hugging Face checkpoint, read one shard in memory at a time.
 
     The model is built (on the ``meta`` device) through the registry the checkpoint was opened
     with; no other registry is consulted. Under a wrapping converter the decoder's state is
     named under its section and copied under each copy's prefix.
 
+    :param dtypes: the type each tensor is to have in the model it loads into (by its name
+        here): each is converted as it is read, into memory of its own (not the file's), so
+        that a model loading the state can keep these tensors rather than copy them, and no
+        tensor of the file's type outlives its conversion.
     :raises ConversionError: naming the tensor that does not convert, or the ones missing.
     """
     registry, converter, hf = opened.registry, opened.converter, opened.hf_config
@@ -152,7 +161,10 @@ def read_checkpoint(opened: ForeignCheckpoint, *, drop_unmatched: bool = False) 
     state: dict[str, torch.Tensor] = {}
     for name, tensor in iter_file_tensors(opened.weight_files):
         for target, made in applier.add(name, tensor):
-            state[_PREFIX + target] = _checked(made, _PREFIX + target, layout, source)
+            named = _PREFIX + target
+            state[named] = _checked(made, named, layout, source)
+            if dtypes is not None and named in dtypes:
+                state[named] = made.to(dtypes[named], copy=True)
     applier.finish(drop_unmatched, str(source))
     if converter.is_headless:
         _make_head(state, converter, hf, complete, layout)

@@ -33,7 +33,7 @@ from plugtrain.conversion import hf_to_plugtrain
 from plugtrain.testing import write_run_file
 from plugtrain.train.assembly import build_trainer
 from plugtrain.train.assembly.run import _loads_weights
-from plugtrain.train.checkpointing.state import deferred
+from plugtrain.train.checkpointing.state import deferred, trainer_state
 from plugtrain_models.families import build_decoder
 from plugtrain_models.generation import generate
 from plugtrain_models.generation.loading import load_run
@@ -47,9 +47,10 @@ PROMPTS = [[5, 6, 7, 8], [3, 4]]
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny GPT-2 (dropout 0.1, tied head) saved in shards with an index."""
+    """A tiny GPT-2 (dropout 0.1, tied head) in bfloat16, saved in shards with an index."""
     model = random_hf_model(transformers.GPT2Config, transformers.GPT2LMHeadModel, **GPT2)
-    return save_hf(model, tmp_path_factory.mktemp("hf") / "gpt2", max_shard_size="40KB")
+    folder = tmp_path_factory.mktemp("hf") / "gpt2"
+    return save_hf(model.to(torch.bfloat16), folder, max_shard_size="20KB")
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +271,13 @@ def test_generate_loads_the_folder_into_an_uninitialised_model(
     lora: bool,
 ) -> None:
     run_file = _load_run_file(tmp_path, model_keys, lora)
+    adopted: list[int] = []
+
+    def counting(model: torch.nn.Module, weights: Any) -> int:
+        adopted.append(deferred.adopt(model, weights))
+        return adopted[-1]
+
+    monkeypatch.setattr(trainer_state, "adopt", counting)
 
     def run() -> tuple[Any, ...]:
         initialised.clear()
@@ -283,6 +291,8 @@ def test_generate_loads_the_folder_into_an_uninitialised_model(
     assert ids == old_ids
     assert (calls, old_calls) == (0, 1)
     assert any("lora_A" in name for name in state) == lora
+    base = {t.untyped_storage().data_ptr() for n, t in state.items() if "lora_" not in n}
+    assert adopted == [len(base), 0]  # the converted tensors became the model's; none when whole
 
 
 def test_lm_eval_scores_the_same_model(

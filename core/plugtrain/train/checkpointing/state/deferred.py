@@ -4,7 +4,10 @@ When a run will load a full checkpoint into its model, initialising the model fi
 work: Model Zoo's initialisers cost seconds of CPU on a large model, and the checkpoint then
 replaces every value. :func:`build_for_loading` builds such a model on the ``meta`` device and
 gives each parameter and buffer uninitialised CPU storage (memory the checkpoint's values are
-the first to touch); the checkpoint's load writes it. The model must declare ``init_weights()``
+the first to touch); the checkpoint's load writes it. Tensors read into memory of their own (a
+Hugging Face folder's, converted to the model's types as they are read) become the model's
+storage instead (:func:`adopt`): the load then copies nothing. The model must declare
+``init_weights()``
 (plugtrain's meta-device contract: the values construction gives, drawing the same random
 numbers in the same order); another model is built as usual.
 
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 __all__ = [
+    "adopt",
     "build_for_loading",
     "continue_after_build",
     "fill_pending",
@@ -143,6 +147,34 @@ def _owner(root: nn.Module) -> tuple[str, nn.Module] | None:
 def is_pending(root: nn.Module) -> bool:
     """Whether ``root`` holds a model built for loading whose storage is not all filled yet."""
     return _owner(root) is not None
+
+
+def adopt(root: nn.Module, weights: Mapping[str, Any]) -> int:
+    """Let ``root``'s unfilled tensors hold ``weights``' tensors themselves; how many did.
+
+    For a model built for loading, about to load ``weights`` whose tensors are its own (not
+    views of a file, nor another model's): each tensor of the same type and shape becomes
+    the storage of the model's tensor of that name, so the load copies nothing new into
+    memory (it copies each onto itself). Others are left to the load.
+    """
+    found = _owner(root)
+    if found is None:
+        return 0
+    prefix, module = found
+    pending: _Pending = getattr(module, _PENDING)
+    dot = f"{prefix}." if prefix else ""
+    held = module.state_dict(keep_vars=True)
+    adopted = 0
+    for group in pending.names:
+        target = held.get(group[0]) if group[0] in held else None
+        value = next((weights[dot + n] for n in group if dot + n in weights), None)
+        if target is None or not isinstance(value, torch.Tensor) or value.is_meta:
+            continue
+        same = value.dtype == target.dtype and value.shape == target.shape
+        if same and value.device == target.device and value.is_contiguous():
+            target.data = value
+            adopted += 1
+    return adopted
 
 
 def fill_pending(root: nn.Module, loaded: Iterable[str] = ()) -> int:

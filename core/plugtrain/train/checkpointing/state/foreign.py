@@ -45,6 +45,9 @@ def hf_checkpoint_state(
     takes it) and its ``model_keys``, so that a ``config.json`` describing another model is
     refused before any shard is read.
 
+    Each tensor comes converted to the type the model holds it in, in memory of its own (see
+    :func:`plugtrain.conversion.read_checkpoint`): a model built for loading keeps them.
+
     :param registry: the registry the converter and the model are found in.
     :param model_name: the model's registered name, where the run file gave it.
     :raises CheckpointError: the model names no converter, or the checkpoint does not convert.
@@ -74,7 +77,8 @@ def hf_checkpoint_state(
             converter=converter,
             model_keys=keys if isinstance(keys, Mapping) else None,
         )
-        converted = read_checkpoint(opened)
+        dtypes = {n: t.dtype for n, t in model.state_dict().items() if t.is_floating_point()}
+        converted = read_checkpoint(opened, dtypes=dtypes)
     except ConfigMismatchError:
         raise
     except ConversionError as exc:

@@ -22,7 +22,7 @@ from plugtrain.config.plan import plain
 from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingError
 from plugtrain.train.checkpointing.ranks import restore_agreed
 from plugtrain.train.checkpointing.run_folder import reserve
-from plugtrain.train.checkpointing.state.deferred import fill_pending
+from plugtrain.train.checkpointing.state.deferred import adopt, fill_pending
 from plugtrain.train.checkpointing.state.fit_check import check_fits
 from plugtrain.train.checkpointing.state.fit_start import STARTED_FROM, restore_for_fit
 from plugtrain.train.checkpointing.state.foreign import (
@@ -61,6 +61,7 @@ class TrainerState:
         """The resolved starting point of this run (``None``: the model's own weights)."""
         self.loaded_metadata: dict[str, Any] = {}
         """The ``metadata`` of the checkpoint loaded last."""
+        self._own_tensors = False  # whether the tensors read last are in memory of their own
 
     @property
     def gathers(self) -> bool:
@@ -176,6 +177,7 @@ class TrainerState:
         Its ``metadata`` is kept as :attr:`loaded_metadata`.
         """
         model = self.trainer.unwrapped_model
+        self._own_tensors = False
         if is_hf_checkpoint(path):
             registry = self.trainer.registry
             if registry is None:  # a Trainer built in Python: the process's plugins
@@ -183,6 +185,7 @@ class TrainerState:
 
                 registry = get_registry()
             state = hf_checkpoint_state(model, path, registry, _model_name(self.trainer.config))
+            self._own_tensors = True
         else:
             state = self.trainer.checkpointer.load(path)
         if "model" in state:
@@ -252,6 +255,8 @@ class TrainerState:
         """Load the model's part; fill what it lacks of a model built for loading."""
         trainer = self.trainer
         model = trainer.unwrapped_model
+        if self._own_tensors:  # converted into memory of their own: a model built for it keeps them
+            adopt(model, weights)
         loaded = model.load_state_dict(weights, strict=strict)
         if not same_keys:
             _report_non_strict(path, loaded.missing_keys, loaded.unexpected_keys, trainer.optimizer)
