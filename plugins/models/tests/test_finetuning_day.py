@@ -61,12 +61,18 @@ STOP_AT = 3
 
 
 def day_steps() -> list[tuple[str, str]]:
-    """The marked blocks of the page's section, in order: (what to do, the block's text)."""
+    """The marked blocks of the page's section, in order: (what to do, the block's text).
+
+    Every block of the section is marked: none is shown without being run or checked.
+    """
     page = PAGE.read_text(encoding="utf-8")
     start = page.index(SECTION)
     end = page.find("\n## ", start + len(SECTION))
     section = page[start : end if end != -1 else len(page)]
-    return [(m["what"].strip(), m["text"]) for m in BLOCK.finditer(section)]
+    steps = [(m["what"].strip(), m["text"]) for m in BLOCK.finditer(section)]
+    fences = sum(1 for line in section.splitlines() if line.startswith("```"))
+    assert fences == 2 * len(steps), "a block of the section is not marked <!-- day: ... -->"
+    return steps
 
 
 class Ran:
