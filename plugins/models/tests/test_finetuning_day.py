@@ -3,7 +3,7 @@
 The page marks what the test does with each block: ``<!-- day: write FILE -->`` writes the
 block to FILE, ``<!-- day: run -->`` runs its commands (``plugtrain ...`` in this process,
 ``python FILE`` as a script), ``<!-- day: python -->`` runs the block as Python and
-``<!-- day: says -->`` is a line the previous command prints. The fit marked ``interrupted``
+``<!-- day: says -->`` holds lines the previous command prints. The fit marked ``interrupted``
 gets SIGTERM during step 3, as a scheduler would send it; the one marked ``resumed``
 must be the command its message says to run.
 
@@ -39,11 +39,6 @@ from typing import Any
 import pytest
 import torch
 import yaml
-
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
-pytest.importorskip("lm_eval")
-pytest.importorskip("tokenizers")
 
 from plugtrain.cli import main
 from plugtrain.train.loop.callbacks import Callbacks
@@ -333,6 +328,8 @@ def test_the_fine_tuning_day_runs_as_the_docs_walk_it_and_equals_the_reference_t
     capsys: pytest.CaptureFixture[str],
     stop_signals_default: None,
 ) -> None:
+    for needed in ("transformers", "peft", "lm_eval", "tokenizers", "safetensors"):
+        pytest.importorskip(needed)
     monkeypatch.chdir(tmp_path)
     done = walk_the_day(monkeypatch, capsys)
     run_file = Path("lora_chat.yaml")
