@@ -3,11 +3,12 @@
 :class:`ConfigRun` reads the records (in the main process) and turns a batch of them into
 samples (:meth:`ConfigRun.job`), in the main process or in a worker process that built its own
 :class:`ConfigRun` from the same file. A batch's result depends on its records only, so any
-number of processes makes the same samples.
+number of processes (and threads: each has its own encoder) makes the same samples.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -125,7 +126,7 @@ class ConfigRun:
         self.hook_kwargs = dict(processing["read_hook_kwargs"])
         self.counts: Counter[str] = Counter()
         self.keys_seen: set[str] = set()
-        self._encoder: Any = None
+        self._local = threading.local()  # each thread its own encoder (and its counts)
         # Model Zoo: 1 where the loss is ignored
         self.inverted_rows = (1, 4) if config.mode == "dpo" else (1,)
         self.inverted = bool(processing.get("inverted_mask"))
@@ -170,11 +171,11 @@ class ConfigRun:
         return self._pretraining(records)
 
     def _finetuning_encoder(self) -> FinetuningEncoder:
-        if self._encoder is None:
+        if getattr(self._local, "encoder", None) is None:
             processing, dataset = self.config.processing, self.config.dataset
             # Model Zoo: the tokenizer's sep token or "<|sep|>" by default; null: none.
             default_sep = self.tokenizer.special_tokens.get("sep_token", "<|sep|>")
-            self._encoder = FinetuningEncoder(
+            self._local.encoder = FinetuningEncoder(
                 self.tokenizer,
                 eos_id=self.eos_id,
                 max_seq_length=self.msl,
@@ -186,7 +187,7 @@ class ConfigRun:
                 semantic_loss_weight=processing.get("semantic_loss_weight"),
                 semantic_drop_mask=processing.get("semantic_drop_mask"),
             )
-        encoder: FinetuningEncoder = self._encoder
+        encoder: FinetuningEncoder = self._local.encoder
         return encoder
 
     def _finetuning(self, records: list[Record]) -> BatchResult:
@@ -221,15 +222,15 @@ class ConfigRun:
     def _dpo(self, records: list[Record]) -> BatchResult:
         from plugtrain_models.dpo.encoding import DpoEncoder
 
-        if self._encoder is None:
+        if getattr(self._local, "encoder", None) is None:
             dataset = self.config.dataset
-            self._encoder = DpoEncoder(
+            self._local.encoder = DpoEncoder(
                 self.tokenizer, eos_id=self.eos_id, pad_id=self.pad_id, max_seq_length=self.msl,
                 max_prompt_length=int(dataset.get("max_prompt_length") or 512),
                 response_delimiter=str(dataset.get("response_delimiter") or "<response>"),
                 clean=self.clean,
             )  # fmt: skip
-        encoder = self._encoder
+        encoder = self._local.encoder
         before = dict(encoder.stats)
         samples = []
         for where, semantic in records:

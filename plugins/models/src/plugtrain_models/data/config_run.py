@@ -91,7 +91,8 @@ def _pieces(run: ConfigRun, documents: list[np.ndarray]) -> Iterator[Encoded]:
 
 def _sample_batches(run: ConfigRun, path: str, processes: int) -> Iterator[SampleBatch]:
     """The run's samples, batch by batch, in the order they are written."""
-    results = ordered_map(_job_of, (path,), _chunks(run.records(), BATCH), processes)
+    batches = _chunks(run.records(), BATCH)
+    results = ordered_map(run.job, _job_of, (path,), batches, processes)
     mode = run.config.mode
     packed: list[Encoded] = []
     pack = run.config.dataset.get("pack_sequences", True) is not False

@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 
 from plugtrain_models.data.regions import (
+    OffsetArrays,
     Region,
     find_token_range,
     find_token_range_arrays,
@@ -187,12 +188,11 @@ class FinetuningEncoder:
             todo = [i for i, f in enumerate(formatted) if isinstance(f, tuple) and f[2] == is_chat]
             texts = [formatted[i][0] for i in todo]  # type: ignore[index]
             encoded = self.tokenizer.encode_batch_arrays(texts, not is_chat)
-            for i, (token_ids, starts, ends) in zip(todo, encoded, strict=True):
+            for i, (token_ids, offsets) in zip(todo, encoded, strict=True):
                 text, regions, _ = formatted[i]  # type: ignore[misc]
+                arrays = OffsetArrays(offsets[:, 0], offsets[:, 1])
                 try:
-                    results[i] = self._sample_arrays(
-                        text, regions, is_chat, token_ids, starts, ends
-                    )
+                    results[i] = self._sample_arrays(text, regions, is_chat, token_ids, arrays)
                 except Skipped as skipped:
                     results[i] = skipped
         return results
@@ -203,15 +203,14 @@ class FinetuningEncoder:
         regions: list[Region],
         is_chat: bool,
         token_ids: np.ndarray,
-        starts: np.ndarray,
-        ends: np.ndarray,
+        offsets: OffsetArrays,
     ) -> Encoded:
         """:meth:`_sample` with the ids and offsets as arrays (the result holds arrays)."""
         fold_end_tokens(text, regions, self.end_token, is_chat)
         tokens: list[tuple[str, int, int, float]] = []
         first = 0
         for region in regions:
-            start, end = find_token_range_arrays(region, starts, ends, first)
+            start, end = find_token_range_arrays(region, offsets, first)
             if region.get("handle_turn_token"):
                 end += 1
             tokens.append((region["role"], start, end, region["loss_weight"]))

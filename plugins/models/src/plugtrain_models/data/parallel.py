@@ -2,15 +2,20 @@
 
 ``setup.processes: N`` runs :meth:`ConfigRun.job <plugtrain_models.data.config_jobs.ConfigRun.job>`
 on N worker processes. The main process reads the records and writes the files; results come
-back in the order the batches were sent, so the files are the same for any N.
+back in the order the batches were sent, so the files are the same for any N. One process runs
+two batches at a time on two threads: while one waits for the tokenizer's threads (which
+release the GIL), the other computes masks and compresses.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from multiprocessing.pool import AsyncResult
 from typing import Any, TypeVar
 
 __all__ = ["ordered_map"]
@@ -20,6 +25,9 @@ Result = TypeVar("Result")
 
 IN_FLIGHT = 2
 """Batches queued per worker: enough to keep each busy, few enough to hold little."""
+
+THREADS = 2
+"""Threads of a one-process run."""
 
 _worker_state: dict[str, Any] = {}
 
@@ -35,21 +43,24 @@ def _call(item: Any) -> Any:
 
 
 def ordered_map(
+    function: Callable[[Item], Result],
     make: Callable[..., Callable[[Item], Result]],
     args: tuple[Any, ...],
     items: Iterable[Item],
     processes: int,
 ) -> Iterator[Result]:
-    """``function(item)`` of each item, in order, with ``function = make(*args)``.
+    """``function(item)`` of each item, in order.
 
-    With ``processes`` 1 it runs here; otherwise each of ``processes`` workers calls
-    ``make(*args)`` once (``make`` and ``args`` must pickle) and takes items as they come, at
-    most :data:`IN_FLIGHT` per worker queued, so ``items`` is read as the results are used.
-    A worker's exception is raised here, at its item's turn.
+    With ``processes`` 1 it runs here, on :data:`THREADS` threads (``function`` must allow
+    that); otherwise each of ``processes`` workers builds its own ``make(*args)`` (the same
+    function; ``make`` and ``args`` must pickle) and takes items as they come. At most
+    :data:`IN_FLIGHT` items per worker are queued, so ``items`` is read as the results are
+    used. An exception is raised here, at its item's turn.
     """
     if processes <= 1:
-        function = make(*args)
-        yield from (function(item) for item in items)
+        with ThreadPoolExecutor(THREADS) as threads:
+            submit = functools.partial(threads.submit, function)
+            yield from _in_order(submit, Future.result, items, IN_FLIGHT * THREADS)
         return
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
@@ -64,10 +75,18 @@ def ordered_map(
         else:
             os.environ["TOKENIZERS_PARALLELISM"] = saved
     with pool:
-        pending: deque[Any] = deque()
-        for item in items:
-            pending.append(pool.apply_async(_call, (item,)))
-            if len(pending) >= IN_FLIGHT * processes:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+        submit = lambda item: pool.apply_async(_call, (item,))  # noqa: E731
+        yield from _in_order(submit, AsyncResult.get, items, IN_FLIGHT * processes)
+
+
+def _in_order(
+    submit: Callable[[Any], Any], get: Callable[[Any], Any], items: Iterable[Any], window: int
+) -> Iterator[Any]:
+    """Submit each item, at most ``window`` pending; each result in turn."""
+    pending: deque[Any] = deque()
+    for item in items:
+        pending.append(submit(item))
+        if len(pending) >= window:
+            yield get(pending.popleft())
+    while pending:
+        yield get(pending.popleft())

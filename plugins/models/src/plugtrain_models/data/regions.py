@@ -13,7 +13,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["find_token_range", "find_token_range_arrays", "fold_end_tokens", "locate_markers"]
+__all__ = [
+    "OffsetArrays",
+    "find_token_range",
+    "find_token_range_arrays",
+    "fold_end_tokens",
+    "locate_markers",
+]
 
 Region = dict[str, Any]
 """``{role, indices: (start, end), loss_weight, ...}``: character indices until tokenized."""
@@ -121,32 +127,44 @@ def find_token_range(
     return start, end + 1
 
 
-def find_token_range_arrays(
-    region: Region, starts: np.ndarray, ends: np.ndarray, first: int
-) -> tuple[int, int]:
-    """:func:`find_token_range` over the offsets as two arrays (each token's start and end).
+class OffsetArrays:
+    """A text's token offsets as arrays, with what :func:`find_token_range_arrays` asks of them.
 
-    The same rule, evaluated with numpy over the tokens from ``first`` on.
+    :param starts: each token's first character.
+    :param ends: each token's end (one past its last character).
+    """
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.starts, self.ends = starts, ends
+        # a token is at or past a character c where (start <= c < end) or start > c, i.e.
+        # where max(start, end) > c
+        self.reach = np.maximum(starts, ends)
+        # the next token's start; past the last token: beyond every character
+        self.following = np.empty_like(starts)
+        self.following[:-1] = starts[1:]
+        self.following[-1:] = np.iinfo(starts.dtype).max
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def find_token_range_arrays(region: Region, offsets: OffsetArrays, first: int) -> tuple[int, int]:
+    """:func:`find_token_range` over :class:`OffsetArrays`: the same rule, with numpy.
 
     :raises ValueError: the offsets do not cover the region.
     """
     string_start, string_end = region["indices"]
-    head_starts, head_ends = starts[first:], ends[first:]
-    hits = ((head_starts <= string_start) & (string_start < head_ends)) | (
-        head_starts > string_start
-    )
+    hits = offsets.reach[first:] > string_start
     found = int(hits.argmax()) if len(hits) else 0
     if not len(hits) or not hits[found]:
         raise ValueError("the tokenizer's offsets do not cover a region of the text")
     start = first + found
-    tail_starts, tail_ends = starts[start:], ends[start:]
-    following = np.empty_like(tail_starts)
-    following[:-1] = tail_starts[1:]
-    hits = (tail_ends >= string_end) & (tail_starts < string_end)
-    # the next token starts at or after the region's end (the last token: always)
-    after = following >= string_end
-    after[-1] = True
-    hits |= (tail_ends < string_end) & after
+    ends = offsets.ends[start:]
+    hits = np.where(
+        ends >= string_end,
+        offsets.starts[start:] < string_end,
+        offsets.following[start:] >= string_end,
+    )
     found = int(hits.argmax())
     if not hits[found]:
         raise ValueError("the tokenizer's offsets do not cover the end of a region of the text")

@@ -9,6 +9,7 @@ and ``apply_chat_template(..., tokenize=False)`` give for the same folder.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -210,14 +211,15 @@ class TokenizerFolder:
 
     def encode_batch_arrays(
         self, texts: Sequence[str], add_special_tokens: bool = True
-    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Each text's ids and its tokens' start and end offsets, as int32/int64 arrays."""
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each text's ids (int32) and its tokens' offsets ``[n, 2]`` (int64), in parallel."""
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         result = []
         for encoding in encodings:
-            offsets = np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2)
             ids = np.array(encoding.ids, dtype=np.int32)
-            result.append((ids, offsets[:, 0], offsets[:, 1]))
+            flat = itertools.chain.from_iterable(encoding.offsets)
+            offsets = np.fromiter(flat, dtype=np.int64, count=2 * len(ids)).reshape(-1, 2)
+            result.append((ids, offsets))
         return result
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
