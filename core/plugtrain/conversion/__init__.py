@@ -8,7 +8,9 @@ declaration (config table, weight rules, transforms) on the shared engine.
 ``generate``, ``lm_eval``) opens a Hugging Face checkpoint: its ``config.json`` is compared with
 the caller's model before any shard is read, and :func:`read_checkpoint` reads the tensors.
 The declarations, look-ups and opening import no torch; reading, :func:`hf_to_plugtrain` and
-:func:`export_hf` do.
+:func:`export_hf` do. :func:`build_for_loading` builds a model a checkpoint will fill on
+``meta``, without initialising it, and :func:`fill_pending` gives what no checkpoint filled its
+initial values (:mod:`plugtrain.conversion.meta_build`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from plugtrain.conversion.opening import (
 
 if TYPE_CHECKING:
     from plugtrain.conversion.engine import Converted, export_hf, hf_to_plugtrain, read_checkpoint
+    from plugtrain.conversion.meta_build import build_for_loading, fill_pending
 
 __all__ = [
     "FORMATS",
@@ -50,8 +53,10 @@ __all__ = [
     "ForeignCheckpoint",
     "Transform",
     "WeightRule",
+    "build_for_loading",
     "describe_difference",
     "export_hf",
+    "fill_pending",
     "headless",
     "hf_to_plugtrain",
     "is_hf_checkpoint",
@@ -61,6 +66,7 @@ __all__ = [
 ]
 
 _ENGINE = {"Converted", "export_hf", "hf_to_plugtrain", "read_checkpoint"}
+_META_BUILD = {"build_for_loading", "fill_pending"}
 
 
 def __getattr__(name: str) -> Any:
@@ -68,4 +74,8 @@ def __getattr__(name: str) -> Any:
         from plugtrain.conversion import engine
 
         return getattr(engine, name)
+    if name in _META_BUILD:
+        from plugtrain.conversion import meta_build
+
+        return getattr(meta_build, name)
     raise AttributeError(f"module 'plugtrain.conversion' has no attribute {name!r}")

@@ -30,10 +30,12 @@ from plugtrain.cli import main as plugtrain_main
 from plugtrain.config import load_plan
 from plugtrain.config.plan import FitPlan, ValidatePlan
 from plugtrain.conversion import hf_to_plugtrain
+from plugtrain.conversion import meta_build as deferred
+from plugtrain.conversion.meta_build import filling
 from plugtrain.testing import write_run_file
 from plugtrain.train.assembly import build_trainer
 from plugtrain.train.assembly.run import _loads_weights
-from plugtrain.train.checkpointing.state import deferred, trainer_state
+from plugtrain.train.checkpointing.state import trainer_state
 from plugtrain_models.families import build_decoder
 from plugtrain_models.generation import generate
 from plugtrain_models.generation.loading import load_run
@@ -150,13 +152,13 @@ def test_a_full_load_skips_every_initialiser_and_keeps_ties(
     model_keys: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scratch: list[int] = []
-    original = deferred._OnScratch.__init__
+    original = filling._OnScratch.__init__
 
     def counting(self: Any, filled: set[int]) -> None:
         scratch.append(len(filled))
         original(self, filled)
 
-    monkeypatch.setattr(deferred._OnScratch, "__init__", counting)
+    monkeypatch.setattr(filling._OnScratch, "__init__", counting)
     build = _build(model_keys, position_embedding_type="fixed")
     torch.manual_seed(100)
     checkpoint = build().state_dict()

@@ -75,7 +75,7 @@ def _model_factory(
 
     Only on a single CPU process without sparsity (which reads the weights as they are built):
     there the model is built on ``meta`` and never initialised (see
-    :mod:`plugtrain.train.checkpointing.state.deferred`).
+    :mod:`plugtrain.conversion.meta_build`).
     """
 
     def build() -> Any:
@@ -85,7 +85,7 @@ def _model_factory(
     on_cpu = getattr(getattr(backend, "device", None), "type", None) == "cpu"
     if not (weights_loaded and single and on_cpu and not plan.sparsity):
         return build
-    from plugtrain.train.checkpointing.state.deferred import build_for_loading
+    from plugtrain.conversion.meta_build import build_for_loading
 
     return lambda: build_for_loading(build)
 

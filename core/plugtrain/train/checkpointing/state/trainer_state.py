@@ -19,10 +19,10 @@ import torch
 from plugtrain._unset import UNSET
 from plugtrain._version import __version__
 from plugtrain.config.plan import plain
+from plugtrain.conversion.meta_build import adopt, fill_pending
 from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingError
 from plugtrain.train.checkpointing.ranks import restore_agreed
 from plugtrain.train.checkpointing.run_folder import reserve
-from plugtrain.train.checkpointing.state.deferred import adopt, fill_pending
 from plugtrain.train.checkpointing.state.fit_check import check_fits
 from plugtrain.train.checkpointing.state.fit_start import STARTED_FROM, restore_for_fit
 from plugtrain.train.checkpointing.state.foreign import (

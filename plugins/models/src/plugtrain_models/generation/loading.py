@@ -7,7 +7,7 @@ this order: ``--ckpt`` (a plugtrain checkpoint, or a Hugging Face folder, opened
 opens it: its ``config.json`` must describe the run file's model), the newest checkpoint in
 ``model_dir``, the run file's ``fit.ckpt_path``; with none, the model stays as initialised.
 On the CPU the model is built on ``meta`` and never initialised when a checkpoint loads
-(:mod:`plugtrain.train.checkpointing.state.deferred`).
+(:mod:`plugtrain.conversion.meta_build`).
 A run file needs no ``fit`` or ``validate`` section here, nor the data they name: when its
 work sections do not check (none given, a data folder not on this machine), only what builds
 the model is checked.
@@ -27,9 +27,9 @@ import torch
 from plugtrain import Trainer, build_component
 from plugtrain.config import load_plan
 from plugtrain.config.plan import TrainerPlan
+from plugtrain.conversion import build_for_loading, fill_pending
 from plugtrain.errors import ConfigError
 from plugtrain.registry import Registry
-from plugtrain.train.checkpointing.state.deferred import build_for_loading, fill_pending
 
 __all__ = ["LoadedRun", "data_tokenizer", "load_run", "model_defaults"]
 

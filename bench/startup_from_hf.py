@@ -1,0 +1,192 @@
+"""From a Hugging Face folder to the first step and the first token, against reading the folder.
+
+Writes a Llama folder of random bfloat16 weights with transformers into a temporary folder
+(sharded safetensors and their index; nothing is downloaded): ``--size 1b`` is shaped like
+Llama 3.2 1B (1.24 B parameters, tied embeddings), ``100m`` and ``10m`` are quicker. Then runs,
+each in a fresh process and interleaved ``--rounds`` times:
+
+- ``read``: ``import torch``, then every tensor of the folder read into memory with
+  ``safetensors.torch.load_file`` (shard by shard): the floor a loader cannot beat;
+- ``fit``: ``plugtrain fit RUN.yaml`` starting from the folder (``ckpt_path``), LoRA r 8 on
+  the attention projections, AdamW, one step of 1 x 32 byte-level tokens (``StdlibText``), no
+  checkpoint: from the command's start to its exit after the first step;
+- ``generate``: ``plugtrain generate RUN.yaml --ckpt FOLDER --max-tokens 1``: to the first
+  token;
+- ``fit (old)`` and ``generate (old)``: the same with ``PLUGTRAIN_META_BUILD=0``, the model
+  built whole and initialised before the folder is loaded over it (``--no-old`` skips them).
+
+Printed: each process's wall time and peak RSS (``ru_maxrss``), the ratio of each time to
+``read``'s and of each peak to the model's bytes (the float32 weights plugtrain holds: 4 bytes
+a parameter), and the load average. Goals: ``fit`` and ``generate`` at most 1.5x ``read``'s
+time, peak RSS at most 1.15x the model's bytes.
+
+    python bench/startup_from_hf.py [--size 1b] [--rounds 1] [--no-old]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SIZES: dict[str, dict[str, Any]] = {
+    "1b": {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256},
+    "100m": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 8,
+             "num_attention_heads": 12, "num_key_value_heads": 4, "vocab_size": 32000},
+    "10m": {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+            "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8000},
+}  # fmt: skip
+LORA = {"r": 8, "alpha": 16, "target_modules": ["MultiQueryAttention", "Linear"]}
+READ = """
+import sys, torch
+from safetensors.torch import load_file
+tensors = [load_file(f) for f in sys.argv[1:]]
+print(sum(t.numel() for shard in tensors for t in shard.values()))
+"""
+
+
+def write_folder(folder: Path, size: str) -> None:
+    """A random bfloat16 Llama folder of ``size``, sharded, written by transformers."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        **SIZES[size], max_position_embeddings=2048, tie_word_embeddings=True,
+        bos_token_id=0, eos_token_id=1, torch_dtype="bfloat16",
+    )  # fmt: skip
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    torch.set_default_dtype(torch.float32)
+    model.to_empty(device="cpu")
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.fill_(1.0)
+            else:
+                parameter.uniform_(-0.03, 0.03, generator=generator)
+    model.save_pretrained(folder, max_shard_size="500MB", safe_serialization=True)
+
+
+def run_file(folder: Path, work: Path) -> Path:
+    """The run file fitting and generating from ``folder`` (its model keys from config.json)."""
+    import yaml
+
+    from plugtrain.conversion import open_checkpoint
+    from plugtrain.discovery.loading import get_registry
+
+    opened = open_checkpoint(folder, get_registry())
+    init = {
+        "backend": {"backend_type": "CPU"},
+        "model_dir": str(work / "model_dir"),
+        "seed": 0,
+        "model": {"name": opened.model_name, **opened.model_keys},
+        "optimizer": {"AdamW": {"lr": 1e-4}},
+        "loop": {"max_steps": 1},
+        "checkpoint": {"steps": None},
+        "callbacks": [{"Lora": {"lora_params": LORA}}],
+    }
+    loader = {"StdlibText": {"batch_size": 1, "block_size": 32, "max_bytes": 100_000}}
+    fit = {"train_dataloader": loader, "ckpt_path": str(folder)}
+    path = work / "run.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"init": init, "fit": fit}}, sort_keys=False))
+    return path
+
+
+def measure(command: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS bytes of one fresh process running ``command``."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        error = process.stderr.read().decode() if process.stderr else ""
+        raise SystemExit(f"{' '.join(command)} failed:\n{error[-3000:]}")
+    return seconds, usage.ru_maxrss * 1024
+
+
+def model_parameters(folder: Path) -> int:
+    """The parameters of the folder's tensors, from the safetensors headers alone."""
+    total = 0
+    for shard in sorted(folder.glob("*.safetensors")):
+        with shard.open("rb") as handle:
+            header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                total += math.prod(entry["shape"])
+    return total
+
+
+def main() -> None:
+    """Write the folder, run every variant interleaved, print the table (see the module)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="1b")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--no-old", action="store_true", help="skip the initialised builds")
+    parser.add_argument("--write", metavar="DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.write:
+        write_folder(Path(args.write), args.size)
+        return
+    plugtrain = [sys.executable, "-m", "plugtrain"]
+    with tempfile.TemporaryDirectory(prefix="startup_from_hf-") as temporary:
+        work = Path(temporary)
+        folder = work / "llama"
+        started = time.perf_counter()
+        # in a process of its own: a child's peak RSS starts at its parent's (fork copies it)
+        command = [sys.executable, __file__, "--size", args.size, "--write", str(folder)]
+        subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
+        shards = sorted(str(p) for p in folder.glob("*.safetensors"))
+        print(f"wrote {len(shards)} shards in {time.perf_counter() - started:.0f} s")
+        run = str(run_file(folder, work))
+        generate = [*plugtrain, "generate", run, "--ckpt", str(folder), "--prompt", "ab"]
+        generate += ["--max-tokens", "1", "--tokenizer", "bytes"]
+        commands = {
+            "read": [sys.executable, "-c", READ, *shards],
+            "fit": [*plugtrain, "fit", run],
+            "generate": generate,
+        }
+        variants = [("read", "1"), ("fit", "1"), ("generate", "1")]
+        if not args.no_old:
+            variants += [("fit", "0"), ("generate", "0")]
+        env = {**os.environ, "OMP_NUM_THREADS": "2"}
+        results: dict[str, list[tuple[float, int]]] = {}
+        for _ in range(args.rounds):
+            for name, meta in variants:
+                label = name if meta == "1" or name == "read" else f"{name} (old)"
+                measured = measure(commands[name], {**env, "PLUGTRAIN_META_BUILD": meta})
+                results.setdefault(label, []).append(measured)
+                print(f"  {label}: {measured[0]:.1f} s, {measured[1] / 2**30:.2f} GiB", flush=True)
+        parameters = model_parameters(folder)
+        file_bytes = sum(Path(s).stat().st_size for s in shards)
+    model_bytes = 4 * parameters
+    print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
+    print(
+        f"{args.size}: {parameters / 1e9:.3f} B parameters; folder {file_bytes / 2**30:.2f} GiB "
+        f"(bfloat16), model {model_bytes / 2**30:.2f} GiB (float32); {args.rounds} round(s)"
+    )
+    read_s = statistics.median(s for s, _ in results["read"])
+    print(f"{'':18}{'seconds':>9}{'/ read':>8}{'peak GiB':>10}{'/ model':>9}")
+    for label, runs in results.items():
+        seconds = statistics.median(s for s, _ in runs)
+        peak = statistics.median(r for _, r in runs)
+        print(
+            f"{label:18}{seconds:9.1f}{seconds / read_s:8.2f}"
+            f"{peak / 2**30:10.2f}{peak / model_bytes:9.2f}"
+        )
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
