@@ -9,8 +9,11 @@ Then one step (forward, loss, backward, gradients cleared) of each is timed in t
 training mode, in float32 and under ``torch.autocast("cpu", bfloat16)``; the order alternates
 every round, and the medians are compared (ours / HF; above 1 means ours is faster). The
 fastest step of each is compared too (``best / best``): on a shared machine other work only
-adds time, so the fastest steps are the closest to a quiet machine's; ``spread`` is the larger
-side's interquartile range over its median, the noise of the run.
+adds time, so the fastest steps are the closest to a quiet machine's; ``CPU time`` is the ratio
+of the median process CPU seconds of a step (HF's over ours: the work each does, less moved by
+other processes than wall time, though waiting threads spin); ``spread`` is the larger side's
+interquartile range over its median, the noise of the run. The load average (``os.getloadavg``)
+is printed before and after the table.
 
 Each library's default attention: SDPA, except Gemma 2, whose attention soft-capping only
 transformers' eager path computes. The plugtrain step is the one the Trainer runs between log
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import platform
 import statistics
 import tempfile
@@ -171,17 +175,17 @@ def precisions() -> dict[str, Callable[[], Any]]:
     }
 
 
-def timed(step: Callable[..., float], *args: Any) -> float:
-    """Seconds one call of ``step(*args)`` takes."""
-    start = time.perf_counter()
+def timed(step: Callable[..., float], *args: Any) -> tuple[float, float]:
+    """Wall and process CPU seconds one call of ``step(*args)`` takes."""
+    start, cpu = time.perf_counter(), time.process_time()
     step(*args)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def race(
     ours: Any, theirs: Any, batch: dict[str, torch.Tensor], precision: Any, repeats: int
-) -> tuple[list[float], list[float]]:
-    """Seconds of each side's steps, alternating which goes first every round."""
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(wall, CPU) seconds of each side's steps, alternating which goes first every round."""
     for _ in range(2):  # warm-up: allocator, autocast caches, first-call paths
         ours_step(ours, batch, precision)
         hf_step(theirs, batch, precision)
@@ -194,6 +198,11 @@ def race(
             mine.append(timed(ours_step, ours, batch, precision))
             hf.append(timed(hf_step, theirs, batch, precision))
     return mine, hf
+
+
+def load() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _spread(times: list[float]) -> float:
@@ -250,8 +259,8 @@ def main() -> None:
         f"backward){'; logged steps (accuracy computed)' if size.with_metrics else ''}"
     )
     print(
-        "| family | dtype | ours tokens/s | HF tokens/s | ours / HF | best / best | spread "
-        "| loss diff |\n|---|---|---|---|---|---|---|---|"
+        f"{load()}\n| family | dtype | ours tokens/s | HF tokens/s | ours / HF | best / best "
+        "| CPU time | spread | loss diff |\n|---|---|---|---|---|---|---|---|---|"
     )
     tokens = size.batch * size.seq
     ids = torch.randint(
@@ -273,15 +282,20 @@ def main() -> None:
                 difference = abs(mine - hf) / abs(hf)
                 if dtype == "float32" and difference > size.loss_rtol:
                     mismatched.append(f"{family}: {mine!r} vs {hf!r}")
-                mine_s, hf_s = race(ours, theirs, batch, precision, size.repeats)
+                mine_t, hf_t = race(ours, theirs, batch, precision, size.repeats)
+                mine_s, hf_s = [t[0] for t in mine_t], [t[0] for t in hf_t]
                 ours_s, theirs_s = statistics.median(mine_s), statistics.median(hf_s)
+                cpu = statistics.median(t[1] for t in hf_t) / statistics.median(
+                    t[1] for t in mine_t
+                )
                 spread = max(_spread(mine_s), _spread(hf_s))
                 print(
                     f"| {family} | {dtype} | {tokens / ours_s:,.0f} | {tokens / theirs_s:,.0f} | "
-                    f"{theirs_s / ours_s:.2f} | {min(hf_s) / min(mine_s):.2f} | {spread:.0%} | "
-                    f"{difference:.1e} |",
+                    f"{theirs_s / ours_s:.2f} | {min(hf_s) / min(mine_s):.2f} | {cpu:.2f} | "
+                    f"{spread:.0%} | {difference:.1e} |",
                     flush=True,
                 )
+    print(load())
     if mismatched:
         raise SystemExit("float32 losses differ by more than --loss-rtol: " + "; ".join(mismatched))
 

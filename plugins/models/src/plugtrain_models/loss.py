@@ -36,10 +36,11 @@ class TokenCrossEntropy(torch.autograd.Function):
     ) -> torch.Tensor:
         """Each row's cross-entropy; keeps the logits for the backward."""
         rows = max(1, _BLOCK_ELEMENTS // logits.shape[-1])
-        picked = [
-            torch.log_softmax(block.float(), dim=-1).gather(-1, targets.unsqueeze(-1))
-            for block, targets in zip(logits.split(rows), labels.split(rows), strict=True)
-        ]
+        work = logits.new_empty((min(rows, len(logits)), logits.shape[-1]), dtype=torch.float32)
+        picked = []  # each block's log-softmax written into one float32 buffer
+        for block, targets in zip(logits.split(rows), labels.split(rows), strict=True):
+            log_softmax = _softmax_into(block, work, _LOG_SOFTMAX)
+            picked.append(log_softmax.gather(-1, targets.unsqueeze(-1)))
         ctx.save_for_backward(logits, labels)
         ctx.overwrite = overwrite
         return torch.cat(picked).squeeze(-1).neg_()
@@ -50,17 +51,33 @@ class TokenCrossEntropy(torch.autograd.Function):
         logits, labels = ctx.saved_tensors
         out = logits.detach() if ctx.overwrite else torch.empty_like(logits)
         rows = max(1, _BLOCK_ELEMENTS // logits.shape[-1])
+        wide = logits.dtype == torch.float32  # then computed where it is returned
+        work = None if wide else torch.empty_like(logits[:rows], dtype=torch.float32)
         for start in range(0, logits.shape[0], rows):
             end = min(start + rows, logits.shape[0])
             scale, target = grad[start:end].unsqueeze(-1), out[start:end]
-            if logits.dtype == torch.float32:  # computed where it is returned
-                block = torch.ops.aten._softmax.out(logits[start:end], -1, False, out=target)
-            else:  # in float32, then rounded once into the logits' dtype
-                block = torch.softmax(logits[start:end].float(), dim=-1)
+            # else in float32, then rounded once into the logits' dtype
+            block = _softmax_into(logits[start:end], target if wide else work, _SOFTMAX)
             block.mul_(scale).scatter_add_(-1, labels[start:end].unsqueeze(-1), -scale)
-            if block is not target:
+            if not wide:
                 target.copy_(block)
         return out, None, None
+
+
+_SOFTMAX, _LOG_SOFTMAX = torch.ops.aten._softmax.out, torch.ops.aten._log_softmax.out
+
+
+def _softmax_into(block: torch.Tensor, work: Any, kernel: Any) -> torch.Tensor:
+    """``kernel`` (softmax or log-softmax over rows) of ``block`` in float32, in ``work``'s rows.
+
+    A float32 block is read where it is; another is first copied into ``work`` (no new
+    tensor per block).
+    """
+    into = work[: len(block)]
+    if block.dtype != torch.float32:
+        block = into.copy_(block)
+    result: torch.Tensor = kernel(block, -1, False, out=into)
+    return result
 
 
 def lm_loss(
