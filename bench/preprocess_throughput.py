@@ -12,7 +12,9 @@ preprocessing run from the YAML file (reading JSON lines, read hook, encoding wi
 loss masks, padding, HDF5 writing, ``data_params.json``), as prompt/completion, as chats
 rendered with a Jinja template, and with ``use_ftfy: true`` (Model Zoo's default), each with
 ``setup.processes`` 1 and 2. Tokens per second are the baseline's token count over each side's
-wall time: the median of ``--reps`` rounds, the sides interleaved in each round. The files of
+wall time: the median of ``--reps`` rounds, the sides interleaved in each round. The CPU
+seconds (all threads, worker processes included) say what each side costs whatever else the
+machine runs. The files of
 1 and 2 processes are compared byte for byte (``data_params.json`` less the ``processes`` and
 ``output_dir`` it records); the load average is printed with the table.
 """
@@ -23,6 +25,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import shutil
 import statistics
 import sysconfig
@@ -80,21 +83,33 @@ def _tokenizer(folder: Path, pairs: list[tuple[str, str]]) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def _baseline(folder: Path, pairs: list[tuple[str, str]], threads: bool) -> tuple[int, float]:
+def _cpu() -> float:
+    """CPU seconds of this process and of its ended children (the worker processes)."""
+    own, children = (
+        resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _baseline(
+    folder: Path, pairs: list[tuple[str, str]], threads: bool
+) -> tuple[int, float, float]:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     texts = [p + SEP + c + EOS for p, c in pairs]
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads else "false"  # read at each call
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu()
     encodings = tokenizer.encode_batch(texts)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu() - cpu
     del os.environ["TOKENIZERS_PARALLELISM"]
-    return sum(len(e.ids) for e in encodings), seconds
+    return sum(len(e.ids) for e in encodings), seconds, cpu
 
 
-def _plugtrain(root: Path, name: str, run: tuple[str, str, str, bool, int]) -> tuple[float, Path]:
-    """One preprocessing run's seconds, and the folder it wrote."""
+def _plugtrain(
+    root: Path, name: str, run: tuple[str, str, str, bool, int]
+) -> tuple[float, float, Path]:
+    """One preprocessing run's seconds and CPU seconds, and the folder it wrote."""
     from plugtrain_models.data.config_run import run_config
 
     _label, hook, kwargs, ftfy, processes = run
@@ -111,9 +126,9 @@ def _plugtrain(root: Path, name: str, run: tuple[str, str, str, bool, int]) -> t
         sep=SEP,
     )
     config.write_text(text, encoding="utf-8")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu()
     run_config(str(config), io.StringIO(), io.StringIO())
-    return time.perf_counter() - start, output
+    return time.perf_counter() - start, _cpu() - cpu, output
 
 
 def _contents(folder: Path) -> dict[str, bytes]:
@@ -165,36 +180,37 @@ def main() -> None:
             for n in (1, 2)
         ]  # fmt: skip
         loads = [_load()]
-        base: list[float] = []
-        serial: list[float] = []
-        seconds: list[list[float]] = [[] for _ in runs]
+        seconds: list[list[float]] = [[] for _ in range(len(runs) + 2)]
+        cpus: list[list[float]] = [[] for _ in range(len(runs) + 2)]
         same: list[bool] = []
         for _round in range(args.reps):
-            tokens, took = _baseline(root / "tokenizer", pairs, threads=True)
-            base.append(took)
-            serial.append(_baseline(root / "tokenizer", pairs, threads=False)[1])
+            for side, threads in ((0, True), (1, False)):
+                tokens, took, cpu = _baseline(root / "tokenizer", pairs, threads)
+                seconds[side].append(took)
+                cpus[side].append(cpu)
             for i in range(0, len(runs), 2):  # 1 then 2 processes of one kind
-                took_one, one = _plugtrain(root, str(i), runs[i])
-                took_two, two = _plugtrain(root, str(i + 1), runs[i + 1])
-                seconds[i].append(took_one)
-                seconds[i + 1].append(took_two)
+                took, cpu, one = _plugtrain(root, str(i), runs[i])
+                seconds[i + 2].append(took)
+                cpus[i + 2].append(cpu)
+                took, cpu, two = _plugtrain(root, str(i + 1), runs[i + 1])
+                seconds[i + 3].append(took)
+                cpus[i + 3].append(cpu)
                 same.append(_contents(one) == _contents(two))
                 shutil.rmtree(one)
                 shutil.rmtree(two)
         loads.append(_load())
-    median = statistics.median(base)
+    wall = [statistics.median(s) for s in seconds]
+    cpu = [statistics.median(c) for c in cpus]
     print(f"{len(pairs)} records, {tokens} tokens (each side tokenizes the same text); median "
           f"of {args.reps} interleaved rounds; {loads[0]} before, {loads[1]} after\n")  # fmt: skip
-    print("| side | seconds | tokens/s | / encode_batch |")
-    print("|---|---|---|---|")
-    print(f"| tokenizers encode_batch | {median:.2f} | {tokens / median:,.0f} | 1.00 |")
-    one = statistics.median(serial)
-    print(f"| tokenizers encode_batch, one thread | {one:.2f} | {tokens / one:,.0f} | "
-          f"{median / one:.2f} |")  # fmt: skip
-    for (name, *_), runs_seconds in zip(runs, seconds, strict=True):
-        took = statistics.median(runs_seconds)
-        print(f"| plugtrain preprocess, {name} | {took:.2f} | {tokens / took:,.0f} | "
-              f"{median / took:.2f} |")  # fmt: skip
+    print("| side | seconds | tokens/s | / encode_batch | CPU seconds | tokens per CPU second "
+          "/ encode_batch's |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    names = ["tokenizers encode_batch", "tokenizers encode_batch, one thread"]
+    names += [f"plugtrain preprocess, {name}" for name, *_ in runs]
+    for name, took, used in zip(names, wall, cpu, strict=True):
+        print(f"| {name} | {took:.2f} | {tokens / took:,.0f} | {wall[0] / took:.2f} | "
+              f"{used:.2f} | {cpu[0] / used:.2f} |")  # fmt: skip
     verdict = "byte-equal" if all(same) else "DIFFERENT"
     print(f"\nfiles of processes 1 and 2: {verdict} ({sum(same)} of {len(same)} pairs)")
     if not all(same):

@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 import pytest
 
+from plugtrain.errors import TrainingError
 from plugtrain_models.data import config_run
 from plugtrain_models.data.config_jobs import ConfigRun
 from plugtrain_models.data.finetuning import Encoded, Skipped
@@ -217,6 +218,15 @@ def test_two_processes_write_the_bytes_of_one(root: Path, monkeypatch: pytest.Mo
             outputs.append((files, params))
         assert len(outputs[0][0]) > 2
         assert outputs[0] == outputs[1]
+    # a record a worker cannot encode is named, and the run leaves no folder
+    broken = _config(root, "procs_broken", "chats", processes=2)
+    text = broken.read_text("utf-8").replace(
+        "dataset: {", 'dataset: {chat_template: "{% for m in messages %}{{ m.role }}{% endfor %}", '
+    )
+    broken.write_text(text, "utf-8")
+    with pytest.raises(TrainingError, match=r"chats/data.jsonl:1: the chat template does not show"):
+        config_run.run_config(str(broken), io.StringIO(), io.StringIO())
+    assert not (root / "out" / "procs_broken").exists()
 
 
 def test_region_search_on_arrays_is_the_per_token_search() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -62,8 +63,7 @@ def ordered_map(
             submit = functools.partial(threads.submit, function)
             yield from _in_order(submit, Future.result, items, IN_FLIGHT * THREADS)
         return
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    context = multiprocessing.get_context(_start_method())
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
     # set while forking: a child of a process that used tokenizers' threads stays quiet
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -77,6 +77,17 @@ def ordered_map(
     with pool:
         submit = lambda item: pool.apply_async(_call, (item,))  # noqa: E731
         yield from _in_order(submit, AsyncResult.get, items, IN_FLIGHT * processes)
+
+
+def _start_method() -> str:
+    """How worker processes start: fork, cheapest, until Python 3.12; then a fork server.
+
+    From 3.12 on, forking a process that has threads (the tokenizer's) is deprecated.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and sys.version_info < (3, 12):
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
 
 
 def _in_order(
