@@ -71,6 +71,8 @@ class Converted:
     :param model_keys: the ``model:`` keys without ``name``, as the converter wrote them.
     :param state: the model's state dict, named as the built model names it.
     :param dropped_config_keys: ``config.json`` keys the converter does not use.
+    :param owned: the names of the tensors converted into memory of their own (``dtypes``
+        of :func:`read_checkpoint`); the others may be views of the files.
     """
 
     converter: str
@@ -78,6 +80,7 @@ class Converted:
     model_keys: dict[str, Any]
     state: dict[str, torch.Tensor]
     dropped_config_keys: list[str]
+    owned: frozenset[str] = frozenset()
 
 
 @attrs.frozen
@@ -159,12 +162,14 @@ def read_checkpoint(
     layout = model_layout(registry, converter.model, keys)
     applier = RuleApplier(converter.weights, "hf", ConversionContext(hf, complete))
     state: dict[str, torch.Tensor] = {}
+    owned: set[str] = set()
     for name, tensor in iter_file_tensors(opened.weight_files):
         for target, made in applier.add(name, tensor):
             named = _PREFIX + target
             state[named] = _checked(made, named, layout, source)
             if dtypes is not None and named in dtypes:
                 state[named] = made.to(dtypes[named], copy=True)
+                owned.add(named)
     applier.finish(drop_unmatched, str(source))
     if converter.is_headless:
         _make_head(state, converter, hf, complete, layout)
@@ -192,7 +197,11 @@ def read_checkpoint(
             for name, tensor in state.items()
         }
         keys = {wraps.section: {"name": converter.model, **keys}, **wraps.fixed}
-    return Converted(opened.converter_key, opened.model_name, keys, state, dropped)
+    if opened.wrapper is not None:
+        owned.clear()  # each tensor is under several names now
+    return Converted(
+        opened.converter_key, opened.model_name, keys, state, dropped, frozenset(owned)
+    )
 
 
 def _checked(tensor: torch.Tensor, name: str, layout: ModelLayout, source: Path) -> torch.Tensor:

@@ -171,6 +171,22 @@ def test_a_full_load_skips_every_initialiser_and_keeps_ties(
     assert inner.lm_head.weight is inner.embedding_layer.word_embeddings.weight
 
 
+def test_a_tensor_under_two_names_becomes_one_model_tensor_only(
+    model_keys: dict[str, Any],
+) -> None:
+    """As a DPO checkpoint names one decoder's tensors for its policy and its reference."""
+    build = _build(model_keys)
+    torch.manual_seed(100)
+    checkpoint = {n: t.clone() for n, t in build().state_dict().items()}
+    model = deferred.build_for_loading(build)
+    inner = model.model
+    first, second = "model.ln_f.bias", "model.transformer_decoder.layers.0.norm1.bias"
+    checkpoint[second] = checkpoint[first]
+    assert deferred.adopt(model, checkpoint) == len({id(p) for p in model.parameters()}) - 1
+    assert inner.ln_f.bias.data_ptr() == checkpoint[first].data_ptr()
+    assert inner.transformer_decoder.layers[0].norm1.bias.data_ptr() != checkpoint[first].data_ptr()
+
+
 def test_a_model_without_init_weights_is_built_whole() -> None:
     model = deferred.build_for_loading(lambda: MLP(in_features=4, out_features=2, hidden=4))
     assert not deferred.is_pending(model)

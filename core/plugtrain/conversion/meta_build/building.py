@@ -156,13 +156,16 @@ def adopt(root: nn.Module, weights: Mapping[str, Any]) -> int:
     dot = f"{prefix}." if prefix else ""
     held = module.state_dict(keep_vars=True)
     adopted = 0
+    taken: set[int] = set()  # a tensor held under two names becomes one model tensor only
     for group in pending.names:
         target = held.get(group[0]) if group[0] in held else None
         value = next((weights[dot + n] for n in group if dot + n in weights), None)
         if target is None or not isinstance(value, torch.Tensor) or value.is_meta:
             continue
         same = value.dtype == target.dtype and value.shape == target.shape
-        if same and value.device == target.device and value.is_contiguous():
+        fits = same and value.device == target.device and value.is_contiguous()
+        if fits and storage_of(value) not in taken:
+            taken.add(storage_of(value))
             target.data = value
             adopted += 1
     return adopted

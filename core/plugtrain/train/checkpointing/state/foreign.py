@@ -37,6 +37,7 @@ def hf_checkpoint_state(
     path: str | os.PathLike[str],
     registry: Registry,
     model_name: str | None = None,
+    owned: set[str] | None = None,
 ) -> dict[str, Any]:
     """``{"model": state}`` of the Hugging Face checkpoint at ``path``, for ``model``.
 
@@ -50,6 +51,7 @@ def hf_checkpoint_state(
 
     :param registry: the registry the converter and the model are found in.
     :param model_name: the model's registered name, where the run file gave it.
+    :param owned: given, receives the names of the tensors in memory of their own.
     :raises CheckpointError: the model names no converter, or the checkpoint does not convert.
     :raises CheckpointMismatchError: ``config.json`` disagrees with the model's keys (each key
         named with both values).
@@ -84,6 +86,8 @@ def hf_checkpoint_state(
     except ConversionError as exc:
         raise CheckpointError(f"{path}: cannot be converted: {exc}") from exc
     log.info("converted the Hugging Face checkpoint %s (%s converter)", path, converted.converter)
+    if owned is not None:
+        owned.update(converted.owned)
     from plugtrain._version import __version__
 
     # converted here, by this version: nothing for the version check to warn about

@@ -61,7 +61,7 @@ class TrainerState:
         """The resolved starting point of this run (``None``: the model's own weights)."""
         self.loaded_metadata: dict[str, Any] = {}
         """The ``metadata`` of the checkpoint loaded last."""
-        self._own_tensors = False  # whether the tensors read last are in memory of their own
+        self._owned: set[str] = set()  # the names of the tensors read last into memory of their own
 
     @property
     def gathers(self) -> bool:
@@ -177,15 +177,15 @@ class TrainerState:
         Its ``metadata`` is kept as :attr:`loaded_metadata`.
         """
         model = self.trainer.unwrapped_model
-        self._own_tensors = False
+        self._owned = set()
         if is_hf_checkpoint(path):
             registry = self.trainer.registry
             if registry is None:  # a Trainer built in Python: the process's plugins
                 from plugtrain.discovery.loading import get_registry
 
                 registry = get_registry()
-            state = hf_checkpoint_state(model, path, registry, _model_name(self.trainer.config))
-            self._own_tensors = True
+            name = _model_name(self.trainer.config)
+            state = hf_checkpoint_state(model, path, registry, name, self._owned)
         else:
             state = self.trainer.checkpointer.load(path)
         if "model" in state:
@@ -255,8 +255,8 @@ class TrainerState:
         """Load the model's part; fill what it lacks of a model built for loading."""
         trainer = self.trainer
         model = trainer.unwrapped_model
-        if self._own_tensors:  # converted into memory of their own: a model built for it keeps them
-            adopt(model, weights)
+        if self._owned:  # converted into memory of their own: a model built for it keeps them
+            adopt(model, {n: v for n, v in weights.items() if n in self._owned})
         loaded = model.load_state_dict(weights, strict=strict)
         if not same_keys:
             _report_non_strict(path, loaded.missing_keys, loaded.unexpected_keys, trainer.optimizer)
