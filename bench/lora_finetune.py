@@ -1,15 +1,17 @@
 """LoRA r=8 beside a full fine-tune of the same decoder, in one run: what each holds and costs.
 
-Each variant runs ``plugtrain.Trainer.fit`` in its own fresh process (so peak RSS is its own),
+Both fine-tune a published-style checkpoint: a Hugging Face folder of the decoder's weights in
+bfloat16 (random, written once into a temporary folder). Each variant runs
+``plugtrain.Trainer.fit(ckpt_path=FOLDER)`` in its own fresh process (so peak RSS is its own),
 the two interleaved ``--rounds`` times: a 4-layer Llama-shaped decoder (hidden 1024, vocab 32000,
-about 98 M parameters), AdamW, batch 2 x 128 tokens, ``--steps`` steps, no checkpoint (the
-training's memory only); LoRA adapts the attention projections (``target_modules:
-[MultiQueryAttention, Linear]``, r 8, alpha 16). Printed: trainable parameters, optimizer
-state bytes, peak RSS (``ru_maxrss``: building the decoder, before LoRA is applied, peaks at
-more than twice its weights and sets LoRA's peak), the most resident memory at the end
-of a step (``/proc/self/statm``) and the median step time after the first two, with LoRA's
-ratio to the full fine-tune. Goals: optimizer state
-under 2 %, peak RSS at most 0.6x, step at most 0.8x.
+about 98 M parameters), built for the folder to fill (``plugtrain.conversion.build_for_loading``:
+on ``meta``, never initialised, as ``plugtrain fit`` builds it for a ``ckpt_path``), AdamW,
+batch 2 x 128 tokens, ``--steps`` steps, no checkpoint (the training's memory only); LoRA adapts
+the attention projections (``target_modules: [MultiQueryAttention, Linear]``, r 8, alpha 16).
+Printed: trainable parameters, optimizer state bytes, peak RSS (``ru_maxrss``), the most
+resident memory at the end of a step (``/proc/self/statm``) and the median step time after the
+first two, with LoRA's ratio to the full fine-tune. Goals: optimizer state under 2 %, peak RSS
+at most 0.6x, step at most 0.8x.
 
     python bench/lora_finetune.py [--steps 8] [--rounds 2]
 """
@@ -18,11 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 KEYS = {
@@ -61,13 +66,25 @@ class _Timer:
             )
 
 
-def run_variant(variant: str, steps: int) -> dict[str, Any]:
-    """Fit one variant in this process; its measurements."""
-    import tempfile
+def write_folder(folder: str) -> None:
+    """The decoder's random weights as a bfloat16 Hugging Face folder."""
+    import torch
+
+    from plugtrain.conversion import export_hf
+    from plugtrain_models.families import build_decoder
+
+    torch.manual_seed(0)
+    state = build_decoder("llama", KEYS).state_dict()
+    export_hf({n: t.to(torch.bfloat16) for n, t in state.items()}, "llama", KEYS, folder)
+
+
+def run_variant(variant: str, steps: int, folder: str) -> dict[str, Any]:
+    """Fit one variant in this process, from ``folder``; its measurements."""
 
     import torch
 
     import plugtrain
+    from plugtrain.conversion import build_for_loading
     from plugtrain_models.families import build_decoder
 
     torch.set_num_threads(2)
@@ -83,14 +100,14 @@ def run_variant(variant: str, steps: int) -> dict[str, Any]:
         trainer = plugtrain.Trainer(
             device="CPU",
             model_dir=model_dir,
-            model=lambda: build_decoder("llama", KEYS),
+            model=lambda: build_for_loading(lambda: build_decoder("llama", KEYS)),
             optimizer={"AdamW": {"lr": 1e-4}},
             loop={"max_steps": steps},
             checkpoint={"steps": None},  # no checkpoint: training memory only
             callbacks=callbacks,
             seed=0,
         )
-        trainer.fit(loader, ckpt_path=None)
+        trainer.fit(loader, ckpt_path=folder)
         model = trainer.unwrapped_model
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in model.parameters())
@@ -104,8 +121,9 @@ def run_variant(variant: str, steps: int) -> dict[str, Any]:
     }
 
 
-def _spawn(variant: str, steps: int) -> dict[str, Any]:
+def _spawn(variant: str, steps: int, folder: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--variant", variant, "--steps", str(steps)]
+    command += ["--folder", folder]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -116,14 +134,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--variant", choices=("full", "lora"))
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--write", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.write:
+        write_folder(args.folder)
+        return
     if args.variant:
-        print(json.dumps(run_variant(args.variant, args.steps)))
+        print(json.dumps(run_variant(args.variant, args.steps, args.folder)))
         return
     results: dict[str, list[dict[str, Any]]] = {"full": [], "lora": []}
-    for _ in range(args.rounds):
-        for variant in ("full", "lora"):
-            results[variant].append(_spawn(variant, args.steps))
+    with tempfile.TemporaryDirectory(prefix="lora_finetune-") as temporary:
+        folder = str(Path(temporary) / "hf")
+        # in a process of its own: a child's peak RSS starts at its parent's (fork copies it)
+        write = [sys.executable, __file__, "--write", "--folder", folder]
+        subprocess.run(write, check=True, capture_output=True)
+        for _ in range(args.rounds):
+            for variant in ("full", "lora"):
+                results[variant].append(_spawn(variant, args.steps, folder))
     best = {
         v: {
             **runs[0],
@@ -137,6 +165,7 @@ def main() -> None:
     print(
         f"decoder: {full['total'] / 1e6:.1f} M parameters; {args.steps} steps, {args.rounds} rounds"
     )
+    print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
     print(f"{'':24}{'full':>14}{'LoRA r=8':>14}{'LoRA / full':>14}")
     rows = [
         ("trainable parameters", "trainable", 1, "{:,.0f}"),
