@@ -26,6 +26,8 @@ from plugtrain_models.data.finetuning import Encoded, Skipped
 from plugtrain_models.data.packing import Packer, sample_rows
 from plugtrain_models.data.preprocess_config import load_preprocess_config
 from plugtrain_models.data.regions import OffsetArrays, find_token_range, find_token_range_arrays
+from plugtrain_models.data.sample_chunks import compress_samples
+from plugtrain_models.data.writer import ChunkWriter
 
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("jinja2")
@@ -161,11 +163,11 @@ def _reference_pretraining(run: ConfigRun) -> list[np.ndarray]:
     return [sample_rows(chunk, run.msl, run.pad_id) for chunk in chunks]
 
 
-def _write_reference(folder: Path, samples: list[np.ndarray]) -> None:
-    """The samples in files of PER_FILE, written whole with h5py (the writer of old)."""
+def _write_reference(folder: Path, samples: list[np.ndarray], per_file: int = PER_FILE) -> None:
+    """The samples in files of ``per_file``, written whole with h5py (the writer of old)."""
     folder.mkdir(parents=True)
-    for number, start in enumerate(range(0, len(samples), PER_FILE)):
-        data = np.stack(samples[start : start + PER_FILE])
+    for number, start in enumerate(range(0, len(samples), per_file)):
+        data = np.stack(samples[start : start + per_file])
         with h5py.File(folder / f"data-{number:05d}.h5", "w") as file:
             file.create_dataset("data", data=data, dtype="i4", chunks=(1, *data.shape[1:]),
                                 compression="gzip")  # fmt: skip
@@ -271,3 +273,19 @@ def test_packing_batches_with_numpy_cuts_the_samples_of_one_by_one(pack: bool) -
     )
     np.testing.assert_array_equal(found, np.stack(expected))
     assert many.dropped_tokens == one.dropped_tokens
+
+
+def test_chunk_writer_writes_what_h5py_writes_incompressible_samples_too(tmp_path: Path) -> None:
+    """Samples deflate cannot shrink go through HDF5's own filter; the file is the same."""
+    rng = np.random.default_rng(3)
+    data = np.zeros((5, 3, 64), dtype=np.int32)
+    data[:, :, :20] = rng.integers(0, 500, (5, 3, 20))
+    data[2] = rng.integers(-(2**31), 2**31 - 1, (3, 64))  # noise: deflate makes it longer
+    chunks = compress_samples(data)
+    assert isinstance(chunks[2], np.ndarray)
+    assert isinstance(chunks[0], bytes)
+    writer = ChunkWriter(tmp_path, samples_per_file=3)
+    writer.add(chunks, (3, 64))
+    writer.close()
+    _write_reference(tmp_path / "reference", list(data), per_file=3)
+    assert _files(tmp_path / "reference") == {p.name: p.read_bytes() for p in writer.files}

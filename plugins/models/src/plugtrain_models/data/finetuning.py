@@ -39,8 +39,8 @@ class Encoded:
     Lists, or int32 arrays (:meth:`FinetuningEncoder.encode_many`).
     """
 
-    token_ids: Sequence[int]
-    loss_mask: Sequence[int]
+    token_ids: Sequence[int] | np.ndarray
+    loss_mask: Sequence[int] | np.ndarray
 
 
 @attrs.frozen

@@ -9,7 +9,6 @@ release the GIL), the other computes masks and compresses.
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import os
 import sys
@@ -60,8 +59,10 @@ def ordered_map(
     """
     if processes <= 1:
         with ThreadPoolExecutor(THREADS) as threads:
-            submit = functools.partial(threads.submit, function)
-            yield from _in_order(submit, Future.result, items, IN_FLIGHT * THREADS)
+            yield from _in_order(
+                lambda item: threads.submit(function, item), Future.result, items,
+                IN_FLIGHT * THREADS,
+            )  # fmt: skip
         return
     context = multiprocessing.get_context(_start_method())
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -75,8 +76,10 @@ def ordered_map(
         else:
             os.environ["TOKENIZERS_PARALLELISM"] = saved
     with pool:
-        submit = lambda item: pool.apply_async(_call, (item,))  # noqa: E731
-        yield from _in_order(submit, AsyncResult.get, items, IN_FLIGHT * processes)
+        yield from _in_order(
+            lambda item: pool.apply_async(_call, (item,)), AsyncResult.get, items,
+            IN_FLIGHT * processes,
+        )  # fmt: skip
 
 
 def _start_method() -> str:

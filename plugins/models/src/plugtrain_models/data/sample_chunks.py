@@ -48,7 +48,10 @@ class SampleBatch:
 
 
 def padded_rows(
-    token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], msl: int, pad_id: int
+    token_ids: Sequence[Sequence[int] | np.ndarray],
+    loss_masks: Sequence[Sequence[int] | np.ndarray],
+    msl: int,
+    pad_id: int,
 ) -> np.ndarray:
     """``[n, 3, msl]`` int32: each sample's tokens[:-1], mask[1:] and tokens[1:], padded.
 
@@ -92,9 +95,8 @@ def compress_samples(rows: np.ndarray) -> list[Chunk]:
     data = np.ascontiguousarray(rows, dtype=np.int32)
     chunks: list[Chunk] = []
     for sample in data:
-        raw = sample.tobytes()
-        packed = zlib.compress(raw, GZIP_LEVEL)
-        chunks.append(packed if len(packed) < len(raw) else sample.copy())
+        packed = zlib.compress(sample, GZIP_LEVEL)  # a C-contiguous row: no copy
+        chunks.append(packed if len(packed) < sample.nbytes else sample.copy())
     return chunks
 
 
