@@ -274,6 +274,34 @@ def test_fit_from_a_folder_resume_and_validate_equal_the_initialised_build(
     assert torch.equal(new[4], old[4])
 
 
+@pytest.mark.slow
+def test_an_adapter_only_checkpoint_of_the_model_as_built_resumes_as_before(
+    tmp_path: Path, model_keys: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its base is the model's own initial weights: the meta build must hold them to load it."""
+    lora = {"r": 2, "alpha": 4, "target_modules": ["Linear"]}
+    callbacks = [{"Lora": {"lora_params": lora, "adapter_only_checkpoints": True}}]
+    counts: list[int] = []
+
+    def run() -> tuple[Any, ...]:
+        folder = tmp_path / f"run{len(counts)}"
+        counts.append(0)
+        plan, registry = load_plan(
+            _run_file(folder, model_keys, callbacks=callbacks), [], model_only=True
+        )
+        first = build_trainer(plan.trainers[0], registry, {})
+        first.fit(_loader(), ckpt_path=None)  # the base: the model as built from the seed
+        longer = {"loop": {"max_steps": 4}, "callbacks": callbacks}
+        plan, registry = load_plan(_run_file(folder, model_keys, **longer), [], model_only=True)
+        second = build_trainer(plan.trainers[0], registry, {}, weights_loaded=True)
+        metrics = second.fit(_loader(), ckpt_path=str(first.checkpoint_path(2)))
+        return metrics, second.unwrapped_model.state_dict()
+
+    new, old = _both_ways(monkeypatch, run)
+    assert new[0] == old[0]
+    _assert_same_state(new[1], old[1])
+
+
 def _load_run_file(tmp_path: Path, model_keys: dict[str, Any], lora: bool) -> Path:
     callbacks = [{"Lora": {"lora_params": {"r": 2, "alpha": 4, "target_modules": ["Linear"]}}}]
     return _run_file(tmp_path, model_keys, **({"callbacks": callbacks} if lora else {}))

@@ -11,6 +11,7 @@ from plugtrain.conversion.meta_build.building import (
     adopt,
     build_for_loading,
     continue_after_build,
+    covers,
     is_pending,
     meta_build_enabled,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "adopt",
     "build_for_loading",
     "continue_after_build",
+    "covers",
     "fill_pending",
     "is_pending",
     "meta_build_enabled",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -34,6 +34,7 @@ __all__ = [
     "adopt",
     "build_for_loading",
     "continue_after_build",
+    "covers",
     "is_pending",
     "meta_build_enabled",
     "pending_in",
@@ -138,6 +139,22 @@ def pending_in(root: nn.Module) -> tuple[str, nn.Module] | None:
 def is_pending(root: nn.Module) -> bool:
     """Whether ``root`` holds a model built for loading whose storage is not all filled yet."""
     return pending_in(root) is not None
+
+
+def covers(root: nn.Module, names: Iterable[str]) -> bool:
+    """Whether ``names`` (``root``'s state names) hold every unfilled tensor of its state.
+
+    ``True`` when ``root`` waits for nothing (no model built for loading in it).
+    """
+    found = pending_in(root)
+    if found is None:
+        return True
+    prefix, module = found
+    pending: Pending = getattr(module, PENDING)
+    dot = f"{prefix}." if prefix else ""
+    given = set(names)
+    state = module.state_dict(keep_vars=True).keys()
+    return all(any(dot + n in given for n in group) for group in pending.names if group[0] in state)
 
 
 def adopt(root: nn.Module, weights: Mapping[str, Any]) -> int:

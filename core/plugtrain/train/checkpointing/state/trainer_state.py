@@ -19,7 +19,7 @@ import torch
 from plugtrain._unset import UNSET
 from plugtrain._version import __version__
 from plugtrain.config.plan import plain
-from plugtrain.conversion.meta_build import adopt, fill_pending
+from plugtrain.conversion.meta_build import adopt, covers, fill_pending
 from plugtrain.errors import CheckpointError, CheckpointMismatchError, TrainingError
 from plugtrain.train.checkpointing.ranks import restore_agreed
 from plugtrain.train.checkpointing.run_folder import reserve
@@ -201,6 +201,7 @@ class TrainerState:
         trainer.loaded_step = int(state.get("global_step", 0))
         check_version(path, state, trainer.checkpoint.strict_version)
         parts = checkpoint_parts(state)
+        _fill_what_it_lacks(trainer.unwrapped_model, parts.get("model"))
         # callbacks see every part (a LoRA adapter-only checkpoint's base reference is one)
         trainer.callbacks_dispatch.on_before_load_checkpoint(trainer, parts)
         if trainer.optimizer is None:  # evaluation only: the weights (and masks) and the step
@@ -330,6 +331,16 @@ class TrainerState:
             for state in trainer.optimizer.state.values():
                 tensors.extend(v for v in state.values() if isinstance(v, torch.Tensor))
         return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _fill_what_it_lacks(model: torch.nn.Module, weights: Any) -> None:
+    """Give what a checkpoint lacks of a model built for loading its initial values.
+
+    Before the callbacks see the checkpoint: they may read the model's own weights for what it
+    lacks (LoRA's adapter-only checkpoint of a base that was the model as built).
+    """
+    if isinstance(weights, Mapping) and not covers(model, weights):
+        fill_pending(model, weights)
 
 
 def _metadata(state: Mapping[str, Any]) -> dict[str, Any]:
