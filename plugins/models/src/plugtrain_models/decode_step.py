@@ -2,12 +2,13 @@
 
 :meth:`DecoderLayer.forward` computed as plain functions over the layer's own weights, for a
 layer in eval mode. A :class:`LayerPlan` looks the layer's parts up once per cache (a stock
-``nn.Linear``, :class:`RMSNorm` or ``nn.LayerNorm`` becomes one functional call on its tensors;
-any other part, a LoRA layer say, stays its module, so it computes what it always does). A step
-then skips what a single query in inference never needs: module calls, dropout, transposes
-(``[B, 1, h, d]`` and ``[B, h, 1, d]`` share a layout), the causal mask (the one query is the
-newest key) and, for a sliding window without sinks or padding, any mask at all (the keys are
-sliced to the window). RoPE rotates the new key in its cache slot and the query in place.
+``nn.Linear`` becomes one ``mm``, :class:`RMSNorm` or ``nn.LayerNorm`` one fused call; any
+other part, a LoRA layer say, stays its module, so it computes what it always does). A step
+then skips what a single query in inference never needs: module calls, dropout, reshapes and
+transposes (one token per row: hidden states are ``[B, H]``, queries ``[B, h, 1, d]``), the
+causal mask (the one query is the newest key) and, for a sliding window without sinks or
+padding, any mask at all (the keys are sliced to the window). RoPE rotates the new key in its
+cache slot and the query in place.
 """
 
 from __future__ import annotations
@@ -41,11 +42,16 @@ def _module(module: nn.Module) -> Step:
 
 
 def linear_step(module: nn.Module) -> Step:
-    """``module`` as a function: ``F.linear`` on its tensors for a stock ``nn.Linear``."""
+    """``module`` as a function of ``[B, in]``: one ``mm`` (``addmm``) for a stock ``nn.Linear``.
+
+    The BLAS call ``F.linear`` makes for a 2-D input, without its dispatch and reshapes.
+    """
     if type(module) is not nn.Linear:
         return _module(module)
-    weight, bias = module.weight, module.bias
-    return lambda hidden: functional.linear(hidden, weight, bias)
+    weight_t, bias = module.weight.t(), module.bias
+    if bias is None:
+        return lambda hidden: torch.mm(hidden, weight_t)
+    return lambda hidden: torch.addmm(bias, hidden, weight_t)
 
 
 def norm_step(module: nn.Module) -> Step:
@@ -122,7 +128,7 @@ class LayerPlan:
         rotary: torch.Tensor | None, first_key: int,
     ) -> torch.Tensor:  # fmt: skip
         batch, heads, groups, dim = hidden.shape[0], self.heads, self.groups, self.head_dim
-        q = self.q(hidden).view(batch, heads, 1, dim)  # [B, 1, h, d] is [B, h, 1, d]
+        q = self.q(hidden).view(batch, heads, 1, dim)
         start = cache.start
         key, value = cache.keys[:, :, start], cache.values[:, :, start]
         key.copy_(self.k(hidden).view(batch, groups, dim))
@@ -145,13 +151,13 @@ class LayerPlan:
             if bias is None:
                 bias = torch.zeros(1, 1, 1, keys.shape[2], device=q.device)
             attended = self.capped(q, keys, values, bias)
-        return self.o(attended.view(batch, 1, heads * dim))
+        return self.o(attended.view(batch, heads * dim))
 
     def step(
         self, hidden: torch.Tensor, cache: LayerCache, bias: torch.Tensor | None,
         rotary: torch.Tensor | None, first_key: int = 0,
     ) -> torch.Tensor:  # fmt: skip
-        """The layer's output for ``hidden`` ``[B, 1, H]``, one new token per row.
+        """The layer's output for ``hidden`` ``[B, H]``, one new token per row.
 
         :param cache: the layer's cache, ``start`` at the new token's slot (written here).
         :param bias: the additive mask ``[B, 1 or nh, 1, K]`` over cached slots ``first_key
@@ -180,7 +186,7 @@ def _rotated(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
 
 
 def head_step(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """``model``'s ``ln_f`` and head (the logits' scale and softcap too) without module calls."""
+    """``model``'s ``ln_f`` and head on ``[B, H]`` (the logits' scale and softcap too)."""
     s = model.settings
     logits = linear_step(model.lm_head)(norm_step(model.ln_f)(hidden))
     if s.logits_scale is not None:

@@ -329,12 +329,13 @@ class LanguageModel(nn.Module):
                 cache.plans = [LayerPlan(layer) for layer in layers]
             phases = None if rotary is None else rotary.view(-1, 1, rotary.shape[-1])
             steps: dict[int | None, tuple[torch.Tensor | None, int]] = {}
+            hidden = hidden.view(hidden.shape[0], -1)
             for plan, window, layer_cache in zip(cache.plans, windows, cache.layers, strict=True):
                 if window not in steps:
                     steps[window] = self._step_bias(cache, window)
                 bias, first = steps[window]
                 hidden = plan.step(hidden, layer_cache, bias, phases, first)
-            return head_step(self, hidden)
+            return head_step(self, hidden).unsqueeze(1)
         causal = start == 0 and not cache.padded and s.positions != "alibi"
         biases: dict[int | None, torch.Tensor | None] = {}
         for layer, window, layer_cache in zip(layers, windows, cache.layers, strict=True):
