@@ -8,12 +8,20 @@ anything is built; values at the edge of what is accepted really train.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from support.reliability import Outcome, error_lines, run_subprocess, subprocess_env
+from support.reliability import Outcome, error_lines, run_cli
 
-pytestmark = pytest.mark.slow
+
+@pytest.fixture(autouse=True)
+def _as_a_user_runs_it(monkeypatch: pytest.MonkeyPatch, keep_registry: None) -> None:
+    """Each command runs in this process (``plugtrain.cli.main``), without the caller's
+    ``PLUGTRAIN_*`` switches, and leaves the plugin settings as it found them."""
+    for name in [name for name in os.environ if name.startswith("PLUGTRAIN_")]:
+        monkeypatch.delenv(name)
+
 
 RUN = """\
 trainer:
@@ -65,7 +73,7 @@ def _rejected(tmp_path: Path, key: str, needle: str, message: str, **values: str
     """``check`` and ``fit`` both exit 2 with one issue at ``needle``; nothing is built."""
     run, text = _run_file(tmp_path, **values)
     for command in ("check", "fit"):
-        outcome = run_subprocess(command, str(run), env=subprocess_env())
+        outcome = run_cli(command, str(run))
         assert outcome.status == 2, (command, outcome)
         assert "Traceback" not in outcome.err
         assert "internal error" not in outcome.err
@@ -76,9 +84,9 @@ def _rejected(tmp_path: Path, key: str, needle: str, message: str, **values: str
 
 def _fit(tmp_path: Path, **values: str) -> Outcome:
     run, _ = _run_file(tmp_path, **values)
-    checked = run_subprocess("check", str(run), env=subprocess_env())
+    checked = run_cli("check", str(run))
     assert checked.status == 0, checked
-    return run_subprocess("fit", str(run), env=subprocess_env())
+    return run_cli("fit", str(run))
 
 
 # -- A01: seeds ---------------------------------------------------------------------------------
@@ -95,7 +103,7 @@ def _fit(tmp_path: Path, **values: str) -> Outcome:
 )
 def test_a01_a_seed_torch_cannot_take_is_rejected(seed, message, tmp_path):
     run, text = _run_file(tmp_path, seed=seed)
-    outcome = run_subprocess("fit", str(run), env=subprocess_env())
+    outcome = run_cli("fit", str(run))
     assert outcome.status == 2, outcome
     (issue,) = error_lines(outcome.err)
     # Found through its key: the model_dir path may hold the same digits (pytest-102 has -1).
@@ -105,6 +113,7 @@ def test_a01_a_seed_torch_cannot_take_is_rejected(seed, message, tmp_path):
     assert not (tmp_path / "model").exists()
 
 
+@pytest.mark.slow  # trains
 def test_a01_the_largest_seed_accepted_trains(tmp_path):
     outcome = _fit(tmp_path, seed=str(2**64 - 1))
     assert outcome.status == 0, outcome
@@ -162,7 +171,7 @@ def test_a02_a_backend_timeout_torch_cannot_hold_is_rejected(tmp_path):
     text = text.replace("device: CPU", "backend: {backend_type: CPU, dist_timeout: 1.0e+20}")
     run.write_text(text, encoding="utf-8")
     for command in ("check", "fit"):
-        outcome = run_subprocess(command, str(run), env=subprocess_env())
+        outcome = run_cli(command, str(run))
         assert outcome.status == 2, outcome
         assert error_lines(outcome.err) == [
             f"{run}:{_position(text, '1.0e+20')}: trainer.init.backend.dist_timeout: "
@@ -170,6 +179,7 @@ def test_a02_a_backend_timeout_torch_cannot_hold_is_rejected(tmp_path):
         ]
 
 
+@pytest.mark.slow  # trains
 def test_a02_a_huge_but_float32_learning_rate_trains_until_the_loss_stops_it(tmp_path):
     """Accepted means usable: the run starts, diverges, and stops with the documented error."""
     outcome = _fit(
@@ -203,13 +213,14 @@ def test_a03_a_nul_character_in_a_path_is_rejected(values, key, needle, tmp_path
     _rejected(tmp_path, key, needle, message, **values)
 
 
-def test_a03_a_nul_character_in_model_dir_is_rejected(tmp_path):
+def test_a03_a_nul_character_in_model_dir_is_rejected(tmp_path, monkeypatch):
     run = tmp_path / "run.yaml"
     text = RUN.format(model_dir='"model\\0dir"', **DEFAULTS)
     run.write_text(text, encoding="utf-8")
     where = _position(text, '"model')
+    monkeypatch.chdir(tmp_path)  # the relative model_dir would be made here
     for command in ("check", "fit"):
-        outcome = run_subprocess(command, str(run), env=subprocess_env(), cwd=tmp_path)
+        outcome = run_cli(command, str(run))
         assert outcome.status == 2, outcome
         assert error_lines(outcome.err) == [
             f"{run}:{where}: trainer.init.model_dir: must not contain a NUL "
