@@ -158,3 +158,56 @@ def test_generate_runs_the_step_for_every_new_token(monkeypatch: pytest.MonkeyPa
     generated = generate(model, [[3, 4, 5], [6]], 5)
     assert [len(ids) for ids in generated] == [5, 5]
     assert len(calls) == 4 * 2  # every token after the prompt's first, every layer
+
+
+PROMPT_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "rotary GQA (llama)": ("llama", {}),
+    "window (mistral)": ("mistral", {"attention_sliding_window_length": 5}),
+    "MoE (mixtral)": ("mixtral", {"moe": {"num_experts": 4, "top_k": 2}}),
+    "softcaps, sandwich (gemma2)": (
+        "gemma2",
+        {
+            "nonlinearity": "geglu",
+            "norm_first_sandwich": True,
+            "attention_sliding_window_length": 6,
+            "sliding_window_every_other_decoder_layer": True,
+            "attention_logit_softcapping": 5.0,
+            "final_logit_softcapping": 3.0,
+        },
+    ),
+    "parallel, untied norms (falcon)": ("falcon", {"use_untied_layer_norm": True}),
+    "learned positions (gpt3)": (
+        "gpt3",
+        {
+            "position_embedding_type": "learned",
+            "norm_type": "layernorm",
+            "nonlinearity": "gelu",
+            "attention_module": "aiayn_attention",
+            "extra_attention_params": {},
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize(("family", "keys"), PROMPT_CASES.values(), ids=PROMPT_CASES.keys())
+def test_a_prompts_last_logits_computed_alone_equal_the_forward(
+    family: str, keys: dict[str, Any]
+) -> None:
+    """``last_only`` computes the last layer at the last position only; its keys all cached."""
+    lm = _model(family, **keys).model
+    ids, pad = _ids(2, 12), 3
+    batch = ids.clone()
+    batch[1, pad:] = ids[1, : 12 - pad]
+    mask = torch.ones_like(batch)
+    mask[1, :pad] = 0
+    with torch.no_grad():
+        cache = lm.new_cache(2, 13)
+        last = lm.decode(ids, cache, last_only=True)
+        following = lm.decode(ids[:, :1], cache)
+        full = lm(torch.cat([ids, ids[:, :1]], dim=1))[0]
+        padded = lm.decode(batch, lm.new_cache(2, 12), mask, last_only=True)
+        alone = lm(ids[1:, : 12 - pad])[0]
+    assert last.shape == (2, 1, V)
+    torch.testing.assert_close(last[:, 0], full[:, -2], atol=ATOL, rtol=0)
+    torch.testing.assert_close(following[:, 0], full[:, -1], atol=ATOL, rtol=0)
+    torch.testing.assert_close(padded[1, 0], alone[0, -1], atol=ATOL, rtol=0)

@@ -21,7 +21,7 @@ from torch.nn import functional
 
 from plugtrain_models.attention import Attention, LayerCache
 from plugtrain_models.ffn import FeedForward, FFNLayer
-from plugtrain_models.layers import RMSNorm
+from plugtrain_models.layers import RMSNorm, apply_rotary
 
 __all__ = ["LayerPlan", "head_step", "stock_layer"]
 
@@ -123,25 +123,25 @@ class LayerPlan:
         self.parallel = layer.parallel
         self.ffn = ffn_step(layer.ffn)
 
-    def _attend(
-        self, hidden: torch.Tensor, cache: LayerCache, bias: torch.Tensor | None,
-        rotary: torch.Tensor | None, first_key: int,
-    ) -> torch.Tensor:  # fmt: skip
-        batch, heads, groups, dim = hidden.shape[0], self.heads, self.groups, self.head_dim
-        q = self.q(hidden).view(batch, heads, 1, dim)
-        start = cache.start
-        key, value = cache.keys[:, :, start], cache.values[:, :, start]
-        key.copy_(self.k(hidden).view(batch, groups, dim))
-        value.copy_(self.v(hidden).view(batch, groups, dim))
+    def _query(self, hidden: torch.Tensor, rotary: torch.Tensor | None) -> torch.Tensor:
+        """The rotated query ``[B, h, 1, d]`` of ``hidden`` ``[B, H]``."""
+        batch, heads, dim = hidden.shape[0], self.heads, self.head_dim
+        q = self.q(hidden).view(batch, heads, dim)
         if rotary is not None:
             if q.dtype == torch.float32:
-                _rotate_(q.view(batch, heads, dim), rotary)
-                _rotate_(key, rotary)
+                _rotate_(q, rotary)
             else:  # rotated in float32, rounded once, as apply_rotary does
-                q = _rotated(q.view(batch, heads, dim), rotary).view(batch, heads, 1, dim)
-                key.copy_(_rotated(key, rotary))
-        keys = cache.keys[:, :, first_key : start + 1]
-        values = cache.values[:, :, first_key : start + 1]
+                q = _rotated(q, rotary)
+        return q.view(batch, heads, 1, dim)
+
+    def _attend(
+        self, q: torch.Tensor, cache: LayerCache, end: int, bias: torch.Tensor | None,
+        first_key: int,
+    ) -> torch.Tensor:  # fmt: skip
+        """Attention of ``q`` ``[B, h, 1, d]`` to cached slots ``first_key .. end - 1``."""
+        batch, heads, groups, dim = q.shape[0], self.heads, self.groups, self.head_dim
+        keys = cache.keys[:, :, first_key:end]
+        values = cache.values[:, :, first_key:end]
         if self.cap is None:
             attended = functional.scaled_dot_product_attention(
                 q, keys, values, attn_mask=None if bias is None else bias.to(q.dtype),
@@ -152,6 +152,22 @@ class LayerPlan:
                 bias = torch.zeros(1, 1, 1, keys.shape[2], device=q.device)
             attended = self.capped(q, keys, values, bias)
         return self.o(attended.view(batch, heads * dim))
+
+    def _rest(
+        self, hidden: torch.Tensor, normed: torch.Tensor, attended: torch.Tensor
+    ) -> torch.Tensor:
+        """The residuals and the FFN after attention (``[B, H]`` each)."""
+        if self.parallel:
+            ffn_in = normed if self.norm3 is None else self.norm3(hidden)
+            return (hidden + attended).add_(self.ffn(ffn_in))
+        if self.sandwich:
+            attended = self.norm1_post(attended)
+        hidden = attended.add_(hidden)
+        assert self.norm3 is not None
+        ffn_out = self.ffn(self.norm3(hidden))
+        if self.sandwich:
+            ffn_out = self.norm3_post(ffn_out)
+        return ffn_out.add_(hidden)
 
     def step(
         self, hidden: torch.Tensor, cache: LayerCache, bias: torch.Tensor | None,
@@ -164,19 +180,49 @@ class LayerPlan:
             .. start``, or ``None`` when the token sees all of them.
         :param rotary: the token's RoPE phases ``[B or 1, 1, r/2]`` (complex), or ``None``.
         """
+        batch, groups, dim = hidden.shape[0], self.groups, self.head_dim
         normed = self.norm1(hidden)
-        attended = self._attend(normed, cache, bias, rotary, first_key)
-        if self.parallel:
-            ffn_in = normed if self.norm3 is None else self.norm3(hidden)
-            return (hidden + attended).add_(self.ffn(ffn_in))
-        if self.sandwich:
-            attended = self.norm1_post(attended)
-        hidden = attended.add_(hidden)
-        assert self.norm3 is not None
-        ffn_out = self.ffn(self.norm3(hidden))
-        if self.sandwich:
-            ffn_out = self.norm3_post(ffn_out)
-        return ffn_out.add_(hidden)
+        start = cache.start
+        key, value = cache.keys[:, :, start], cache.values[:, :, start]
+        key.copy_(self.k(normed).view(batch, groups, dim))
+        value.copy_(self.v(normed).view(batch, groups, dim))
+        if rotary is not None:
+            if key.dtype == torch.float32:
+                _rotate_(key, rotary)
+            else:
+                key.copy_(_rotated(key, rotary))
+        q = self._query(normed, rotary)
+        return self._rest(hidden, normed, self._attend(q, cache, start + 1, bias, first_key))
+
+    def last_of_prompt(
+        self, hidden: torch.Tensor, cache: LayerCache, bias: torch.Tensor | None,
+        rotary: torch.Tensor | None,
+    ) -> torch.Tensor:  # fmt: skip
+        """The last layer on a prompt chunk ``[B, S, H]``: only the last position's output.
+
+        Every position's keys and values go to the cache (from ``start``); the query, the
+        attention's output and the FFN are computed for the last position only, the only one
+        the logits need.
+
+        :param bias: the last query's additive mask ``[B, 1 or nh, 1, start + S]``, or ``None``
+            when it sees every slot.
+        :param rotary: the chunk's RoPE phases ``[S or B, S, r/2]`` (as the forward takes them).
+        """
+        batch, length, width = hidden.shape
+        normed = self.norm1(hidden)
+        flat = normed.reshape(batch * length, width)
+        k = self.k(flat).view(batch, length, self.groups, self.head_dim)
+        v = self.v(flat).view(batch, length, self.groups, self.head_dim)
+        last_phases = None
+        if rotary is not None:
+            k = apply_rotary(k, rotary)
+            last_phases = rotary[..., -1:, :].reshape(-1, 1, rotary.shape[-1])
+        start = cache.start
+        cache.keys[:, :, start : start + length] = k.transpose(1, 2)
+        cache.values[:, :, start : start + length] = v.transpose(1, 2)
+        normed, hidden = normed[:, -1], hidden[:, -1]
+        q = self._query(normed, last_phases)
+        return self._rest(hidden, normed, self._attend(q, cache, start + length, bias, 0))
 
 
 def _rotated(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:

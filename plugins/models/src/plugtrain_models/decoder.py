@@ -290,9 +290,11 @@ class LanguageModel(nn.Module):
     ) -> torch.Tensor:  # fmt: skip
         """Logits of new tokens ``[B, S]`` after those in ``cache``, which takes their keys.
 
-        A prompt on an empty cache without padding attends causally without a mask; one new
-        token per row runs :func:`~plugtrain_models.decode_step.layer_step` (no mask unless
-        padding, ALiBi or a window's sinks need one).
+        A prompt on an empty cache without padding attends causally without a mask; with
+        ``last_only`` its last layer computes the last position only (every position's keys
+        still go to the cache). One new token per row runs
+        :meth:`~plugtrain_models.decode_step.LayerPlan.step` (no mask unless padding, ALiBi or
+        a window's sinks need one).
 
         :param mask: ``[B, S]``, 0 where a row is padded (left padding of a batch of prompts);
             each row's positions count its real tokens only.
@@ -338,11 +340,19 @@ class LanguageModel(nn.Module):
             return head_step(self, hidden).unsqueeze(1)
         causal = start == 0 and not cache.padded and s.positions != "alibi"
         biases: dict[int | None, torch.Tensor | None] = {}
-        for layer, window, layer_cache in zip(layers, windows, cache.layers, strict=True):
+        last = len(layers) - 1 if last_only and stock_layer(layers[-1]) else None
+        for index, (layer, window, layer_cache) in enumerate(
+            zip(layers, windows, cache.layers, strict=True)
+        ):
             if window not in biases:
                 plain = causal and (window is None or window >= count)
                 biases[window] = None if plain else self._cached_bias(cache, count, window)
-            hidden, _ = layer(hidden, biases[window], rotary, layer_cache)
+            bias = biases[window]
+            if index == last:  # the logits need the last position's output only
+                row = None if bias is None else bias[:, :, -1:]
+                out = LayerPlan(layer).last_of_prompt(hidden, layer_cache, row, rotary)
+                return head_step(self, out).unsqueeze(1)
+            hidden, _ = layer(hidden, bias, rotary, layer_cache)
         if last_only:
             hidden = hidden[:, -1:]
         return self._head(hidden)
