@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from support.paths import DATA
-from support.plugtrain_cli import run_plugtrain
 
 from plugtrain.cli import main
 
@@ -63,10 +62,6 @@ def test_the_corpus_is_what_this_file_lists():
         assert head.startswith("# Origin: Cerebras/modelzoo src/cerebras/modelzoo/models/")
 
 
-def plugtrain(*args: str, cwd: Path, timeout: float = 600):
-    return run_plugtrain(*args, cwd=cwd, timeout=timeout)
-
-
 @pytest.mark.parametrize("path", _marked([p.name for p in FILES]))
 def test_a_model_zoo_run_file_checks(path, capsys):
     status = main(["check", str(path)])
@@ -76,19 +71,23 @@ def test_a_model_zoo_run_file_checks(path, capsys):
     assert "trainer: backend CSX; fit, validate, validate_all" in captured.out
 
 
-def _fit_and_validate_all(path: Path, cwd: Path) -> list[str]:
-    fitted = plugtrain("fit", str(path), *ON_CPU, cwd=cwd)
-    assert fitted.returncode == 0, fitted.stderr
-    assert "trainer 0: validation loss" in fitted.stdout
-    checked = plugtrain("validate_all", str(path), *ON_CPU, cwd=cwd)
-    assert checked.returncode == 0, checked.stderr
-    return checked.stdout.splitlines()
+def _fit_and_validate_all(path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """``plugtrain fit`` then ``validate_all`` in this process, in the current folder."""
+    status = main(["fit", str(path), *ON_CPU])
+    fitted = capsys.readouterr()
+    assert status == 0, fitted.err
+    assert "trainer 0: validation loss" in fitted.out
+    status = main(["validate_all", str(path), *ON_CPU])
+    checked = capsys.readouterr()
+    assert status == 0, checked.err
+    return checked.out.splitlines()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", _marked(TRAINED))
-def test_a_model_zoo_run_file_trains_on_cpu_and_validates_all(path, tmp_path):
-    lines = _fit_and_validate_all(path, tmp_path)
+def test_a_model_zoo_run_file_trains_on_cpu_and_validates_all(path, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    lines = _fit_and_validate_all(path, capsys)
     assert [line.split(" on ")[0] for line in lines] == [
         "trainer 0: validation of model_dir/checkpoint_3.mdl (step 3)",
         "trainer 0: validation of model_dir/checkpoint_6.mdl (step 6)",
