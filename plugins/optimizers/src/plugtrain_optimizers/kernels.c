@@ -30,12 +30,14 @@
 /* Elementwise loops are split between `threads` threads of torch's OpenMP runtime (built
  * without OpenMP, a loop runs on one thread).
  *
- * Every loop body is free of branches, so that the compiler makes SIMD code of it on any x86-64
- * level (AVX2 included) without a flag that changes a result: a choice is a select between
- * values both computed unconditionally, comparisons included. Under the default -ftrapping-math
- * the compiler may not evaluate an operation the C code evaluates on one branch only, so a
- * conditional operation leaves a branch in the loop and the loop scalar. A loop marked
- * "vectorized" is checked to be by the tests, from the compiler's vectorizer report. */
+ * Every loop body is free of branches, so that the compiler makes SIMD code of it for AVX2 as
+ * for AVX-512 without a flag that changes a result: a choice is a select between values both
+ * computed unconditionally, comparisons included (the compiler may still make two loops of one
+ * for a choice fixed for the whole loop, each without it). Under the default -ftrapping-math the
+ * compiler may not evaluate an operation the C code evaluates on one branch only, so a
+ * conditional operation leaves a branch in the loop and the loop scalar where the target has
+ * no masked SIMD operations (AVX2). A loop marked "vectorized" is checked to be by the tests,
+ * from the compiler's vectorizer report. */
 #define PARALLEL_FOR _Pragma("omp parallel for num_threads(threads) if (threads > 1) schedule(static)")
 
 /* torch.lerp(start, end, weight): weight * (end - start) fused onto start below 0.5, and
