@@ -346,3 +346,11 @@ def test_foreach_false_is_the_reference_loop_whatever_the_switch(built, case):
     without = _run(case, native=False, steps=3, extra=reference)
     for key, value in with_kernels.items():
         assert torch.equal(value, without[key]), key
+
+
+def test_a_target_that_is_not_a_name_builds_nothing(monkeypatch):
+    """``PLUGTRAIN_NATIVE_MARCH`` goes into a compiler's arguments: a name, or no build."""
+    monkeypatch.setenv(_native.MARCH_VARIABLE, "native -o /tmp/elsewhere")
+    _native.reset()
+    assert _native.load() is None
+    assert "is not a -march target name" in _native.status()
