@@ -156,7 +156,7 @@ def test_c02_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(damage, 
 @pytest.mark.slow
 def test_c02_plugtrain_fit_resumes_past_a_truncated_checkpoint(tmp_path):
     run = write_train_run(tmp_path, steps=20, every=10)
-    assert finish_process(start_plugtrain("fit", str(run))).status == 0
+    assert run_cli("fit", str(run)).status == 0  # the checkpoints to damage, made in this process
     newest = tmp_path / "model/checkpoint_20.mdl"
     newest.write_bytes(newest.read_bytes()[:1000])
     run = write_train_run(tmp_path, steps=25, every=10)
@@ -297,7 +297,7 @@ def test_c05_a_checkpoint_of_another_model_or_optimizer_is_an_error_naming_the_k
     change, tmp_path
 ):
     first = write_train_run(tmp_path, steps=10, every=10)
-    assert finish_process(start_plugtrain("fit", str(first))).status == 0
+    assert run_cli("fit", str(first)).status == 0  # the checkpoint of another run, made here
     if change == "model":
         second = write_train_run(tmp_path, steps=20, every=10, hidden=32)
         detail = "model.fc1.weight: shape [16, 64] in the checkpoint, [32, 64] in this model"
