@@ -285,3 +285,20 @@ def test_kernels_that_are_fast_keep_running(two_threads, tuned, kernels, monkeyp
         clock.now += 1.0
         optimizer.step()
     assert optimizer._tuner.chosen == Plan(2)
+
+
+def test_the_torch_path_is_a_plan_only_where_it_gives_the_kernels_bits(two_threads, tuned, kernels):
+    """A step whose plan is chosen by timing must give the same numbers whichever wins: NAdam's
+    kernel and torch path differ in the last bits, so its steps never leave the kernels."""
+    gen = torch.Generator().manual_seed(0)
+    param = torch.nn.Parameter(torch.randn(300, 129, generator=gen))
+    optimizer = plugtrain.resolve("optimizer", "NAdam")([param], lr=1e-3)
+    for step in range(TORCH_PATH_FROM + 2):
+        _grad(param, step)
+        optimizer.step()
+    assert optimizer._tuner.kernels_ran
+    assert optimizer._tuner.plans(2) == [ALL_BLOCKED, ONE]
+    for name in ("Lion", "ASGD", "Rprop", "Adamax", "SGDScheduleFree"):
+        assert plugtrain.resolve("optimizer", name).kernels_match_torch_path, name
+    for name in ("Adadelta", "NAdam", "AdamWScheduleFree", "Lamb", "Adafactor"):
+        assert not plugtrain.resolve("optimizer", name).kernels_match_torch_path, name

@@ -70,6 +70,10 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
     native_kernels: ClassVar[bool] = False
     """Whether float32 CPU steps may run the C kernels (:mod:`~plugtrain_optimizers._native`),
     which are then built (or found in the cache) when the optimizer is made."""
+    kernels_match_torch_path: ClassVar[bool] = False
+    """Whether the C kernels give the torch-operation path's numbers to the bit (elementwise
+    updates without a square root or a sum). Only then may the step tuner move steps to the
+    torch path when it is faster: a choice made by timing must never change a run's numbers."""
 
     __signature__: ClassVar[inspect.Signature]
 
@@ -93,7 +97,9 @@ class PlugtrainOptimizer(torch.optim.Optimizer):
         # (slot, ids of a block's tensors) -> (those tensors, their scratch views)
         self._block_views: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         self._on_cpu = False  # intra-op threads only matter for parameters on the CPU
-        self._tuner = StepTuner() if tuning_threads() else None
+        self._tuner = (
+            StepTuner(torch_path=self.kernels_match_torch_path) if tuning_threads() else None
+        )
         self._native_plans: dict[int, Any] = {}  # per group: a subclass's kernel plan, if any
         super().__init__(params, defaults)
         if self.native_kernels and self._on_cpu:

@@ -8,13 +8,14 @@ steps (doubling up to :data:`EXPLORE_LAST` while the choice holds) and times bot
 after two steps :data:`SLOWDOWN` times slower than the chosen plan's best. It sets the stepping
 thread's own counts (OpenMP's and MKL's), never torch's setting, which other threads see.
 
-Where a step runs the C kernels (:mod:`~plugtrain_optimizers._native`), the torch-operation path
-(what ``PLUGTRAIN_NATIVE_KERNELS=0`` runs) is a plan too, on each thread count, from step
+Where a step runs the C kernels (:mod:`~plugtrain_optimizers._native`) of an optimizer whose
+kernels give the torch-operation path's numbers to the bit (``kernels_match_torch_path``: the
+elementwise updates without a square root or a sum), that path (what
+``PLUGTRAIN_NATIVE_KERNELS=0`` runs) is a plan too, on each thread count, from step
 :data:`TORCH_PATH_FROM` on (the kernels, the usual best, make the first choice: the first steps
-stay cheap): the steps are then never slower than that path for long, whatever the CPU makes
-of the kernels. The two agree to the bit for
-the elementwise updates without a square root and within float32 rounding for the others (the
-kernels' test says which); ``PLUGTRAIN_TUNE_THREADS=0`` keeps the kernels and all threads.
+stay cheap): those steps are then never slower than that path for long, whatever the CPU makes
+of the kernels. The others keep their kernels: a choice made by timing never changes a run's
+numbers. ``PLUGTRAIN_TUNE_THREADS=0`` keeps the kernels and all threads.
 """
 
 from __future__ import annotations

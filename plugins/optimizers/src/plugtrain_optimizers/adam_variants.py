@@ -21,6 +21,8 @@ def _zeros(param: torch.Tensor) -> torch.Tensor:
 class Adamax(PlugtrainOptimizer):
     """Adamax: ``u = max(b2 u, |g| + eps)``; ``p -= lr / (1 - b1^t) * m / u`` (L2 decay)."""
 
+    kernels_match_torch_path = True
+
     schema = AdamaxArgs
     name = "Adamax"
     flat_by_default = True  # measured: pays even with the gradient copy

@@ -122,6 +122,8 @@ class ASGD(PlugtrainOptimizer):
     then ``eta = lr / (1 + lambd lr t)^alpha`` and ``mu = 1 / max(1, t - t0)``.
     """
 
+    kernels_match_torch_path = True
+
     schema = ASGDArgs
     name = "ASGD"
     flat_by_default = True  # one native call (or one kernel per operation) for many tensors

@@ -15,6 +15,8 @@ __all__ = ["Lion"]
 class Lion(PlugtrainOptimizer):
     """Lion: ``p *= 1 - lr wd``; ``p -= lr sign(b1 m + (1 - b1) g)``; ``m = b2 m + (1 - b2) g``."""
 
+    kernels_match_torch_path = True
+
     schema = LionArgs
     name = "Lion"
     flat_by_default = True  # measured: pays even with the gradient copy

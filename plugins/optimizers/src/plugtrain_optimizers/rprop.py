@@ -20,6 +20,8 @@ class Rprop(PlugtrainOptimizer):
     0; ``p -= sign(g) * step_size``. Step sizes start at the group's lr at construction.
     """
 
+    kernels_match_torch_path = True
+
     schema = RpropArgs
     name = "Rprop"
     flat_by_default = True  # measured: pays even with the gradient copy

@@ -213,6 +213,8 @@ class AdamWScheduleFree(_ScheduleFree):
 class SGDScheduleFree(_ScheduleFree):
     """Schedule-Free SGD."""
 
+    kernels_match_torch_path = True
+
     schema = SGDScheduleFreeArgs
     name = "SGDScheduleFree"
 
