@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 import pytest
 
-from plugtrain.errors import TrainingError
+from plugtrain.errors import ConfigError, TrainingError
 from plugtrain_models.data import config_run
 from plugtrain_models.data.config_jobs import ConfigRun
 from plugtrain_models.data.finetuning import Encoded, Skipped
@@ -198,6 +198,15 @@ def test_batch_path_writes_the_reference_bytes(
     assert post["num_pad_tokens"] == int((stack[:, 0] == run.pad_id).sum())
     if kind == "pairs":
         assert post["raw_docs_skipped"] == 1
+
+
+def test_processes_below_one_is_an_error_at_its_line(root: Path) -> None:
+    path = _config(root, "procs_zero", "pairs", processes=0)
+    with pytest.raises(
+        ConfigError, match=r"procs_zero.yaml:5:\d+: setup.processes: must be at least 1"
+    ):
+        config_run.run_config(str(path), io.StringIO(), io.StringIO())
+    assert not (root / "out" / "procs_zero").exists()
 
 
 @pytest.mark.slow

@@ -114,7 +114,9 @@ def _sample_batches(run: ConfigRun, path: str, processes: int) -> Iterator[Sampl
         yield run.batch(packer.add_many([], finish=True))
 
 
-def _write(run: ConfigRun, path: str, output: Path) -> tuple[Counter[str], ChunkWriter]:
+def _write(
+    run: ConfigRun, path: str, output: Path, processes: int
+) -> tuple[Counter[str], ChunkWriter]:
     """Write the samples as they come (all of them first when shuffled); their statistics."""
     processing = run.config.processing
     shuffle = bool(processing.get("shuffle"))
@@ -122,7 +124,7 @@ def _write(run: ConfigRun, path: str, output: Path) -> tuple[Counter[str], Chunk
     stats: Counter[str] = Counter()
     kept: list[Chunk] = []
     shape = (3, run.msl)
-    for batch in _sample_batches(run, path, _processes(run.config)):
+    for batch in _sample_batches(run, path, processes):
         stats.update(batch.stats)
         shape = batch.shape
         if shuffle:
@@ -175,9 +177,10 @@ def run_config(path: str, out: TextIO, err: TextIO) -> dict[str, Any]:
     for where, key, why in config.no_effect:
         err.write(f"plugtrain preprocess: {where}: {key} has no effect here: {why}\n")
     output = Path(str(config.setup.get("output_dir") or "./output/"))
+    processes = _processes(config)
     run = ConfigRun(config)
     with fresh_output_dir(output):
-        stats, writer = _write(run, path, output)
+        stats, writer = _write(run, path, output, processes)
         if not writer.samples:
             message = (
                 f"{config.setup['data']['source']}: no sample made "
