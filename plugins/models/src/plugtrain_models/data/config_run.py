@@ -110,7 +110,7 @@ def _sample_batches(run: ConfigRun, path: str, processes: int) -> Iterator[Sampl
             yield run.batch(packer.add_many(result.documents))
     if run.use_vsl and mode != "dpo":
         yield from _vsl(run, packed)
-    elif mode == "pretraining":
+    elif mode not in ("finetuning", "dpo"):  # pre-training: the last, partial sample
         yield run.batch(packer.add_many([], finish=True))
 
 
