@@ -25,10 +25,10 @@ from plugtrain_models.data.output_dir import fresh_output_dir
 from plugtrain_models.data.packing import Packer, first_fit
 from plugtrain_models.data.parallel import ordered_map
 from plugtrain_models.data.preprocess_config import PreprocessConfig, load_preprocess_config
-from plugtrain_models.data.sample_chunks import Chunk, SampleBatch, rows_stats
+from plugtrain_models.data.sample_chunks import Chunk, SampleBatch
 from plugtrain_models.data.writer import ChunkWriter
 
-__all__ = ["run_config", "sample_stats"]
+__all__ = ["run_config"]
 
 FEATURES = ["input_ids", "attention_mask", "labels"]
 VSL_FEATURES = [*FEATURES, "attention_span", "position_ids"]
@@ -45,11 +45,6 @@ def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
             chunk = []
     if chunk:
         yield chunk
-
-
-def sample_stats(rows: np.ndarray, pad_id: int, eos_id: int) -> dict[str, int]:
-    """Model Zoo's per-sample statistics (``get_data_stats``) of one written sample."""
-    return dict(rows_stats(rows[None], pad_id, eos_id))
 
 
 def _job_of(path: str) -> Callable[[list[Record]], BatchResult]:
@@ -138,8 +133,9 @@ def _write(
     return stats, writer
 
 
-def _post_process(counts: Counter[str], sample_stats: Counter[str]) -> dict[str, Any]:
-    stats: Counter[str] = Counter(sample_stats)
+def _post_process(counts: Counter[str], samples: Counter[str]) -> dict[str, Any]:
+    """Model Zoo's ``post-process`` statistics: the samples' sums and the record counts."""
+    stats: Counter[str] = Counter(samples)
     stats.update(counts)
     stats["discarded_files"] += 0
     stats["raw_docs_skipped"] += 0

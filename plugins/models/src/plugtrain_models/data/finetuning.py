@@ -26,7 +26,7 @@ from plugtrain_models.data.regions import (
 from plugtrain_models.data.tokenizer_folder import TokenizerFolder
 from plugtrain_models.data.truncation import truncate
 
-__all__ = ["Encoded", "FinetuningEncoder", "Skipped", "Truncation", "pad_to_msl", "vsl_rows"]
+__all__ = ["Encoded", "FinetuningEncoder", "Skipped", "Truncation", "vsl_rows"]
 
 SCORED_ROLES = ("assistant", "completion")
 """Roles whose text carries loss weight 1 by default."""
@@ -272,17 +272,6 @@ class FinetuningEncoder:
             stop = min(end, len(token_ids))
             mask[start:stop] = [int(weight)] * max(0, stop - start)  # int32, as Model Zoo writes
         return Encoded(token_ids, mask)
-
-
-def pad_to_msl(sample: Encoded, msl: int, pad_id: int) -> np.ndarray:
-    """``[3, msl]``: input_ids = tokens[:-1], loss mask = mask[1:], labels = tokens[1:], padded."""
-    rows = np.zeros((3, msl), dtype=np.int32)
-    length = len(sample.token_ids) - 1
-    rows[0, :] = rows[2, :] = pad_id
-    rows[0, :length] = sample.token_ids[:-1]
-    rows[1, :length] = sample.loss_mask[1:]
-    rows[2, :length] = sample.token_ids[1:]
-    return rows
 
 
 def vsl_rows(samples: Sequence[Encoded], msl: int, pad_id: int) -> np.ndarray:

@@ -202,13 +202,6 @@ class TokenizerFolder:
         encoding = self._tokenizer.encode(text, add_special_tokens=add_special_tokens)
         return list(encoding.ids), [(int(s), int(e)) for s, e in encoding.offsets]
 
-    def encode_batch_with_offsets(
-        self, texts: Sequence[str], add_special_tokens: bool = True
-    ) -> list[tuple[list[int], list[tuple[int, int]]]]:
-        """:meth:`encode` of each text, in parallel."""
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
-        return [(e.ids, e.offsets) for e in encodings]  # lists of ints and of int pairs
-
     def encode_batch_arrays(
         self, texts: Sequence[str], add_special_tokens: bool = True
     ) -> list[tuple[np.ndarray, np.ndarray]]:
