@@ -5,8 +5,11 @@ Writes a Llama folder of random bfloat16 weights with transformers into a tempor
 Llama 3.2 1B (1.24 B parameters, tied embeddings), ``100m`` and ``10m`` are quicker. Then runs,
 each in a fresh process and interleaved ``--rounds`` times:
 
+- ``imports``: ``import torch``, plugtrain's generation and LoRA modules and every plugin's
+  registration: the process's own memory, before any weight;
 - ``read``: ``import torch``, then every tensor of the folder read into memory with
-  ``safetensors.torch.load_file`` (shard by shard): the floor a loader cannot beat;
+  safetensors (``safetensors.torch.load`` of each shard's bytes): the floor a loader cannot
+  beat;
 - ``fit``: ``plugtrain fit RUN.yaml`` starting from the folder (``ckpt_path``), LoRA r 8 on
   the attention projections, AdamW, one step of 1 x 32 byte-level tokens (``StdlibText``), no
   checkpoint: from the command's start to its exit after the first step;
@@ -17,8 +20,8 @@ each in a fresh process and interleaved ``--rounds`` times:
 
 Printed: each process's wall time and peak RSS (``ru_maxrss``), the ratio of each time to
 ``read``'s and of each peak to the model's bytes (the float32 weights plugtrain holds: 4 bytes
-a parameter), and the load average. Goals: ``fit`` and ``generate`` at most 1.5x ``read``'s
-time, peak RSS at most 1.15x the model's bytes.
+a parameter), with and without ``imports``' peak, and the load average. Goals: ``fit`` and
+``generate`` at most 1.5x ``read``'s time, peak RSS at most 1.15x the model's bytes.
 
     python bench/startup_from_hf.py [--size 1b] [--rounds 1] [--no-old]
 """
@@ -47,10 +50,15 @@ SIZES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 LORA = {"r": 8, "alpha": 16, "target_modules": ["MultiQueryAttention", "Linear"]}
 READ = """
-import sys, torch
-from safetensors.torch import load_file
-tensors = [load_file(f) for f in sys.argv[1:]]
+import sys, pathlib, torch
+from safetensors.torch import load
+tensors = [load(pathlib.Path(f).read_bytes()) for f in sys.argv[1:]]
 print(sum(t.numel() for shard in tensors for t in shard.values()))
+"""
+IMPORTS = """
+import torch, plugtrain_models.generation, plugtrain_models.lora
+from plugtrain.discovery.loading import get_registry
+get_registry()
 """
 
 
@@ -68,6 +76,7 @@ def write_folder(folder: Path, size: str) -> None:
         model = transformers.LlamaForCausalLM(config)
     torch.set_default_dtype(torch.float32)
     model.to_empty(device="cpu")
+    model.tie_weights()  # to_empty gives the tied head storage of its own
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -153,18 +162,19 @@ def main() -> None:
         generate = [*plugtrain, "generate", run, "--ckpt", str(folder), "--prompt", "ab"]
         generate += ["--max-tokens", "1", "--tokenizer", "bytes"]
         commands = {
+            "imports": [sys.executable, "-c", IMPORTS],
             "read": [sys.executable, "-c", READ, *shards],
             "fit": [*plugtrain, "fit", run],
             "generate": generate,
         }
-        variants = [("read", "1"), ("fit", "1"), ("generate", "1")]
+        variants = [("imports", "1"), ("read", "1"), ("fit", "1"), ("generate", "1")]
         if not args.no_old:
             variants += [("fit", "0"), ("generate", "0")]
         env = {**os.environ, "OMP_NUM_THREADS": "2"}
         results: dict[str, list[tuple[float, int]]] = {}
         for _ in range(args.rounds):
             for name, meta in variants:
-                label = name if meta == "1" or name == "read" else f"{name} (old)"
+                label = name if meta == "1" else f"{name} (old)"
                 measured = measure(commands[name], {**env, "PLUGTRAIN_META_BUILD": meta})
                 results.setdefault(label, []).append(measured)
                 print(f"  {label}: {measured[0]:.1f} s, {measured[1] / 2**30:.2f} GiB", flush=True)
@@ -177,13 +187,14 @@ def main() -> None:
         f"(bfloat16), model {model_bytes / 2**30:.2f} GiB (float32); {args.rounds} round(s)"
     )
     read_s = statistics.median(s for s, _ in results["read"])
-    print(f"{'':18}{'seconds':>9}{'/ read':>8}{'peak GiB':>10}{'/ model':>9}")
+    floor = statistics.median(r for _, r in results["imports"])
+    print(f"{'':18}{'seconds':>9}{'/ read':>8}{'peak GiB':>10}{'/ model':>9}{'- imports':>11}")
     for label, runs in results.items():
         seconds = statistics.median(s for s, _ in runs)
         peak = statistics.median(r for _, r in runs)
         print(
             f"{label:18}{seconds:9.1f}{seconds / read_s:8.2f}"
-            f"{peak / 2**30:10.2f}{peak / model_bytes:9.2f}"
+            f"{peak / 2**30:10.2f}{peak / model_bytes:9.2f}{(peak - floor) / model_bytes:11.2f}"
         )
     print(json.dumps(results))
 

@@ -1,7 +1,8 @@
 """Hugging Face checkpoint files: found in a folder, read one shard at a time, written sharded.
 
 Inputs: a folder, ``model.safetensors``, ``pytorch_model.bin`` or an ``*.index.json`` of shards.
-Safetensors are read one tensor at a time (memory-mapped); ``.bin`` shards one shard at a time.
+Safetensors are read one tensor at a time (into memory of its own); ``.bin`` shards one shard
+at a time.
 Output: ``model-0000i-of-0000N.safetensors`` (or ``pytorch_model-...bin``) shards and their
 index, written into a hidden folder (``.<name>.partial-<pid>-<hex>``, one per conversion) that is
 renamed into place when complete; a folder another conversion renamed there first is kept.
@@ -10,6 +11,7 @@ renamed into place when complete; a folder another conversion renamed there firs
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -68,7 +70,65 @@ def iter_file_tensors(files: Iterable[Path]) -> Iterator[tuple[str, torch.Tensor
             yield from _torch_tensors(file)
 
 
+_SAFETENSORS_TYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+    "U8": torch.uint8, "BOOL": torch.bool,
+}  # fmt: skip
+_LARGEST_HEADER = 100 * 2**20
+
+
 def _safetensors_tensors(file: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each tensor read from the file into memory of its own, not mapped.
+
+    A mapped file's pages stay resident while it is open, on top of the tensors made from
+    them; read, a shard costs only the tensor being read. A file this cannot read (a type it
+    does not know, a damaged header) is read by safetensors itself.
+    """
+    with file.open("rb") as handle:
+        entries = _safetensors_entries(handle, file.stat().st_size)
+        if entries is None:
+            yield from _mapped_tensors(file)
+            return
+        for name, (dtype, shape, offset) in entries.items():
+            tensor = torch.empty(shape, dtype=dtype)
+            if tensor.numel():
+                handle.seek(offset)
+                window: Any = tensor.reshape(-1).view(torch.uint8).numpy()
+                if handle.readinto(window) != tensor.nbytes:
+                    raise ConversionError(f"{file}: {name} is cut short")
+            yield name, tensor
+
+
+def _safetensors_entries(
+    handle: Any, size: int
+) -> dict[str, tuple[torch.dtype, list[int], int]] | None:
+    """Each tensor's type, shape and file offset, in name order; ``None``: not read here."""
+    length = int.from_bytes(handle.read(8), "little")
+    if not 2 <= length <= min(_LARGEST_HEADER, size - 8):
+        return None
+    try:
+        header = json.loads(handle.read(length))
+    except ValueError:
+        return None
+    header.pop("__metadata__", None)
+    entries: dict[str, tuple[torch.dtype, list[int], int]] = {}
+    for name in sorted(header):
+        entry = header[name]
+        kind = entry.get("dtype") if isinstance(entry, dict) else None
+        dtype = _SAFETENSORS_TYPES.get(kind) if isinstance(kind, str) else None
+        if dtype is None:
+            return None
+        begin, end = entry["data_offsets"]
+        shape = [int(side) for side in entry["shape"]]
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        if end - begin != nbytes or 8 + length + end > size:
+            return None
+        entries[name] = (dtype, shape, 8 + length + begin)
+    return entries
+
+
+def _mapped_tensors(file: Path) -> Iterator[tuple[str, torch.Tensor]]:
     from safetensors import SafetensorError, safe_open
 
     try:
