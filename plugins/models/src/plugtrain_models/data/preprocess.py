@@ -27,6 +27,7 @@ from plugtrain_models.data.writer import SampleWriter, write_corpus, write_param
 __all__ = ["main", "parser", "preprocess"]
 
 DEFAULT_STDLIB_BYTES = 1_000_000
+BATCH = 256  # documents tokenized together
 
 
 def parser() -> argparse.ArgumentParser:
@@ -160,14 +161,25 @@ def preprocess(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
+def _batches(docs: Iterator[str], tokenizer: Tokenizer) -> Iterator[list[np.ndarray]]:
+    """The documents' ids, :data:`BATCH` documents encoded at a time."""
+    batch: list[str] = []
+    for text in docs:
+        batch.append(text)
+        if len(batch) == BATCH:
+            yield tokenizer.encode_many(batch)
+            batch = []
+    if batch:
+        yield tokenizer.encode_many(batch)
+
+
 def _write_corpus(
     docs: Iterator[str], tokenizer: Tokenizer, output: Path, msl: int, per_file: int
 ) -> dict[str, Any]:
-    stream: list[int] = []
-    for text in docs:
-        stream.extend(tokenizer.encode(text))
-        stream.append(tokenizer.eos_id)
-    tokens = np.asarray(stream, dtype=np.int32)
+    eos = np.array([tokenizer.eos_id], dtype=np.int32)
+    parts = [np.concatenate([p for ids in batch for p in (ids, eos)])
+             for batch in _batches(docs, tokenizer)]  # fmt: skip
+    tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
     if len(tokens) < msl + 1:
         raise TrainingError(f"{len(tokens)} tokens: too few for one sequence of {msl}")
     files = write_corpus(output, tokens, msl, per_file)
@@ -189,20 +201,19 @@ def _write_samples(
     writer = SampleWriter(output, msl, args.samples_per_file)
     kept: list[np.ndarray] = []  # --shuffle permutes all samples before writing
     num_tokens = 0
-    for text in docs:
-        tokens = tokenizer.encode(text)
-        num_tokens += len(tokens) + 1
-        made = packer.add(tokens)
+    for batch in _batches(docs, tokenizer):
+        num_tokens += sum(len(tokens) + 1 for tokens in batch)
+        made = packer.add_many(batch)
         if args.shuffle:
             kept.extend(made)
         else:
             writer.add(made)
     if args.shuffle:
-        kept.extend(packer.finish())
+        kept.extend(packer.add_many([], finish=True))
         order = np.random.default_rng(args.seed).permutation(len(kept))
         writer.add(kept[i] for i in order)
     else:
-        writer.add(packer.finish())
+        writer.add(packer.add_many([], finish=True))
     writer.close()
     if not writer.samples:
         raise TrainingError(f"{num_tokens} tokens made no sample of {msl}")

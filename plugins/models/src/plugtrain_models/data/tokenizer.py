@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 
 from plugtrain.errors import MissingDependencyError, TrainingError
 
@@ -37,6 +39,15 @@ class Tokenizer:
         if self._encoder is None:
             return list(text.encode("utf-8"))
         return list(self._encoder.encode(text).ids)
+
+    def encode_many(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """:meth:`encode` of each text as int32 arrays, a tokenizer.json's in one batch."""
+        if self._encoder is None:
+            return [
+                np.frombuffer(t.encode("utf-8"), dtype=np.uint8).astype(np.int32) for t in texts
+            ]
+        encodings = self._encoder.encode_batch(list(texts))
+        return [np.array(e.ids, dtype=np.int32) for e in encodings]
 
 
 def load_tokenizer(spec: str, eos_id: int | None = None, pad_id: int | None = None) -> Tokenizer:
