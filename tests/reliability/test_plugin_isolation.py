@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 from support.reliability import (
     HANG_GUARD_S,
@@ -246,10 +247,38 @@ def plugtrain_register_optimizers(registry):
             assert text in outcome.err, (command, outcome.err)
 
 
-def test_p08_a_run_file_plugin_that_prints_at_import_prints_on_stderr(tmp_path):
+@attrs.frozen
+class _HelperRuns:
+    """The outcome of each command, what each imported, and the checkpoint ``fit`` wrote."""
+
+    outcomes: dict[str, Outcome]
+    imported: dict[str, set[str]]
+    checkpoint_written: bool
+
+
+@pytest.fixture(scope="module")
+def helper_commands(tmp_path_factory: pytest.TempPathFactory) -> _HelperRuns:
+    """A run file naming the local plugin ``helper`` under ``plugins:``: ``check -p helper``,
+    ``fit``, then ``validate`` of it, in fresh interpreters (shared by P08 and P09)."""
+    tmp_path = tmp_path_factory.mktemp("helper_commands")
     local = _module(tmp_path / "local", "helper", HELPER)
+    env = _env(tmp_path, local)
     run = _run_file(tmp_path, "HelperSGD", "plugins: [helper]\n")
-    outcome = run_subprocess("fit", str(run), env=_env(tmp_path, local))
+    outcomes, imported = {}, {}
+    for name, args in (
+        ("check", ("-p", "helper", "check")),
+        ("fit", ("fit",)),
+        ("validate", ("validate",)),
+    ):
+        outcomes[name] = run_subprocess(*args, str(run), env=env)
+        imported[name] = _imported(tmp_path)
+        (tmp_path / "markers" / "helper").unlink(missing_ok=True)
+    written = (tmp_path / "model-HelperSGD" / "checkpoint_2.mdl").is_file()
+    return _HelperRuns(outcomes, imported, written)
+
+
+def test_p08_a_run_file_plugin_that_prints_at_import_prints_on_stderr(helper_commands, tmp_path):
+    outcome = helper_commands.outcomes["fit"]
     assert outcome.status == 0, outcome
     assert "helper says hello on stdout" in outcome.err
     assert outcome.out.splitlines() == [
@@ -286,23 +315,16 @@ def test_p09_check_and_plot_import_no_local_module_a_run_file_names(tmp_path):
     assert not (tmp_path / "markers" / "helper").exists()
 
 
-def test_p09_check_imports_a_run_file_plugin_named_with_p_and_fit_validate_import_it(tmp_path):
-    local = _module(tmp_path / "local", "helper", HELPER)
-    env = _env(tmp_path, local)
-    run = _run_file(tmp_path, "HelperSGD", "plugins: [helper]\n")
-    checked = run_subprocess("-p", "helper", "check", str(run), env=env)
+def test_p09_check_imports_a_run_file_plugin_named_with_p_and_fit_validate_import_it(
+    helper_commands,
+):
+    checked = helper_commands.outcomes["check"]
     assert checked.status == 0, checked
     assert "not importing" not in checked.err
-    assert _imported(tmp_path) == {"helper"}
-    (tmp_path / "markers" / "helper").unlink()
-    fitted = run_subprocess("fit", str(run), env=env)
-    assert fitted.status == 0, fitted
-    assert _imported(tmp_path) == {"helper"}
-    assert (tmp_path / "model-HelperSGD" / "checkpoint_2.mdl").is_file()
-    (tmp_path / "markers" / "helper").unlink()
-    validated = run_subprocess("validate", str(run), env=env)
-    assert validated.status == 0, validated
-    assert _imported(tmp_path) == {"helper"}
+    for command in ("check", "fit", "validate"):
+        assert helper_commands.outcomes[command].status == 0, helper_commands.outcomes[command]
+        assert helper_commands.imported[command] == {"helper"}, command
+    assert helper_commands.checkpoint_written
 
 
 def test_p09_check_loads_an_installed_plugin_a_run_file_names_even_without_autoload(tmp_path):
