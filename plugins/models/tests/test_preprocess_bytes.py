@@ -20,13 +20,15 @@ import numpy as np
 import pytest
 
 from plugtrain.errors import ConfigError, TrainingError
-from plugtrain_models.data import config_run
+from plugtrain_models.data import config_run, preprocess
 from plugtrain_models.data.config_jobs import ConfigRun
 from plugtrain_models.data.finetuning import Encoded, Skipped
 from plugtrain_models.data.packing import Packer, sample_rows
+from plugtrain_models.data.preprocess import main as preprocess_main
 from plugtrain_models.data.preprocess_config import load_preprocess_config
 from plugtrain_models.data.regions import OffsetArrays, find_token_range, find_token_range_arrays
 from plugtrain_models.data.sample_chunks import compress_samples
+from plugtrain_models.data.tokenizer import load_tokenizer
 from plugtrain_models.data.writer import ChunkWriter
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -298,3 +300,22 @@ def test_chunk_writer_writes_what_h5py_writes_incompressible_samples_too(tmp_pat
     writer.close()
     _write_reference(tmp_path / "reference", list(data), per_file=3)
     assert _files(tmp_path / "reference") == {p.name: p.read_bytes() for p in writer.files}
+
+
+def test_flag_form_writes_the_reference_bytes(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``plugtrain preprocess FILE -o DIR``: documents in batches, the files of one by one."""
+    monkeypatch.setattr(preprocess, "BATCH", 7)
+    source = root / "text" / "data.jsonl"
+    out = root / "out" / "flag"
+    argv = [str(source), "-o", str(out), "--tokenizer", str(root / "tokenizer")]
+    preprocess_main([*argv, "--max-seq-length", "16", "--samples-per-file", "5"], io.StringIO())
+    tokenizer = load_tokenizer(str(root / "tokenizer"))
+    packer = Packer(16, tokenizer.eos_id, tokenizer.pad_id)
+    samples = []
+    for line in source.read_text("utf-8").splitlines():
+        samples += packer.add(tokenizer.encode(json.loads(line)["text"]))
+    samples += packer.finish()
+    _write_reference(root / "reference" / "flag", samples, per_file=5)
+    written = {k: v for k, v in _files(out).items() if k.endswith(".h5")}
+    assert len(written) > 2
+    assert written == _files(root / "reference" / "flag")
