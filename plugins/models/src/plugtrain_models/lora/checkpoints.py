@@ -47,7 +47,7 @@ def base_fingerprint(state: Mapping[str, Any]) -> str:
         if whole.is_floating_point():  # one form for a bf16 file and the float32 model it fills
             whole = whole.to(torch.float32)
         digest.update(f"{name}:{tuple(whole.shape)}:{kind}".encode())
-        digest.update(whole.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(memoryview(whole.contiguous().reshape(-1).view(torch.uint8).numpy()))
     return digest.hexdigest()
 
 
