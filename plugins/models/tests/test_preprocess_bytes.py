@@ -5,7 +5,8 @@ numpy, each sample compressed as its HDF5 chunk and the files written as they fi
 with a reference written here the simple way: each record encoded on its own with the
 per-token region search, padded in a Python loop, the samples stacked and written with h5py's
 ``create_dataset(data=...)`` as the files were always written. Prompt/completion, chats with a
-Jinja template and pre-training text, each over several files; and 1 against 2 processes.
+Jinja template and pre-training text, each over several files, the flag form's text; and 1
+against 2 processes.
 """
 
 from __future__ import annotations
