@@ -323,7 +323,7 @@ class LanguageModel(nn.Module):
                     torch.arange(cache.capacity, device=hidden.device), s.rotary_dim,
                     s.rope_theta, s.pos_scaling_type, s.pos_scaling_factor, s.pos_scaling_extra,
                 )  # fmt: skip
-            rotary = cache.rotary[positions]
+            rotary = cache.rotary[positions if cache.padded else slice(start, start + count)]
         layers = self.transformer_decoder.layers
         windows = self._layer_windows()
         if count == 1 and mask is None and all(stock_layer(layer) for layer in layers):
