@@ -10,9 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+
+from plugtrain.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -58,22 +61,47 @@ def write_run(tmp_path: Path, name: str = "run.yaml", steps: int = 40, every: in
     return path
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
-def test_every_example_passes_check_without_importing_torch(example, example_cwd):
-    example_cwd(example)  # the data the Model Zoo-shaped examples read must exist
-    code = (
-        "import sys, runpy\n"
-        f"sys.argv = ['plugtrain', 'check', {str(example)!r}]\n"
-        "try:\n    runpy.run_module('plugtrain', run_name='__main__')\n"
-        "except SystemExit as exit:\n    code = exit.code\n"
-        "print('EXIT', code)\n"
-        "print('TORCH' if any(m.split('.')[0] == 'torch' for m in sys.modules) else 'NO-TORCH')\n"
-    )
+CHECK_EACH = """\
+import json, os, runpy, sys
+results = {}
+for example, folder in json.loads(sys.argv[1]):
+    os.chdir(folder)
+    before = set(sys.modules)
+    sys.argv = ["plugtrain", "check", example]
+    try:
+        runpy.run_module("plugtrain", run_name="__main__")
+    except SystemExit as exit:
+        code = exit.code
+    imported = {m.split(".")[0] for m in set(sys.modules) - before}
+    results[example] = [code, "torch" in imported or "torch" in before]
+print(json.dumps(results))
+"""
+"""``plugtrain check`` of each example in turn, in one fresh interpreter: its exit code, and
+whether torch was imported by then (a check that imported it would taint every later one)."""
+
+
+@pytest.fixture(scope="module")
+def example_checks(request: pytest.FixtureRequest) -> dict[str, list[Any]]:
+    """Each example's ``[exit code, torch imported]`` from one interpreter, each checked in the
+    folder holding the data it reads (``stdlib_gpt_root``) or in this one."""
+    data = {"runs/data/stdlib_gpt", "runs/data/encoders", "runs/data/dpo"}  # as example_cwd
+    plan = []
+    for example in EXAMPLES:
+        text = example.read_text(encoding="utf-8")
+        needs = any(folder in text for folder in data)
+        folder = request.getfixturevalue("stdlib_gpt_root") if needs else Path.cwd()
+        plan.append((str(example), str(folder)))
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
-    )
-    lines = done.stdout.strip().splitlines()
-    assert lines[-2:] == ["EXIT 0", "NO-TORCH"], done.stdout + done.stderr
+        [sys.executable, "-c", CHECK_EACH, json.dumps(plan)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_passes_check_without_importing_torch(example, example_checks):
+    assert example_checks[str(example)] == [0, False]
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +200,7 @@ def test_a_run_killed_mid_training_resumes_to_bit_identical_weights(tmp_path):
     straight_dir = tmp_path / "straight"
     straight_dir.mkdir()
     straight = write_run(straight_dir, steps=steps, every=every)
-    assert plugtrain("fit", str(straight)).returncode == 0
+    assert main(["fit", str(straight)]) == 0  # the reference, in this process
 
     killed_dir = tmp_path / "killed"
     killed_dir.mkdir()
