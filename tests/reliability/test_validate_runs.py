@@ -15,6 +15,7 @@ from support.reliability import finish_process, last_line, start_plugtrain
 
 import plugtrain
 from plugtrain.builtin.models import MLP
+from plugtrain.cli import main
 from plugtrain.errors import CheckpointError, TrainingError
 from plugtrain.train.trainer import Trainer
 
@@ -70,7 +71,7 @@ UNTRAINED = """\
 def test_v01_validate_without_a_checkpoint_is_an_error_unless_ckpt_path_is_null(tmp_path):
     trained = tmp_path / "model"
     run = _write(tmp_path, trained)
-    assert finish_process(start_plugtrain("fit", str(run))).status == 0
+    assert main(["fit", str(run)]) == 0  # the checkpoint to validate, made in this process
     scored = finish_process(start_plugtrain("validate", str(run)))
     assert scored.status == 0, scored.err
     assert f"resumed from {trained / 'checkpoint_5.mdl'} at step 5" in scored.err
@@ -129,7 +130,7 @@ def test_v02_an_empty_evaluation_set_is_an_error(tmp_path):
     assert last_line(refused.err) == f"plugtrain: error: {empty_data}"
     assert not list(trained.glob("*.mdl"))  # refused before the first step
 
-    assert finish_process(start_plugtrain("fit", str(_write(tmp_path, trained)))).status == 0
+    assert main(["fit", str(_write(tmp_path, trained))]) == 0  # a checkpoint, made here
     empty = _write(tmp_path, trained, val_batch=16, val_examples=5)
     outcome = finish_process(start_plugtrain("validate", str(empty)))
     assert outcome.status == 1, outcome.err
