@@ -66,6 +66,25 @@ def _load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def _matmuls_alone(model: torch.nn.Module, rounds: int) -> float:
+    """CPU seconds per token of every ``nn.Linear`` of ``model`` on one token, nothing else.
+
+    The weights' matrix-vector products are what any decoder must compute per new token (at
+    batch 1 they read every weight once): the floor of a step, whatever runs around them.
+    """
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {width: torch.randn(1, width) for width in {w.shape[1] for w in weights}}
+    tokens, times = 16, []
+    with torch.no_grad():
+        for _ in range(rounds):
+            start = time.process_time()
+            for _ in range(tokens):
+                for weight in weights:
+                    torch.nn.functional.linear(inputs[weight.shape[1]], weight)
+            times.append((time.process_time() - start) / tokens)
+    return statistics.median(times)
+
+
 def main() -> None:
     """Time both sides for each prompt length and print tokens/s and the ratios."""
     from plugtrain_models.generation import generate
@@ -83,6 +102,7 @@ def main() -> None:
     print("| prompt | plugtrain tok/s | transformers tok/s | plugtrain / transformers "
           "| CPU-time ratio |")  # fmt: skip
     print("|---|---|---|---|---|")
+    their_cpu: dict[int, float] = {}
     for length in PROMPT_LENGTHS:
         prompt = torch.randint(0, CONFIG["vocab_size"], (1, length),
                                generator=torch.Generator().manual_seed(length))  # fmt: skip
@@ -114,9 +134,15 @@ def main() -> None:
                     same = same and mine == ids
         rate = {side: NEW_TOKENS / statistics.median(t) for side, t in wall.items()}
         cpu_ratio = statistics.median(cpu["transformers"]) / statistics.median(cpu["plugtrain"])
+        their_cpu[length] = statistics.median(cpu["transformers"]) / NEW_TOKENS
         ratio = rate["plugtrain"] / rate["transformers"]
         print(f"| {length} | {rate['plugtrain']:.1f} | {rate['transformers']:.1f} | "
               f"{ratio:.2f}{'' if same else ' (ids differ!)'} | {cpu_ratio:.2f} |")  # fmt: skip
+    floor = _matmuls_alone(ours, args.rounds)
+    print(f"the weights' matmuls alone: {floor * 1e3:.1f} CPU ms per token; transformers' CPU "
+          "time per new token over that (the ratio a decoder with nothing but those matmuls "
+          "would reach, prompt aside): "
+          + ", ".join(f"{their_cpu[n] / floor:.2f} at {n}" for n in PROMPT_LENGTHS))  # fmt: skip
     print(_load())
 
 

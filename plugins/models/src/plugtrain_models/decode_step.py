@@ -14,6 +14,7 @@ cache slot and the query in place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -49,8 +50,8 @@ def linear_step(module: nn.Module) -> Step:
     if type(module) is not nn.Linear:
         return _module(module)
     weight_t, bias = module.weight.t(), module.bias
-    if bias is None:
-        return lambda hidden: torch.mm(hidden, weight_t)
+    if bias is None:  # nn.Linear(bias=False) holds None
+        return lambda hidden: torch.mm(hidden, weight_t)  # type: ignore[unreachable]
     return lambda hidden: torch.addmm(bias, hidden, weight_t)
 
 
@@ -58,7 +59,7 @@ def norm_step(module: nn.Module) -> Step:
     """``module`` as a function: one fused call for :class:`RMSNorm` and ``nn.LayerNorm``."""
     if type(module) is RMSNorm:  # in float32, as RMSNorm computes it
         weight, eps = module.weight.float(), module.eps
-        shape = (weight.shape[0],)
+        shape: tuple[int, ...] = (weight.shape[0],)
         if module.weight.dtype == torch.float32:
             return lambda hidden: torch.rms_norm(hidden, shape, weight, eps)
         return lambda hidden: torch.rms_norm(hidden.float(), shape, weight, eps).to(hidden.dtype)
@@ -103,7 +104,7 @@ def _rotate_(x: torch.Tensor, phases: torch.Tensor) -> None:
 class LayerPlan:
     """One ``DecoderLayer``'s parts as functions, for :meth:`step` (built once per cache)."""
 
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: Any) -> None:
         attention: Attention = layer.self_attn
         self.heads, self.groups = attention.heads, attention.groups
         self.head_dim, self.scale, self.cap = attention.head_dim, attention.scale, attention.cap
@@ -231,7 +232,7 @@ def _rotated(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
     return wide.to(x.dtype)
 
 
-def head_step(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+def head_step(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     """``model``'s ``ln_f`` and head on ``[B, H]`` (the logits' scale and softcap too)."""
     s = model.settings
     logits = linear_step(model.lm_head)(norm_step(model.ln_f)(hidden))
