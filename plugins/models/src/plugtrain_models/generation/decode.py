@@ -77,22 +77,23 @@ def generate(
     eos = frozenset(eos_ids)
     was_training = lm.training
     lm.eval()
-    try:
-        cache = lm.new_cache(len(prompts), longest + max_tokens)
-        logits = lm.decode(ids.to(device), cache, mask.to(device), last_only=True)[:, -1]
-        outputs: list[list[int]] = [[] for _ in prompts]
-        running = set(range(len(prompts)))
-        for step in range(max_tokens):
-            chosen = sampling.pick(logits, generator)
-            for row, token in enumerate(chosen.tolist()):
-                if row in running:
-                    outputs[row].append(token)
-                    ended = _ends(outputs[row], eos, stop_sequences)
-                    if ended or (stop is not None and stop(row, outputs[row])):
-                        running.discard(row)
-            if not running or step == max_tokens - 1:
-                break
-            logits = lm.decode(chosen.view(-1, 1), cache, last_only=True)[:, -1]
+    outputs: list[list[int]] = [[] for _ in prompts]
+    try:  # the cache and every step's tensors live and die inside: no autograd bookkeeping
+        with torch.inference_mode():
+            cache = lm.new_cache(len(prompts), longest + max_tokens)
+            logits = lm.decode(ids.to(device), cache, mask.to(device), last_only=True)[:, -1]
+            running = set(range(len(prompts)))
+            for step in range(max_tokens):
+                chosen = sampling.pick(logits, generator)
+                for row, token in enumerate(chosen.tolist()):
+                    if row in running:
+                        outputs[row].append(token)
+                        ended = _ends(outputs[row], eos, stop_sequences)
+                        if ended or (stop is not None and stop(row, outputs[row])):
+                            running.discard(row)
+                if not running or step == max_tokens - 1:
+                    break
+                logits = lm.decode(chosen.view(-1, 1), cache, last_only=True)[:, -1]
     finally:
         lm.train(was_training)
     return outputs
