@@ -140,8 +140,7 @@ def main() -> None:
               f"{ratio:.2f}{'' if same else ' (ids differ!)'} | {cpu_ratio:.2f} |")  # fmt: skip
     floor = _matmuls_alone(ours, args.rounds)
     print(f"the weights' matmuls alone: {floor * 1e3:.1f} CPU ms per token; transformers' CPU "
-          "time per new token over that (the ratio a decoder with nothing but those matmuls "
-          "would reach, prompt aside): "
+          "time per new token (its prompt included) over that: "
           + ", ".join(f"{their_cpu[n] / floor:.2f} at {n}" for n in PROMPT_LENGTHS))  # fmt: skip
     print(_load())
 
