@@ -24,7 +24,7 @@ from plugtrain_models.attention import Attention, LayerCache
 from plugtrain_models.ffn import FeedForward, FFNLayer
 from plugtrain_models.layers import RMSNorm, apply_rotary
 
-__all__ = ["LayerPlan", "head_step", "stock_layer"]
+__all__ = ["LayerPlan", "ffn_step", "head_step", "linear_step", "norm_step", "stock_layer"]
 
 Step = Callable[[torch.Tensor], torch.Tensor]
 
