@@ -3,14 +3,15 @@
 Both fine-tune a published-style checkpoint: a Hugging Face folder of the decoder's weights in
 bfloat16 (random, written once into a temporary folder). Each variant runs
 ``plugtrain.Trainer.fit(ckpt_path=FOLDER)`` in its own fresh process (so peak RSS is its own),
-the two interleaved ``--rounds`` times: a 4-layer Llama-shaped decoder (hidden 1024, vocab 32000,
-about 98 M parameters), built for the folder to fill (``plugtrain.conversion.build_for_loading``:
-on ``meta``, never initialised, as ``plugtrain fit`` builds it for a ``ckpt_path``), AdamW,
-batch 2 x 128 tokens, ``--steps`` steps, no checkpoint (the training's memory only); LoRA adapts
-the attention projections (``target_modules: [MultiQueryAttention, Linear]``, r 8, alpha 16).
-Printed: trainable parameters, optimizer state bytes, peak RSS (``ru_maxrss``), the most
-resident memory at the end of a step (``/proc/self/statm``) and the median step time after the
-first two, with LoRA's ratio to the full fine-tune. Goals: optimizer state under 2 %, peak RSS
+the two interleaved ``--rounds`` times: a 4-layer Llama (RMSNorm, SwiGLU, no biases; hidden
+1024, vocab 32000, about 98 M parameters), built for the folder to fill
+(``plugtrain.conversion.build_for_loading``: on ``meta``, never initialised, as ``plugtrain
+fit`` builds it for a ``ckpt_path``), AdamW, batch 2 x 128 tokens, ``--steps`` steps, no
+checkpoint (the training's memory only); LoRA adapts the attention projections
+(``target_modules: [MultiQueryAttention, Linear]``, r 8, alpha 16). Printed: trainable
+parameters, optimizer state bytes, peak RSS (``ru_maxrss``), the most resident memory at the
+end of a step (``/proc/self/statm``) and the median step time after the first two, with LoRA's
+ratio to the full fine-tune, and the load average. Goals: optimizer state under 2 %, peak RSS
 at most 0.6x, step at most 0.8x.
 
     python bench/lora_finetune.py [--steps 8] [--rounds 2]
@@ -35,7 +36,9 @@ KEYS = {
     "num_heads": 16, "max_position_embeddings": 128, "attention_module": "multiquery_attention",
     "extra_attention_params": {"num_kv_groups": 2}, "share_embedding_weights": False,
     "position_embedding_type": "rotary", "rotary_dim": 64, "dropout_rate": 0.0,
-    "embedding_dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+    "embedding_dropout_rate": 0.0, "attention_dropout_rate": 0.0, "norm_type": "rmsnorm",
+    "nonlinearity": "swiglu", "use_projection_bias_in_attention": False, "use_ffn_bias": False,
+    "use_ffn_bias_in_attention": False, "use_bias_in_output": False,
 }  # fmt: skip
 LORA = {"r": 8, "alpha": 16, "target_modules": ["MultiQueryAttention", "Linear"]}
 
@@ -74,8 +77,9 @@ def write_folder(folder: str) -> None:
     from plugtrain_models.families import build_decoder
 
     torch.manual_seed(0)
-    state = build_decoder("llama", KEYS).state_dict()
-    export_hf({n: t.to(torch.bfloat16) for n, t in state.items()}, "llama", KEYS, folder)
+    model = build_decoder("llama", KEYS)
+    state = {n: t.to(torch.bfloat16) for n, t in model.state_dict().items()}
+    export_hf(state, "llama", model.model_keys or KEYS, folder)
 
 
 def run_variant(variant: str, steps: int, folder: str) -> dict[str, Any]:
