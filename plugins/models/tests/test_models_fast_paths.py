@@ -257,7 +257,9 @@ def test_the_final_soft_cap_is_the_formula_and_reuses_only_its_input(
     assert torch.equal(got, expected)  # the same three roundings, bit for bit
     got.backward(upstream.to(dtype), retain_graph=True)
     expected.backward(upstream.to(dtype))
-    tolerance = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 2e-2}
+    tolerance = (
+        {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 2e-2}
+    )
     torch.testing.assert_close(ours.grad, plain.grad, **tolerance)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         got.backward(upstream.to(dtype))  # its input now holds the gradient: refused
