@@ -16,6 +16,7 @@ from plugtrain_callbacks.optimizer import LogOptimizerParamGroup
 from plugtrain_callbacks.rate import RateProfiler
 
 import plugtrain
+import plugtrain.bases.backend
 from plugtrain.config import check_run, load_yaml
 from plugtrain.errors import ConfigError, TrainingError
 from plugtrain.train.checkpointing.storage.archive import load_checkpoint
@@ -190,7 +191,9 @@ def test_rate_profiler(make_trainer, train_data, rows, tmp_path):
         assert record["rate/avg_samples_per_second"] > 0
 
 
-def test_flags_on_cpu_are_reported_once_as_inactive(make_trainer, train_data, caplog):
+def test_flags_on_cpu_are_reported_once_as_inactive(make_trainer, train_data, caplog, monkeypatch):
+    # once per process: a fit earlier in this process (an in-process run file) may have said it
+    monkeypatch.setattr(plugtrain.bases.backend, "_REPORTED_FLAGS", set())
     flags = {"csx.performance.micro_batch_size": 2}
     callbacks = [GlobalFlags(**flags), ScopedTrainFlags(**flags), ScopedValidateFlags(**flags)]
     with caplog.at_level(logging.WARNING, logger="plugtrain"):
