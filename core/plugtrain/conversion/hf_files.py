@@ -24,7 +24,7 @@ import torch
 
 from plugtrain.conversion.declaration import ConversionError
 from plugtrain.conversion.files import HF_WEIGHT_FILES, hf_weight_files, is_hf_checkpoint
-from plugtrain.conversion.writing import write_failure
+from plugtrain.conversion.writing import process_running, write_failure
 
 __all__ = [
     "HF_WEIGHT_FILES",
@@ -272,22 +272,10 @@ def remove_stale_staging(directory: Path) -> list[Path]:
         return removed
     for entry in parent.iterdir():
         match = pattern.match(entry.name)
-        if match and entry.is_dir() and not _running(int(match.group(1))):
+        if match and entry.is_dir() and not process_running(int(match.group(1))):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
-
-
-def _running(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _unaliased(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

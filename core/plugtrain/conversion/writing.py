@@ -19,7 +19,7 @@ from pathlib import Path
 from plugtrain.conversion.declaration import ConversionError
 from plugtrain.errors import CheckpointError
 
-__all__ = ["remove_stale_partials", "write_converted", "write_failure"]
+__all__ = ["process_running", "remove_stale_partials", "write_converted", "write_failure"]
 
 _CLOSED = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
            errno.EPERM: "permission denied"}  # fmt: skip
@@ -73,7 +73,8 @@ def _partial_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (this one included): its partial files are not stale."""
     if pid == os.getpid():
         return True
     try:
@@ -98,7 +99,7 @@ def remove_stale_partials(path: str | os.PathLike[str]) -> list[Path]:
         return removed
     for entry in path.parent.iterdir():
         match = pattern.match(entry.name)
-        if match and entry.is_file() and not _running(int(match.group(1))):
+        if match and entry.is_file() and not process_running(int(match.group(1))):
             entry.unlink(missing_ok=True)
             removed.append(entry)
     return removed
