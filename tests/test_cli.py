@@ -71,6 +71,20 @@ def test_names_and_describe_do_not_import_torch():
     assert done.stdout.strip() == "[]"
 
 
+def test_the_command_line_starts_without_checkpoint_opening_or_run_file_readers():
+    """What every command imports before it runs: neither the conversion package nor the
+    configuration readers (``plugtrain list`` from its cache imports nothing more)."""
+    code = (
+        "import sys, plugtrain.cli\n"
+        "print(sorted(m for m in sys.modules"
+        " if m.startswith(('plugtrain.conversion', 'plugtrain.config', 'torch'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def test_list_shows_name_kind_provider_version_and_summary(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -25,7 +25,6 @@ from plugtrain.commands.checkpoints import checkpoint
 from plugtrain.commands.components import installed, listing, new, show
 from plugtrain.commands.plugin import Subcommands, add_plugin_commands
 from plugtrain.commands.run_files import check, fit, plot, schema
-from plugtrain.conversion.opening import ConfigMismatchError
 from plugtrain.discovery import loading as plugins
 from plugtrain.discovery.attribution import attribute_error
 from plugtrain.errors import ConfigError, PlugtrainError, UnknownNameError
@@ -124,6 +123,17 @@ def _take_traceback(args: argparse.Namespace) -> None:
             args.traceback = True
 
 
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """The errors that exit 2 (a checkpoint's ``config.json`` against the model among them).
+
+    Called only once an exception reaches :func:`main`, so that checkpoint opening and the
+    configuration readers it imports stay out of every command's start-up.
+    """
+    from plugtrain.conversion.opening import ConfigMismatchError
+
+    return (ConfigError, UnknownNameError, ConfigMismatchError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
@@ -156,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise blamed from exc
             out.flush()  # a closed pipe is found here, not at exit
             return status
-    except (ConfigError, UnknownNameError, ConfigMismatchError) as exc:  # usage errors (a
+    except _usage_errors() as exc:  # usage errors (a
         # checkpoint's config.json against the run file's model too, as check says it): 2
         return _fail(args, exc, EXIT_CONFIG)
     except PlugtrainError as exc:
