@@ -8,22 +8,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.tiny_models import TINY_LLAMA_CONFIG
 
 STDLIB_GPT = "runs/data/stdlib_gpt"
-TINY_LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "vocab_size": 257,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 128,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 500000.0,
-    "tie_word_embeddings": False,
-}
 """Where the Model Zoo-shaped examples read the HDF5 files ``plugtrain preprocess`` writes."""
 
 ENCODERS = "runs/data/encoders"
@@ -67,7 +54,7 @@ def stdlib_gpt_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_examples(root / ENCODERS)
     write_dpo_samples(root / DPO)
     (root / "llama3_hf").mkdir()
-    (root / "llama3_hf/config.json").write_text(json.dumps(TINY_LLAMA), encoding="utf-8")
+    (root / "llama3_hf/config.json").write_text(json.dumps(TINY_LLAMA_CONFIG), encoding="utf-8")
     return root
 
 

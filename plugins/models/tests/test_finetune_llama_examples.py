@@ -14,25 +14,19 @@ pytest.importorskip("transformers")
 
 import transformers
 from support.hf_models import random_hf_model, save_hf
+from support.tiny_models import TINY_LLAMA_SHAPE
 
 from plugtrain.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-LLAMA = {
-    "vocab_size": 257,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 128,
-}
 
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder with ./llama3_hf and runs/data/stdlib_gpt, the examples' working folder."""
-    hf = random_hf_model(transformers.LlamaConfig, transformers.LlamaForCausalLM, **LLAMA)
+    hf = random_hf_model(
+        transformers.LlamaConfig, transformers.LlamaForCausalLM, **TINY_LLAMA_SHAPE
+    )
     save_hf(hf, tmp_path / "llama3_hf")
     text = tmp_path / "text.txt"
     text.write_text("\n".join(f"line {i}: the quick brown fox jumps." * 4 for i in range(40)))
