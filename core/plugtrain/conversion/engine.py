@@ -39,6 +39,7 @@ from plugtrain.conversion.lookup import (
     model_defaults,
     wrapped_converter,
 )
+from plugtrain.conversion.meta_build.building import on_meta
 from plugtrain.conversion.opening import ForeignCheckpoint, open_checkpoint
 from plugtrain.conversion.weights import RuleApplier
 
@@ -94,7 +95,7 @@ class ModelLayout:
 def model_layout(registry: Registry, model: str, keys: Mapping[str, Any]) -> ModelLayout:
     """Build ``model`` on the ``meta`` device (no memory) to learn its state's names and shapes."""
     factory = registry.resolve("model", model)
-    with torch.device("meta"):
+    with on_meta():
         module = factory(**keys)
     shapes = {name: tuple(t.shape) for name, t in module.state_dict(keep_vars=True).items()}
     first: dict[int, str] = {}

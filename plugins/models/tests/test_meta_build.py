@@ -193,6 +193,21 @@ def test_a_model_without_init_weights_is_built_whole() -> None:
     assert not any(p.is_meta for p in model.parameters())
 
 
+def test_on_meta_draws_nothing_for_meta_tensors_and_as_usual_for_others() -> None:
+    torch.manual_seed(3)
+    expected = torch.empty(5).normal_(), torch.nn.init.normal_(torch.empty(5), std=2.0)
+    torch.manual_seed(3)
+    with deferred.on_meta():
+        made = torch.empty(5)
+        assert made.is_meta
+        assert made.normal_() is made
+        assert torch.nn.init.normal_(made, std=2.0) is made
+        drawn = torch.empty(5, device="cpu").normal_()
+        drawn_too = torch.nn.init.normal_(torch.empty(5, device="cpu"), std=2.0)
+        assert made.uniform_().is_meta  # other calls keep torch's meta behaviour
+    torch.testing.assert_close((drawn, drawn_too), expected, rtol=0, atol=0)
+
+
 def test_which_runs_load_weights() -> None:
     (plan,) = _plan_with(FitPlan(None, None, "ckpt", True), None)
     assert _loads_weights(plan, "fit")

@@ -14,6 +14,7 @@ from plugtrain.conversion.meta_build.building import (
     covers,
     is_pending,
     meta_build_enabled,
+    on_meta,
 )
 from plugtrain.conversion.meta_build.filling import fill_pending
 
@@ -25,4 +26,5 @@ __all__ = [
     "fill_pending",
     "is_pending",
     "meta_build_enabled",
+    "on_meta",
 ]

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 __all__ = [
     "PENDING",
@@ -37,6 +39,7 @@ __all__ = [
     "covers",
     "is_pending",
     "meta_build_enabled",
+    "on_meta",
     "pending_in",
     "storage_of",
 ]
@@ -81,7 +84,7 @@ def build_for_loading(build: Callable[[], nn.Module]) -> nn.Module:
     rng_state = torch.get_rng_state()
     model = None
     if meta_build_enabled():
-        with torch.device("meta"):
+        with on_meta():
             model = build()
         if not callable(getattr(model, "init_weights", None)):
             model = None
@@ -92,6 +95,33 @@ def build_for_loading(build: Callable[[], nn.Module]) -> nn.Module:
         setattr(model, PENDING, Pending(_allocate(model), rng_state))
     continue_after_build(rng_state)
     return model
+
+
+@contextmanager
+def on_meta() -> Iterator[None]:
+    """Tensors made while this runs are on the ``meta`` device (shapes and types, no memory).
+
+    As ``torch.device("meta")``, less the cost of drawing initial values no tensor keeps.
+    """
+    with torch.device("meta"), _NoValuesOnMeta():
+        yield
+
+
+class _NoValuesOnMeta(TorchFunctionMode):
+    """``normal_`` of a ``meta`` tensor returns the tensor: there are no values to draw.
+
+    torch's own ``meta`` path for it imports the compiler (a second of a command's start-up).
+    """
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes tensor=
+        drawn = getattr(func, "__name__", "") == "normal_"
+        if drawn and isinstance(target, torch.Tensor) and target.is_meta:
+            return target
+        return func(*args, **kwargs)
 
 
 def _allocate(model: nn.Module) -> list[tuple[str, ...]]:

@@ -53,6 +53,8 @@ class Lora:
         self.base: dict[str, Any] = {"path": None, "fingerprint": None}
         """The base weights: the file they were loaded from (``None``: as built) and their
         fingerprint (``None`` until a checkpoint is saved or loaded)."""
+        self._unfingerprinted: nn.Module | None = None
+        """The model whose base weights were loaded and are not fingerprinted yet."""
         self.layers: dict[str, dict[str, Any]] = {}
         self._model: nn.Module | None = None
         self._saving = False
@@ -96,7 +98,11 @@ class Lora:
     # -- saving ---------------------------------------------------------------------------------
 
     def on_before_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
-        """With adapter-only checkpoints: note the base's fingerprint, then save adapters only."""
+        """Note the base's fingerprint; with adapter-only checkpoints, then save adapters only.
+
+        Every process comes here (the fingerprint gathers sharded tensors).
+        """
+        self._fingerprint_loaded_base()
         if not self.adapter_only:
             return
         if self.base["fingerprint"] is None:
@@ -109,6 +115,7 @@ class Lora:
 
     def state_dict(self) -> dict[str, Any]:
         """The base reference, the adapted layers and whether checkpoints hold adapters only."""
+        self._fingerprint_loaded_base()
         return {
             "base": dict(self.base),
             "layers": {name: dict(entry) for name, entry in self.layers.items()},
@@ -126,6 +133,7 @@ class Lora:
     def on_before_load_checkpoint(self, trainer: TrainerView, state: dict[str, Any]) -> None:
         """A base without adapters, or adapters without their base: complete the model's state."""
         self._loaded_base = None
+        self._unfingerprinted = None  # a base loaded before is not this checkpoint's
         weights = state.get("model")
         if not isinstance(weights, dict):
             return
@@ -194,10 +202,27 @@ class Lora:
         """Remember the file a base was loaded from, as given (a relative path stays relative).
 
         Adapter-only checkpoints and PEFT exports (``base_model_name_or_path``) name it.
+
+        The base's fingerprint is taken when a checkpoint is first saved (or this callback's
+        state first asked for), not here: hashing every base weight costs seconds on a large
+        model, and a run that saves nothing never needs it. The base weights are frozen, so
+        it is the fingerprint of what was loaded; were they changed in between, it is that
+        of the weights the saved adapters were trained on, which a resume then rightly asks
+        the base file to hold.
         """
         if self._loaded_base is not None:
-            state = trainer.unwrapped_model.state_dict()
-            self.base = {"path": str(path), "fingerprint": base_fingerprint(state)}
+            self.base = {"path": str(path), "fingerprint": None}
+            self._unfingerprinted = trainer.unwrapped_model
+
+    def _fingerprint_loaded_base(self) -> None:
+        model, self._unfingerprinted = self._unfingerprinted, None
+        if model is None:
+            return
+        saving, self._saving = self._saving, False  # the whole state, adapters and base
+        try:
+            self.base["fingerprint"] = base_fingerprint(model.state_dict())
+        finally:
+            self._saving = saving
 
 
 def _saved_state(callbacks: Any) -> Mapping[str, Any]:
