@@ -11,19 +11,27 @@ each in a fresh process and interleaved ``--rounds`` times:
   safetensors (``safetensors.torch.load`` of each shard's bytes): the floor a loader cannot
   beat;
 - ``fit``: ``plugtrain fit RUN.yaml`` starting from the folder (``ckpt_path``), LoRA r 8 on
-  the attention projections, AdamW, one step of 1 x 32 byte-level tokens (``StdlibText``), no
-  checkpoint: from the command's start to its exit after the first step;
+  the attention projections, AdamW, one step of 1 x 32 byte-level tokens (``StdlibText``), in
+  an empty ``model_dir``: from the command's start to the first step's end (the time its
+  metrics record, ``metrics.jsonl``); ``exit`` also counts the checkpoint every fit writes at
+  its end, and ``step`` is the step's own seconds (its data, forward, backward and update:
+  ``1 / steps_per_second``);
 - ``generate``: ``plugtrain generate RUN.yaml --ckpt FOLDER --max-tokens 1``: to the first
-  token;
+  token (the command's exit);
 - ``fit (old)`` and ``generate (old)``: the same with ``PLUGTRAIN_META_BUILD=0``, the model
-  built whole and initialised before the folder is loaded over it (``--no-old`` skips them).
+  built whole and initialised before the folder is loaded over it (``--no-old`` skips them);
+- ``fit (baseline)`` and ``generate (baseline)``, with ``--baseline DIR``: the same run by
+  another copy of plugtrain's sources (``DIR/core`` and ``DIR/plugins/*/src`` first on
+  ``PYTHONPATH``; ``git archive REV core plugins | tar -x -C DIR`` makes one).
 
-Printed: each process's wall time and peak RSS (``ru_maxrss``), the ratio of each time to
-``read``'s and of each peak to the model's bytes (the float32 weights plugtrain holds: 4 bytes
-a parameter), with and without ``imports``' peak, and the load average. Goals: ``fit`` and
-``generate`` at most 1.5x ``read``'s time, peak RSS at most 1.15x the model's bytes.
+Printed: each process's time and peak RSS (``ru_maxrss``), the ratio of each time to
+``read``'s, the same without ``fit``'s step (``- step``: what loading costs beyond the step),
+and of each peak to the model's bytes (the float32 weights plugtrain holds: 4 bytes a
+parameter), with and without ``imports``' peak, and the load average. Goals: ``fit`` (to the
+first step's end) and ``generate`` at most 1.5x ``read``'s time, peak RSS at most 1.15x the
+model's bytes.
 
-    python bench/startup_from_hf.py [--size 1b] [--rounds 1] [--no-old]
+    python bench/startup_from_hf.py [--size 1b] [--rounds 1] [--no-old] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -112,8 +121,15 @@ def run_file(folder: Path, work: Path) -> Path:
     return path
 
 
-def measure(command: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS bytes of one fresh process running ``command``."""
+def measure(command: list[str], env: dict[str, str], model_dir: Path) -> dict[str, float]:
+    """One fresh process running ``command``: its seconds, peak RSS bytes, and its first step.
+
+    ``model_dir`` is emptied first (a fit would resume from a checkpoint left there); when the
+    command leaves a step there, ``first`` is the seconds from the start to that step's end
+    and ``step`` the step's own.
+    """
+    shutil.rmtree(model_dir, ignore_errors=True)
+    began = time.time()
     start = time.perf_counter()
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
@@ -122,7 +138,21 @@ def measure(command: list[str], env: dict[str, str]) -> tuple[float, int]:
     if process.returncode != 0:
         error = process.stderr.read().decode() if process.stderr else ""
         raise SystemExit(f"{' '.join(command)} failed:\n{error[-3000:]}")
-    return seconds, usage.ru_maxrss * 1024
+    measured = {"exit": seconds, "first": seconds, "peak": usage.ru_maxrss * 1024.0}
+    metrics = model_dir / "metrics.jsonl"
+    if metrics.is_file():
+        first = json.loads(metrics.read_text().splitlines()[0])
+        measured["first"] = first["time"] - began
+        measured["step"] = 1 / first["steps_per_second"]
+    return measured
+
+
+def sources(root: Path) -> list[str]:
+    """The import roots of a copy of plugtrain's sources: ``core`` and each plugin's ``src``."""
+    found = [root / "core", *sorted(root.glob("plugins/*/src"))]
+    if not (root / "core" / "plugtrain").is_dir():
+        raise SystemExit(f"--baseline {root}: no core/plugtrain there")
+    return [str(path.resolve()) for path in found]
 
 
 def model_parameters(folder: Path) -> int:
@@ -143,6 +173,7 @@ def main() -> None:
     parser.add_argument("--size", choices=sorted(SIZES), default="1b")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-old", action="store_true", help="skip the initialised builds")
+    parser.add_argument("--baseline", metavar="DIR", help="sources to compare with (see above)")
     parser.add_argument("--write", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.write:
@@ -167,17 +198,22 @@ def main() -> None:
             "fit": [*plugtrain, "fit", run],
             "generate": generate,
         }
-        variants = [("imports", "1"), ("read", "1"), ("fit", "1"), ("generate", "1")]
+        env = {**os.environ, "OMP_NUM_THREADS": "2", "PLUGTRAIN_META_BUILD": "1"}
+        variants = [(n, "", env) for n in ("imports", "read", "fit", "generate")]
         if not args.no_old:
-            variants += [("fit", "0"), ("generate", "0")]
-        env = {**os.environ, "OMP_NUM_THREADS": "2"}
-        results: dict[str, list[tuple[float, int]]] = {}
+            old = {**env, "PLUGTRAIN_META_BUILD": "0"}
+            variants += [("fit", " (old)", old), ("generate", " (old)", old)]
+        if args.baseline:
+            base = {**env, "PYTHONPATH": os.pathsep.join(sources(Path(args.baseline)))}
+            variants += [("fit", " (baseline)", base), ("generate", " (baseline)", base)]
+        results: dict[str, list[dict[str, float]]] = {}
         for _ in range(args.rounds):
-            for name, meta in variants:
-                label = name if meta == "1" else f"{name} (old)"
-                measured = measure(commands[name], {**env, "PLUGTRAIN_META_BUILD": meta})
+            for name, suffix, variant_env in variants:
+                label = name + suffix
+                measured = measure(commands[name], variant_env, work / "model_dir")
                 results.setdefault(label, []).append(measured)
-                print(f"  {label}: {measured[0]:.1f} s, {measured[1] / 2**30:.2f} GiB", flush=True)
+                shown = ", ".join(f"{k} {v:.1f} s" for k, v in measured.items() if k != "peak")
+                print(f"  {label}: {shown}, {measured['peak'] / 2**30:.2f} GiB", flush=True)
         parameters = model_parameters(folder)
         file_bytes = sum(Path(s).stat().st_size for s in shards)
     model_bytes = 4 * parameters
@@ -186,17 +222,29 @@ def main() -> None:
         f"{args.size}: {parameters / 1e9:.3f} B parameters; folder {file_bytes / 2**30:.2f} GiB "
         f"(bfloat16), model {model_bytes / 2**30:.2f} GiB (float32); {args.rounds} round(s)"
     )
-    read_s = statistics.median(s for s, _ in results["read"])
-    floor = statistics.median(r for _, r in results["imports"])
-    print(f"{'':18}{'seconds':>9}{'/ read':>8}{'peak GiB':>10}{'/ model':>9}{'- imports':>11}")
-    for label, runs in results.items():
-        seconds = statistics.median(s for s, _ in runs)
-        peak = statistics.median(r for _, r in runs)
-        print(
-            f"{label:18}{seconds:9.1f}{seconds / read_s:8.2f}"
-            f"{peak / 2**30:10.2f}{peak / model_bytes:9.2f}{(peak - floor) / model_bytes:11.2f}"
-        )
+    print_table(results, model_bytes)
     print(json.dumps(results))
+
+
+def print_table(results: dict[str, list[dict[str, float]]], model_bytes: int) -> None:
+    """The medians of every variant, as ratios to ``read`` and to the model's bytes."""
+
+    def median(label: str, key: str) -> float:
+        values = [run[key] for run in results[label] if key in run]
+        return statistics.median(values) if values else math.nan
+
+    read_s = median("read", "first")
+    floor = median("imports", "peak")
+    heads = ("seconds", "/ read", "exit s", "step s", "- step", "peak GiB", "/ model", "- imports")
+    print(f"{'':20}" + "".join(f"{h:>10}" for h in heads))
+    for label in results:
+        seconds, step, peak = median(label, "first"), median(label, "step"), median(label, "peak")
+        row = (
+            f"{seconds:10.1f}{seconds / read_s:10.2f}{median(label, 'exit'):10.1f}{step:10.1f}"
+            f"{(seconds - (0 if math.isnan(step) else step)) / read_s:10.2f}"
+            f"{peak / 2**30:10.2f}{peak / model_bytes:10.2f}{(peak - floor) / model_bytes:10.2f}"
+        )
+        print(f"{label:20}{row}")
 
 
 if __name__ == "__main__":
