@@ -31,12 +31,19 @@ def settings_of(context: ConversionContext) -> DecoderSettings:
 
 
 def _interleave(tensor: Any, heads: int, rotary: int) -> Any:
-    """Each head's rotary rows from [first half | second half] to interleaved pairs."""
+    """Each head's rotary rows from [first half | second half] to interleaved pairs.
+
+    One copy: row ``2i`` of a head's rotary rows is its row ``i``, row ``2i + 1`` its row
+    ``half + i`` (the halves read as pairs, transposed); the rows past them stay.
+    """
     shaped = tensor.reshape(heads, -1, *tensor.shape[1:])
-    out = shaped.clone()
+    rest = shaped.shape[2:]
     half = rotary // 2
-    out[:, 0:rotary:2] = shaped[:, :half]
-    out[:, 1:rotary:2] = shaped[:, half:rotary]
+    out = shaped.new_empty(shaped.shape)
+    halves = shaped[:, :rotary].reshape(heads, 2, half, *rest)
+    out[:, :rotary].view(heads, half, 2, *rest).copy_(halves.transpose(1, 2))
+    if rotary < shaped.shape[1]:
+        out[:, rotary:] = shaped[:, rotary:]
     return out.reshape(tensor.shape)
 
 
