@@ -9,18 +9,30 @@ full tensors (a collective: every process calls it), :func:`model_shards` and
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
-from torch.distributed.tensor import DTensor, distribute_tensor
 
-__all__ = ["gathered", "local_tensor", "model_shards", "optimizer_shards"]
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
+
+__all__ = ["gathered", "is_dtensor", "local_tensor", "model_shards", "optimizer_shards"]
+
+
+def is_dtensor(value: Any) -> TypeGuard[DTensor]:
+    """Whether ``value`` is a DTensor, without importing them (a second of every start-up).
+
+    Until ``torch.distributed.tensor`` is imported no value can be one.
+    """
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(value, module.DTensor)
 
 
 def local_tensor(value: torch.Tensor) -> torch.Tensor:
     """The part of ``value`` this process holds (``value`` itself unless it is a DTensor)."""
-    return value.to_local() if isinstance(value, DTensor) else value
+    return value.to_local() if is_dtensor(value) else value
 
 
 def gathered(value: Any, keep: bool = True) -> Any:
@@ -30,7 +42,7 @@ def gathered(value: Any, keep: bool = True) -> Any:
     that does not write) each full tensor is dropped as soon as it is gathered and the DTensor
     stays in its place, so that only the writer holds the whole state.
     """
-    if isinstance(value, DTensor):
+    if is_dtensor(value):
         full = value.full_tensor()
         return full if keep else value
     if isinstance(value, Mapping):
@@ -42,10 +54,12 @@ def gathered(value: Any, keep: bool = True) -> Any:
 
 def _like(full: Any, template: Any) -> Any:
     """``full`` cut like the DTensor ``template`` (other values as they are)."""
-    if not isinstance(template, DTensor) or not isinstance(full, torch.Tensor):
+    if not is_dtensor(template) or not isinstance(full, torch.Tensor):
         return full
-    if isinstance(full, DTensor) or tuple(full.shape) != tuple(template.shape):
+    if is_dtensor(full) or tuple(full.shape) != tuple(template.shape):
         return full
+    from torch.distributed.tensor import distribute_tensor
+
     device = template.device_mesh.device_type
     return distribute_tensor(full.to(device), template.device_mesh, template.placements)
 

@@ -10,11 +10,11 @@ keeps a model's own sharding) is the way out.
 from __future__ import annotations
 
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from plugtrain.contract.strategy import ParallelStrategy
 from plugtrain.discovery.attribution import describe_owner
 from plugtrain.errors import ComponentError
+from plugtrain.train.distributed.dtensor_state import is_dtensor
 
 __all__ = ["refuse_presharded_model"]
 
@@ -28,7 +28,7 @@ def refuse_presharded_model(model: nn.Module, strategy: ParallelStrategy) -> Non
     if strategy.sharded_parameters:
         return
     for name, parameter in model.named_parameters():
-        if isinstance(parameter, DTensor):
+        if is_dtensor(parameter):
             message = (
                 f"{describe_owner(model)} is already sharded ({name} is a DTensor: the model "
                 "applied fully_shard to itself), which DDP (data_parallel: ddp, the default) "
