@@ -2,9 +2,9 @@
 
 The batch path (one ``encode_batch`` per batch of records, masks, padding and packing with
 numpy, each sample compressed as its HDF5 chunk and the files written as they fill) is compared
-with a reference written here the simple way: each record encoded on its own with the
-per-token region search, padded in a Python loop, the samples stacked and written with h5py's
-``create_dataset(data=...)`` as the files were always written. Prompt/completion, chats with a
+with a reference written here the simple way: each record encoded on its own, padded in a
+Python loop, the samples stacked and written with h5py's ``create_dataset(data=...)`` as the
+files were always written. Prompt/completion, chats with a
 Jinja template and pre-training text, each over several files, the flag form's text; and 1
 against 2 processes.
 """
@@ -30,6 +30,7 @@ from plugtrain_models.data.preprocess_config import load_preprocess_config
 from plugtrain_models.data.regions import OffsetArrays, find_token_range, find_token_range_arrays
 from plugtrain_models.data.sample_chunks import compress_samples
 from plugtrain_models.data.tokenizer import load_tokenizer
+from plugtrain_models.data.tokenizer_folder import TokenizerFolder
 from plugtrain_models.data.writer import ChunkWriter
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -135,7 +136,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def _reference_finetuning(run: ConfigRun) -> list[np.ndarray]:
-    """Each record encoded alone (per-token region search, lists), padded in a Python loop."""
+    """Each record encoded alone (its own ``encode`` call), padded in a Python loop."""
     encoder = run._finetuning_encoder()
     samples = []
     for _where, semantic in run.records():
@@ -267,6 +268,52 @@ def test_region_search_on_arrays_is_the_per_token_search() -> None:
         except ValueError as exc:
             found = str(exc)
         assert found == expected, (offsets, region, first)
+
+
+def test_offsets_of_a_batch_laid_end_to_end_are_each_texts_own() -> None:
+    """A text's :meth:`OffsetArrays.part` of a batch searches as that text's own offsets do."""
+    rng = np.random.default_rng(4)
+    texts = []
+    for _ in range(30):
+        count = int(rng.integers(0, 9))  # some texts have no token
+        starts = np.sort(rng.integers(0, 30, count))
+        texts.append((starts, starts + rng.integers(0, 4, count)))
+    bounds = np.concatenate([[0], np.cumsum([len(s) for s, _ in texts])])
+    batch = OffsetArrays(
+        np.concatenate([s for s, _ in texts]), np.concatenate([e for _, e in texts]), bounds
+    )
+    for number, (starts, ends) in enumerate(texts):
+        alone = OffsetArrays(starts, ends)
+        part = batch.part(int(bounds[number]), int(bounds[number + 1]))
+        for name in ("starts", "ends", "reach", "following"):
+            np.testing.assert_array_equal(getattr(part, name), getattr(alone, name))
+        for begin in range(0, 32, 3):
+            region = {"indices": (begin, begin + 2)}
+            try:
+                expected: Any = find_token_range_arrays(region, alone, 0)
+            except ValueError as exc:
+                expected = str(exc)
+            try:
+                found: Any = find_token_range_arrays(region, part, 0)
+            except ValueError as exc:
+                found = str(exc)
+            assert found == expected
+
+
+def test_batch_encoding_laid_end_to_end_is_each_texts_encoding(root: Path) -> None:
+    folder = TokenizerFolder(root / "tokenizer")
+    lines = (root / "pairs" / "data.jsonl").read_text("utf-8").splitlines()
+    texts = [json.loads(line)["prompt"] + SEP + json.loads(line)["completion"] for line in lines]
+    texts.append("")  # no token without special tokens
+    for special in (True, False):
+        ids, starts, ends, bounds = folder.encode_batch_flat(texts, special)
+        assert ids.dtype == np.int32
+        assert len(bounds) == len(texts) + 1
+        for number, text in enumerate(texts):
+            own_ids, own_offsets = folder.encode(text, add_special_tokens=special)
+            span = slice(int(bounds[number]), int(bounds[number + 1]))
+            assert ids[span].tolist() == own_ids
+            assert list(zip(starts[span].tolist(), ends[span].tolist(), strict=True)) == own_offsets
 
 
 @pytest.mark.parametrize("pack", [True, False])

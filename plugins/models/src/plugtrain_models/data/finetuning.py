@@ -18,7 +18,6 @@ import numpy as np
 from plugtrain_models.data.regions import (
     OffsetArrays,
     Region,
-    find_token_range,
     find_token_range_arrays,
     fold_end_tokens,
     locate_markers,
@@ -36,7 +35,7 @@ SCORED_ROLES = ("assistant", "completion")
 class Encoded:
     """One sample before the shift: all its tokens and each token's loss weight.
 
-    Lists, or int32 arrays (:meth:`FinetuningEncoder.encode_many`).
+    Lists, or int32 arrays (what :class:`FinetuningEncoder` makes).
     """
 
     token_ids: Sequence[int] | np.ndarray
@@ -159,7 +158,7 @@ class FinetuningEncoder:
         return text, regions, is_chat
 
     def encode(self, semantic: Sequence[Mapping[str, Any]]) -> Encoded:
-        """The sample of one record.
+        """The sample of one record (int32 arrays).
 
         :raises Skipped: the record makes no sample (``raw_docs_skipped``: empty or missing
             text; ``discarded_files``: too long without truncation, or too short).
@@ -167,15 +166,16 @@ class FinetuningEncoder:
         """
         text, regions, is_chat = self._format(semantic)
         token_ids, offsets = self.tokenizer.encode(text, add_special_tokens=not is_chat)
-        return self._sample(text, regions, is_chat, token_ids, offsets)
+        flat = np.array(offsets, dtype=np.int64).reshape(-1, 2)
+        arrays = OffsetArrays(flat[:, 0], flat[:, 1])
+        return self._sample(text, regions, is_chat, np.array(token_ids, dtype=np.int32), arrays)
 
     def encode_many(
         self, semantics: Sequence[Sequence[Mapping[str, Any]]]
     ) -> list[Encoded | Skipped]:
-        """:meth:`encode` of each record, tokenized in one batch, masks made with numpy.
+        """:meth:`encode` of each record, tokenized in one batch.
 
-        The samples hold int32 arrays. A record that makes no sample gives its
-        :class:`Skipped` in its place.
+        A record that makes no sample gives its :class:`Skipped` in its place.
         """
         formatted: list[tuple[str, list[Region], bool] | Skipped] = []
         for semantic in semantics:
@@ -186,18 +186,23 @@ class FinetuningEncoder:
         results: list[Encoded | Skipped] = list(formatted)  # type: ignore[arg-type]
         for is_chat in (False, True):
             todo = [i for i, f in enumerate(formatted) if isinstance(f, tuple) and f[2] == is_chat]
+            if not todo:
+                continue
             texts = [formatted[i][0] for i in todo]  # type: ignore[index]
-            encoded = self.tokenizer.encode_batch_arrays(texts, not is_chat)
-            for i, (token_ids, offsets) in zip(todo, encoded, strict=True):
+            ids, starts, ends, bounds = self.tokenizer.encode_batch_flat(texts, not is_chat)
+            offsets = OffsetArrays(starts, ends, bounds)
+            for number, i in enumerate(todo):
                 text, regions, _ = formatted[i]  # type: ignore[misc]
-                arrays = OffsetArrays(offsets[:, 0], offsets[:, 1])
+                low, high = int(bounds[number]), int(bounds[number + 1])
                 try:
-                    results[i] = self._sample_arrays(text, regions, is_chat, token_ids, arrays)
+                    results[i] = self._sample(
+                        text, regions, is_chat, ids[low:high], offsets.part(low, high)
+                    )
                 except Skipped as skipped:
                     results[i] = skipped
         return results
 
-    def _sample_arrays(
+    def _sample(
         self,
         text: str,
         regions: list[Region],
@@ -205,7 +210,7 @@ class FinetuningEncoder:
         token_ids: np.ndarray,
         offsets: OffsetArrays,
     ) -> Encoded:
-        """:meth:`_sample` with the ids and offsets as arrays (the result holds arrays)."""
+        """The sample of a formatted text from its ids and offsets: truncated, with its mask."""
         fold_end_tokens(text, regions, self.end_token, is_chat)
         tokens: list[tuple[str, int, int, float]] = []
         first = 0
@@ -222,7 +227,7 @@ class FinetuningEncoder:
             tokens = truncated[1]
         if total < self.min_sequence_len:  # Model Zoo compares the length before truncation
             raise Skipped("discarded_files")
-        mask = np.zeros(len(token_ids), dtype=np.int32)
+        mask = np.zeros(len(token_ids), dtype=np.int32)  # int32, as Model Zoo writes
         for _role, start, end, weight in tokens:
             stop = min(end, len(token_ids))
             if stop > start:
@@ -244,34 +249,6 @@ class FinetuningEncoder:
         if result is None:
             raise Skipped("discarded_files")
         return result
-
-    def _sample(
-        self,
-        text: str,
-        regions: list[Region],
-        is_chat: bool,
-        token_ids: list[int],
-        offsets: Sequence[tuple[int, int]],
-    ) -> Encoded:
-        fold_end_tokens(text, regions, self.end_token, is_chat)
-        tokens: list[tuple[str, int, int, float]] = []
-        first = 0
-        for region in regions:
-            start, end = find_token_range(region, offsets, first)
-            if region.get("handle_turn_token"):
-                end += 1
-            tokens.append((region["role"], start, end, region["loss_weight"]))
-            first = end
-        total = len(token_ids)
-        if total > self.max_seq_length:
-            token_ids, tokens = self._truncate(token_ids, tokens)
-        if total < self.min_sequence_len:  # Model Zoo compares the length before truncation
-            raise Skipped("discarded_files")
-        mask = [0] * len(token_ids)
-        for _role, start, end, weight in tokens:
-            stop = min(end, len(token_ids))
-            mask[start:stop] = [int(weight)] * max(0, stop - start)  # int32, as Model Zoo writes
-        return Encoded(token_ids, mask)
 
 
 def vsl_rows(samples: Sequence[Encoded], msl: int, pad_id: int) -> np.ndarray:

@@ -128,21 +128,35 @@ def find_token_range(
 
 
 class OffsetArrays:
-    """A text's token offsets as arrays, with what :func:`find_token_range_arrays` asks of them.
+    """Token offsets as arrays, with what :func:`find_token_range_arrays` asks of them.
 
     :param starts: each token's first character.
     :param ends: each token's end (one past its last character).
+    :param bounds: where the arrays hold several texts' tokens laid end to end: text ``k``'s
+        tokens are ``bounds[k]:bounds[k + 1]`` (:meth:`part` gives one text's offsets).
     """
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+    def __init__(
+        self, starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray | None = None
+    ) -> None:
         self.starts, self.ends = starts, ends
         # a token is at or past a character c where (start <= c < end) or start > c, i.e.
         # where max(start, end) > c
         self.reach = np.maximum(starts, ends)
-        # the next token's start; past the last token: beyond every character
+        # the next token's start; past a text's last token: beyond every character
         self.following = np.empty_like(starts)
         self.following[:-1] = starts[1:]
         self.following[-1:] = np.iinfo(starts.dtype).max
+        if bounds is not None:
+            lasts = np.asarray(bounds[1:], dtype=np.int64) - 1
+            self.following[lasts[lasts >= 0]] = np.iinfo(starts.dtype).max
+
+    def part(self, low: int, high: int) -> OffsetArrays:
+        """The offsets of tokens ``low:high`` (one text's, where ``bounds`` were given)."""
+        part = object.__new__(OffsetArrays)
+        part.starts, part.ends = self.starts[low:high], self.ends[low:high]
+        part.reach, part.following = self.reach[low:high], self.following[low:high]
+        return part
 
     def __len__(self) -> int:
         return len(self.starts)

@@ -202,18 +202,24 @@ class TokenizerFolder:
         encoding = self._tokenizer.encode(text, add_special_tokens=add_special_tokens)
         return list(encoding.ids), [(int(s), int(e)) for s, e in encoding.offsets]
 
-    def encode_batch_arrays(
+    def encode_batch_flat(
         self, texts: Sequence[str], add_special_tokens: bool = True
-    ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each text's ids (int32) and its tokens' offsets ``[n, 2]`` (int64), in parallel."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The texts encoded in parallel, their tokens laid end to end.
+
+        Returns the ids (int32), each token's start and end character (int64), and ``bounds``:
+        text ``k``'s tokens are ``bounds[k]:bounds[k + 1]``.
+        """
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
-        result = []
-        for encoding in encodings:
-            ids = np.array(encoding.ids, dtype=np.int32)
-            flat = itertools.chain.from_iterable(encoding.offsets)
-            offsets = np.fromiter(flat, dtype=np.int64, count=2 * len(ids)).reshape(-1, 2)
-            result.append((ids, offsets))
-        return result
+        ids = [encoding.ids for encoding in encodings]
+        bounds = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum([len(i) for i in ids], out=bounds[1:])
+        total = int(bounds[-1])
+        flat_ids = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=total)
+        pairs = itertools.chain.from_iterable(encoding.offsets for encoding in encodings)
+        flat = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * total)
+        offsets = flat.reshape(-1, 2)
+        return flat_ids, offsets[:, 0], offsets[:, 1], bounds
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """The ids of each text (special tokens added), encoded in parallel."""
