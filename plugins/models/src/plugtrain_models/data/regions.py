@@ -150,12 +150,15 @@ class OffsetArrays:
         if bounds is not None:
             lasts = np.asarray(bounds[1:], dtype=np.int64) - 1
             self.following[lasts[lasts >= 0]] = np.iinfo(starts.dtype).max
+        # no token before the first where max(end, following) reaches c can end a region at c
+        self.closing = np.maximum(ends, self.following)
 
     def part(self, low: int, high: int) -> OffsetArrays:
         """The offsets of tokens ``low:high`` (one text's, where ``bounds`` were given)."""
         part = object.__new__(OffsetArrays)
         part.starts, part.ends = self.starts[low:high], self.ends[low:high]
         part.reach, part.following = self.reach[low:high], self.following[low:high]
+        part.closing = self.closing[low:high]
         return part
 
     def __len__(self) -> int:
@@ -168,18 +171,28 @@ def find_token_range_arrays(region: Region, offsets: OffsetArrays, first: int) -
     :raises ValueError: the offsets do not cover the region.
     """
     string_start, string_end = region["indices"]
-    hits = offsets.reach[first:] > string_start
+    if first < len(offsets) and offsets.reach[first] > string_start:
+        start = first  # most regions start at the first token searched
+    else:
+        hits = offsets.reach[first:] > string_start
+        found = int(hits.argmax()) if len(hits) else 0
+        if not len(hits) or not hits[found]:
+            raise ValueError("the tokenizer's offsets do not cover a region of the text")
+        start = first + found
+    # the first token that may end the region, then the full rule from there
+    reaching = offsets.closing[start:] >= string_end
+    candidate = start + int(reaching.argmax())
+    if reaching[candidate - start]:  # start < len(offsets): never empty
+        if offsets.ends[candidate] < string_end or offsets.starts[candidate] < string_end:
+            return start, candidate + 1
+    else:
+        candidate = len(offsets)
+    hits = np.where(
+        offsets.ends[candidate:] >= string_end,
+        offsets.starts[candidate:] < string_end,
+        offsets.following[candidate:] >= string_end,
+    )
     found = int(hits.argmax()) if len(hits) else 0
     if not len(hits) or not hits[found]:
-        raise ValueError("the tokenizer's offsets do not cover a region of the text")
-    start = first + found
-    ends = offsets.ends[start:]
-    hits = np.where(
-        ends >= string_end,
-        offsets.starts[start:] < string_end,
-        offsets.following[start:] >= string_end,
-    )
-    found = int(hits.argmax())
-    if not hits[found]:
         raise ValueError("the tokenizer's offsets do not cover the end of a region of the text")
-    return start, start + found + 1
+    return start, candidate + found + 1
