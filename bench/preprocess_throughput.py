@@ -7,14 +7,16 @@ source (prompt: a chunk's first half, completion: its second half), with a byte-
 tokenizer trained here on that text (vocabulary 8000, no download). Baseline: one
 ``Tokenizer.encode_batch`` of each record's full text (prompt + sep + completion + EOS), offsets
 on (as ``encode_batch`` always computes them), the fastest a tokenizer alone goes (it runs on
-every core); beside it the same call on one thread, for scale. plugtrain: the whole
+every core); beside it the same call on one thread, for scale, and the floor of any exact
+run: that call on one thread plus reading each token's id and offsets into arrays and deflating
+the padded samples at h5py's gzip level (what every run must do). plugtrain: the whole
 preprocessing run from the YAML file (reading JSON lines, read hook, encoding with offsets,
 loss masks, padding, HDF5 writing, ``data_params.json``), as prompt/completion, as chats
 rendered with a Jinja template, and with ``use_ftfy: true`` (Model Zoo's default), each with
 ``setup.processes`` 1 and 2. Tokens per second are the baseline's token count over each side's
 wall time: the median of ``--reps`` rounds, the sides interleaved in each round. The CPU
 seconds (all threads, worker processes included) say what each side costs whatever else the
-machine runs. The files of
+machine runs; the last column compares them with one-thread ``encode_batch``'s. The files of
 1 and 2 processes are compared byte for byte (``data_params.json`` less the ``processes`` and
 ``output_dir`` it records); the load average is printed with the table.
 """
@@ -106,6 +108,42 @@ def _baseline(
     return sum(len(e.ids) for e in encodings), seconds, cpu
 
 
+def _floor(folder: Path, pairs: list[tuple[str, str]], msl: int = 1024) -> tuple[float, float]:
+    """Seconds and CPU seconds of the work every exact run does besides formatting.
+
+    One-thread ``encode_batch``, the ids and offsets read into arrays, each sample padded to
+    ``[3, msl]`` and deflated as h5py's gzip filter does.
+    """
+    import itertools
+    import zlib
+
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    texts = [p + SEP + c + EOS for p, c in pairs]
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    start, cpu = time.perf_counter(), _cpu()
+    encodings = tokenizer.encode_batch(texts)
+    ids = [e.ids for e in encodings]
+    count = sum(len(i) for i in ids)
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=count)
+    pairs_ = itertools.chain.from_iterable(e.offsets for e in encodings)
+    np.fromiter(itertools.chain.from_iterable(pairs_), dtype=np.int64, count=2 * count)
+    rows = np.zeros((3, msl), dtype=np.int32)
+    at = 0
+    for tokens in ids:
+        n = min(len(tokens), msl + 1) - 1
+        rows[0, :] = rows[2, :] = 0
+        rows[0, :n] = flat[at : at + n]
+        rows[2, :n] = flat[at + 1 : at + n + 1]
+        zlib.compress(rows, 4)
+        at += len(tokens)
+    seconds, cpu = time.perf_counter() - start, _cpu() - cpu
+    del os.environ["TOKENIZERS_PARALLELISM"]
+    return seconds, cpu
+
+
 def _plugtrain(
     root: Path, name: str, run: tuple[str, str, str, bool, int]
 ) -> tuple[float, float, Path]:
@@ -145,6 +183,21 @@ def _load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def _table(
+    names: list[str], seconds: list[list[float]], cpus: list[list[float]], tokens: int
+) -> None:
+    """The medians as a table: each side beside encode_batch on every core and on one thread."""
+    wall = [statistics.median(s) for s in seconds]
+    cpu = [statistics.median(c) for c in cpus]
+    print("| side | seconds | tokens/s | / encode_batch | / one thread | CPU seconds | tokens "
+          "per CPU second / encode_batch's | / one thread's |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for name, took, used in zip(names, wall, cpu, strict=True):
+        print(f"| {name} | {took:.2f} | {tokens / took:,.0f} | {wall[0] / took:.2f} | "
+              f"{wall[1] / took:.2f} | {used:.2f} | {cpu[0] / used:.2f} | "
+              f"{cpu[1] / used:.2f} |")  # fmt: skip
+
+
 def main() -> None:
     """Run the sides, interleaved, and print tokens/s, the ratios and the byte check."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -180,37 +233,35 @@ def main() -> None:
             for n in (1, 2)
         ]  # fmt: skip
         loads = [_load()]
-        seconds: list[list[float]] = [[] for _ in range(len(runs) + 2)]
-        cpus: list[list[float]] = [[] for _ in range(len(runs) + 2)]
+        sides = 3  # encode_batch on every core, on one thread, the floor
+        seconds: list[list[float]] = [[] for _ in range(len(runs) + sides)]
+        cpus: list[list[float]] = [[] for _ in range(len(runs) + sides)]
         same: list[bool] = []
         for _round in range(args.reps):
             for side, threads in ((0, True), (1, False)):
                 tokens, took, cpu = _baseline(root / "tokenizer", pairs, threads)
                 seconds[side].append(took)
                 cpus[side].append(cpu)
+            took, cpu = _floor(root / "tokenizer", pairs)
+            seconds[2].append(took)
+            cpus[2].append(cpu)
             for i in range(0, len(runs), 2):  # 1 then 2 processes of one kind
                 took, cpu, one = _plugtrain(root, str(i), runs[i])
-                seconds[i + 2].append(took)
-                cpus[i + 2].append(cpu)
+                seconds[i + sides].append(took)
+                cpus[i + sides].append(cpu)
                 took, cpu, two = _plugtrain(root, str(i + 1), runs[i + 1])
-                seconds[i + 3].append(took)
-                cpus[i + 3].append(cpu)
+                seconds[i + sides + 1].append(took)
+                cpus[i + sides + 1].append(cpu)
                 same.append(_contents(one) == _contents(two))
                 shutil.rmtree(one)
                 shutil.rmtree(two)
         loads.append(_load())
-    wall = [statistics.median(s) for s in seconds]
-    cpu = [statistics.median(c) for c in cpus]
+    names = ["tokenizers encode_batch", "tokenizers encode_batch, one thread"]
+    names += ["floor: one-thread encode_batch + ids/offsets to arrays + deflate"]
+    names += [f"plugtrain preprocess, {name}" for name, *_ in runs]
     print(f"{len(pairs)} records, {tokens} tokens (each side tokenizes the same text); median "
           f"of {args.reps} interleaved rounds; {loads[0]} before, {loads[1]} after\n")  # fmt: skip
-    print("| side | seconds | tokens/s | / encode_batch | CPU seconds | tokens per CPU second "
-          "/ encode_batch's |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
-    names = ["tokenizers encode_batch", "tokenizers encode_batch, one thread"]
-    names += [f"plugtrain preprocess, {name}" for name, *_ in runs]
-    for name, took, used in zip(names, wall, cpu, strict=True):
-        print(f"| {name} | {took:.2f} | {tokens / took:,.0f} | {wall[0] / took:.2f} | "
-              f"{used:.2f} | {cpu[0] / used:.2f} |")  # fmt: skip
+    _table(names, seconds, cpus, tokens)
     verdict = "byte-equal" if all(same) else "DIFFERENT"
     print(f"\nfiles of processes 1 and 2: {verdict} ({sum(same)} of {len(same)} pairs)")
     if not all(same):
