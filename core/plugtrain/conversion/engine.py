@@ -28,6 +28,7 @@ from plugtrain.conversion.declaration import (
     ConversionError,
 )
 from plugtrain.conversion.hf_files import (
+    ReadAs,
     ShardedWriter,
     iter_file_tensors,
     iter_hf_tensors,
@@ -164,12 +165,14 @@ def read_checkpoint(
     applier = RuleApplier(converter.weights, "hf", ConversionContext(hf, complete))
     state: dict[str, torch.Tensor] = {}
     owned: set[str] = set()
-    for name, tensor in iter_file_tensors(opened.weight_files):
+    read_as, converted = _reading_as(applier, dtypes)
+    for name, tensor in iter_file_tensors(opened.weight_files, read_as):
         for target, made in applier.add(name, tensor):
             named = _PREFIX + target
             state[named] = _checked(made, named, layout, source)
             if dtypes is not None and named in dtypes:
-                state[named] = made.to(dtypes[named], copy=True)
+                if not (converted.pop(name, None) == named and made.dtype == dtypes[named]):
+                    state[named] = made.to(dtypes[named], copy=True)
                 owned.add(named)
     applier.finish(drop_unmatched, str(source))
     if converter.is_headless:
@@ -203,6 +206,31 @@ def read_checkpoint(
     return Converted(
         opened.converter_key, opened.model_name, keys, state, dropped, frozenset(owned)
     )
+
+
+def _reading_as(
+    applier: RuleApplier, dtypes: Mapping[str, torch.dtype] | None
+) -> tuple[ReadAs | None, dict[str, str]]:
+    """How to read a file's tensors straight into the types they are wanted in.
+
+    A tensor its rule only renames is read as the type of its model tensor (converted a
+    piece at a time as it is read: one copy, never the file's type whole); the others keep
+    the file's type for their rule's transform. Returned with what the reader did: the
+    file's names read so, each with its model name.
+    """
+    converted: dict[str, str] = {}
+    if dtypes is None:
+        return None, converted
+
+    def read_as(name: str, dtype: torch.dtype) -> torch.dtype:
+        target = applier.renamed(name)
+        wanted = dtypes.get(_PREFIX + target) if target is not None else None
+        if wanted is None:
+            return dtype
+        converted[name] = _PREFIX + str(target)
+        return wanted
+
+    return read_as, converted
 
 
 def _checked(tensor: torch.Tensor, name: str, layout: ModelLayout, source: Path) -> torch.Tensor:

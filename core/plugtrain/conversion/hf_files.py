@@ -16,7 +16,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from plugtrain.conversion.writing import process_running, write_failure
 
 __all__ = [
     "HF_WEIGHT_FILES",
+    "ReadAs",
     "ShardedWriter",
     "hf_weight_files",
     "is_hf_checkpoint",
@@ -61,11 +62,22 @@ def iter_hf_tensors(path: str | os.PathLike[str]) -> Iterator[tuple[str, torch.T
     yield from iter_file_tensors(hf_weight_files(path))
 
 
-def iter_file_tensors(files: Iterable[Path]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every ``(name, tensor)`` of these weight files, one shard in memory at a time."""
+ReadAs = Callable[[str, torch.dtype], torch.dtype]
+"""The type a tensor is to be read as, given its name and its type in the file."""
+
+
+def iter_file_tensors(
+    files: Iterable[Path], read_as: ReadAs | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every ``(name, tensor)`` of these weight files, one shard in memory at a time.
+
+    :param read_as: asked for each tensor of a safetensors file read tensor by tensor (not
+        for the others): a floating tensor is converted to the floating type it gives as it
+        is read, a piece at a time, so the file's type is never held whole.
+    """
     for file in files:
         if file.suffix == ".safetensors":
-            yield from _safetensors_tensors(file)
+            yield from _safetensors_tensors(file, read_as)
         else:
             yield from _torch_tensors(file)
 
@@ -78,7 +90,7 @@ _SAFETENSORS_TYPES = {
 _LARGEST_HEADER = 100 * 2**20
 
 
-def _safetensors_tensors(file: Path) -> Iterator[tuple[str, torch.Tensor]]:
+def _safetensors_tensors(file: Path, read_as: ReadAs | None) -> Iterator[tuple[str, torch.Tensor]]:
     """Each tensor read from the file into memory of its own, not mapped.
 
     A mapped file's pages stay resident while it is open, on top of the tensors made from
@@ -91,13 +103,38 @@ def _safetensors_tensors(file: Path) -> Iterator[tuple[str, torch.Tensor]]:
             yield from _mapped_tensors(file)
             return
         for name, (dtype, shape, offset) in entries.items():
-            tensor = torch.empty(shape, dtype=dtype)
+            wanted = read_as(name, dtype) if read_as is not None else dtype
+            if not (dtype.is_floating_point and wanted.is_floating_point):
+                wanted = dtype
+            tensor = torch.empty(shape, dtype=wanted)
             if tensor.numel():
                 handle.seek(offset)
-                window: Any = tensor.reshape(-1).view(torch.uint8).numpy()
-                if handle.readinto(window) != tensor.nbytes:
+                if not _read_into(handle, tensor.reshape(-1), dtype):
                     raise ConversionError(f"{file}: {name} is cut short")
             yield name, tensor
+
+
+_PIECE = 1 << 22
+"""Elements read at a time into a tensor of another type than the file's."""
+
+
+def _read_into(handle: Any, flat: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Fill ``flat`` with the next ``flat.numel()`` values of type ``dtype``; whether all came.
+
+    Values of ``flat``'s own type are read straight into it; others a piece at a time, each
+    converted into its place (the memory ``flat`` needs, and a piece's).
+    """
+    if flat.dtype == dtype:
+        window: Any = flat.view(torch.uint8).numpy()
+        return bool(handle.readinto(window) == window.nbytes)
+    piece = torch.empty(min(_PIECE, flat.numel()), dtype=dtype)
+    for start in range(0, flat.numel(), piece.numel()):
+        part = piece[: min(piece.numel(), flat.numel() - start)]
+        window = part.view(torch.uint8).numpy()
+        if handle.readinto(window) != window.nbytes:
+            return False
+        flat[start : start + part.numel()].copy_(part)
+    return True
 
 
 def _safetensors_entries(

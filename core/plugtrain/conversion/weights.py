@@ -40,6 +40,21 @@ class RuleApplier:
                     return index, position, found.groupdict()
         return None
 
+    def renamed(self, name: str) -> str | None:
+        """The other side's name of ``name`` if its rule only renames it, else ``None``.
+
+        Only renames: one tensor on each side, no transform (the tensor goes over as it is).
+        """
+        found = self._match(name)
+        if found is None:
+            return None
+        index, _, values = found
+        rule = self.rules[index]
+        targets = getattr(rule, _OTHER[self.side])
+        if rule.transform is not None or len(getattr(rule, self.side)) != 1 or len(targets) != 1:
+            return None
+        return str(targets[0].format(**values))
+
     def add(self, name: str, tensor: Any) -> list[tuple[str, Any]]:
         """The other side's tensors this one completes (none while its group waits)."""
         found = self._match(name)

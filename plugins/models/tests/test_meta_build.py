@@ -29,9 +29,10 @@ from plugtrain.builtin.models import MLP
 from plugtrain.cli import main as plugtrain_main
 from plugtrain.config import load_plan
 from plugtrain.config.plan import FitPlan, ValidatePlan
-from plugtrain.conversion import hf_to_plugtrain
+from plugtrain.conversion import hf_files, hf_to_plugtrain, open_checkpoint, read_checkpoint
 from plugtrain.conversion import meta_build as deferred
 from plugtrain.conversion.meta_build import filling
+from plugtrain.discovery.loading import get_registry
 from plugtrain.testing import write_run_file
 from plugtrain.train.assembly import build_trainer
 from plugtrain.train.assembly.run import _loads_weights
@@ -206,6 +207,23 @@ def test_on_meta_draws_nothing_for_meta_tensors_and_as_usual_for_others() -> Non
         drawn_too = torch.nn.init.normal_(torch.empty(5, device="cpu"), std=2.0)
         assert made.uniform_().is_meta  # other calls keep torch's meta behaviour
     torch.testing.assert_close((drawn, drawn_too), expected, rtol=0, atol=0)
+
+
+def test_a_folder_read_into_float32_as_it_loads_is_the_folder_converted_after(
+    hf_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hf_files, "_PIECE", 7)  # many pieces, the last one short
+    opened = open_checkpoint(hf_folder, get_registry())
+    plain = read_checkpoint(opened).state
+    assert {t.dtype for t in plain.values()} == {torch.bfloat16}
+    wanted = dict.fromkeys(plain, torch.float32)
+    read = read_checkpoint(opened, dtypes=wanted)
+    _assert_same_state(read.state, {n: t.to(torch.float32) for n, t in plain.items()})
+    assert {t.dtype for t in read.state.values()} == {torch.float32}
+    storage_of = deferred.building.storage_of
+    owned = {storage_of(read.state[n]) for n in read.owned}
+    assert {storage_of(t) for t in read.state.values()} == owned  # the others are their ties
+    assert not owned & {storage_of(t) for t in plain.values()}
 
 
 def test_which_runs_load_weights() -> None:
