@@ -124,7 +124,7 @@ def _skipping_initialisers(filled: set[int]) -> Iterator[None]:
 
     def skipping(original: Callable[..., Any]) -> Callable[..., Any]:
         def fill(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if tensor.device.type == "cpu" and storage_of(tensor) in filled:
+            if _in(filled, tensor):
                 return tensor
             return original(tensor, *args, **kwargs)
 
@@ -139,8 +139,15 @@ def _skipping_initialisers(filled: set[int]) -> Iterator[None]:
             setattr(nn.init, name, original)
 
 
-class _SkipFilled(TorchFunctionMode):
-    """Skips every whole-tensor fill of a tensor a checkpoint filled (see the module).
+def _in(filled: set[int], tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is (a view of) one of the ``filled`` CPU storages."""
+    return tensor.device.type == "cpu" and storage_of(tensor) in filled
+
+
+class _AroundFilled(TorchFunctionMode):
+    """What the modes running around the tensors a checkpoint filled share.
+
+    Metadata reads (shape, dtype, ...) run as they are; every other call goes to :meth:`call`.
 
     :param filled: those tensors' storages (data pointers).
     """
@@ -155,10 +162,21 @@ class _SkipFilled(TorchFunctionMode):
         kwargs = kwargs or {}
         if _is_metadata(func):
             return func(*args, **kwargs)
+        return self.call(func, args, kwargs)
+
+    def call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run ``func`` (see the subclasses)."""
+        raise NotImplementedError
+
+
+class _SkipFilled(_AroundFilled):
+    """Skips every whole-tensor fill of a tensor a checkpoint filled (see the module)."""
+
+    def call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The filled target as it is for a fill; else ``func``, guarded."""
         target = _target(args, kwargs)
-        name = getattr(func, "__name__", "")
-        filled = isinstance(target, torch.Tensor) and name in _OVERWRITES
-        if filled and target.device.type == "cpu" and storage_of(target) in self.filled:
+        fill = getattr(func, "__name__", "") in _OVERWRITES
+        if fill and isinstance(target, torch.Tensor) and _in(self.filled, target):
             return target
         with _Guard(self.filled):
             return func(*args, **kwargs)
@@ -177,36 +195,28 @@ class _Guard(TorchDispatchMode):
         kwargs = kwargs or {}
         if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
             raise _NeedsScratch
-        for tensor in _tensors((args, kwargs)):
-            if tensor.device.type == "cpu" and storage_of(tensor) in self.filled:
-                raise _NeedsScratch
+        if any(_in(self.filled, tensor) for tensor in _tensors((args, kwargs))):
+            raise _NeedsScratch
         return func(*args, **kwargs)
 
 
-class _OnScratch(TorchFunctionMode):
+class _OnScratch(_AroundFilled):
     """Runs every call on a tensor a checkpoint filled against a scratch copy of it instead.
 
     The calls draw what they draw on a model built whole; the filled tensors keep their
     values. One scratch copy at a time: a call touching other filled tensors drops the copies
     of the ones it does not touch.
-
-    :param filled: those tensors' storages (data pointers).
     """
 
     def __init__(self, filled: set[int]) -> None:
-        super().__init__()
-        self.filled = filled
+        super().__init__(filled)
         self._open: dict[int, torch.Tensor] = {}
 
-    def __torch_function__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        if _is_metadata(func):
-            return func(*args, **kwargs)
+    def call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``func`` with each filled tensor it touches swapped for its scratch copy."""
         touched: dict[int, torch.Tensor] = {}
         for tensor in _tensors((args, kwargs)):
-            if tensor.device.type == "cpu" and storage_of(tensor) in self.filled:
+            if _in(self.filled, tensor):
                 touched[id(tensor)] = tensor
         if not touched:
             return func(*args, **kwargs)
