@@ -14,7 +14,9 @@ preprocessing run from the YAML file (reading JSON lines, read hook, encoding wi
 loss masks, padding, HDF5 writing, ``data_params.json``), as prompt/completion, as chats
 rendered with a Jinja template, and with ``use_ftfy: true`` (Model Zoo's default), each with
 ``setup.processes`` 1 and 2. Tokens per second are the baseline's token count over each side's
-wall time: the median of ``--reps`` rounds, the sides interleaved in each round. The CPU
+wall time: the median of ``--reps`` rounds, the sides interleaved in each round, each side a
+fresh process (as a user runs ``plugtrain preprocess``; the time counted starts after the
+imports and the tokenizer's loading for the baseline, with ``run_config`` for plugtrain). The CPU
 seconds (all threads, worker processes included) say what each side costs whatever else the
 machine runs; the last column compares them with one-thread ``encode_batch``'s. The files of
 1 and 2 processes are compared byte for byte (``data_params.json`` less the ``processes`` and
@@ -25,15 +27,22 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
 import os
 import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import sysconfig
 import tempfile
 import time
+import zlib
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 SEP, EOS, BOS = "<|sep|>", "<|end_of_text|>", "<|begin_of_text|>"
 TEMPLATE = (
@@ -85,6 +94,20 @@ def _tokenizer(folder: Path, pairs: list[tuple[str, str]]) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
+def _write_records(root: Path, pairs: list[tuple[str, str]]) -> None:
+    """``pairs/data.jsonl`` (prompt, completion) and ``chats/data.jsonl`` (user, assistant)."""
+    (root / "pairs").mkdir()
+    (root / "chats").mkdir()
+    with (root / "pairs" / "data.jsonl").open("w", encoding="utf-8") as file:
+        for prompt, completion in pairs:
+            file.write(json.dumps({"prompt": prompt, "completion": completion}) + "\n")
+    with (root / "chats" / "data.jsonl").open("w", encoding="utf-8") as file:
+        for prompt, completion in pairs:
+            turns = [{"role": "user", "content": prompt}]
+            turns.append({"role": "assistant", "content": completion})
+            file.write(json.dumps({"messages": turns}) + "\n")
+
+
 def _cpu() -> float:
     """CPU seconds of this process and of its ended children (the worker processes)."""
     own, children = (
@@ -93,43 +116,19 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _baseline(
-    folder: Path, pairs: list[tuple[str, str]], threads: bool
-) -> tuple[int, float, float]:
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    texts = [p + SEP + c + EOS for p, c in pairs]
-    os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads else "false"  # read at each call
-    start, cpu = time.perf_counter(), _cpu()
-    encodings = tokenizer.encode_batch(texts)
-    seconds, cpu = time.perf_counter() - start, _cpu() - cpu
-    del os.environ["TOKENIZERS_PARALLELISM"]
-    return sum(len(e.ids) for e in encodings), seconds, cpu
+def _pair_texts(root: Path) -> list[str]:
+    """Each prompt/completion record's full text, as the baseline tokenizes it."""
+    records = map(json.loads, (root / "pairs" / "data.jsonl").read_text("utf-8").splitlines())
+    return [r["prompt"] + SEP + r["completion"] + EOS for r in records]
 
 
-def _floor(folder: Path, pairs: list[tuple[str, str]], msl: int = 1024) -> tuple[float, float]:
-    """Seconds and CPU seconds of the work every exact run does besides formatting.
-
-    One-thread ``encode_batch``, the ids and offsets read into arrays, each sample padded to
-    ``[3, msl]`` and deflated as h5py's gzip filter does.
-    """
-    import itertools
-    import zlib
-
-    import numpy as np
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    texts = [p + SEP + c + EOS for p, c in pairs]
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    start, cpu = time.perf_counter(), _cpu()
-    encodings = tokenizer.encode_batch(texts)
+def _deflate_padded(encodings: list[Any], msl: int = 1024) -> None:
+    """The floor's work after tokenizing: ids and offsets to arrays, samples padded, deflated."""
     ids = [e.ids for e in encodings]
     count = sum(len(i) for i in ids)
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=count)
-    pairs_ = itertools.chain.from_iterable(e.offsets for e in encodings)
-    np.fromiter(itertools.chain.from_iterable(pairs_), dtype=np.int64, count=2 * count)
+    offsets = itertools.chain.from_iterable(e.offsets for e in encodings)
+    np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int64, count=2 * count)
     rows = np.zeros((3, msl), dtype=np.int32)
     at = 0
     for tokens in ids:
@@ -137,19 +136,49 @@ def _floor(folder: Path, pairs: list[tuple[str, str]], msl: int = 1024) -> tuple
         rows[0, :] = rows[2, :] = 0
         rows[0, :n] = flat[at : at + n]
         rows[2, :n] = flat[at + 1 : at + n + 1]
-        zlib.compress(rows, 4)
+        zlib.compress(rows, 4)  # h5py's gzip level
         at += len(tokens)
-    seconds, cpu = time.perf_counter() - start, _cpu() - cpu
-    del os.environ["TOKENIZERS_PARALLELISM"]
-    return seconds, cpu
+
+
+def _side(kind: str, root: Path, config: str | None) -> tuple[int, float, float]:
+    """Tokens, seconds and CPU seconds of one side, run in this (fresh) process.
+
+    ``threads``: ``encode_batch`` as users call it (every core); ``one``: on one thread;
+    ``floor``: one thread plus :func:`_deflate_padded`; ``run``: ``config`` preprocessed.
+    """
+    if kind == "run":
+        from plugtrain_models.data.config_run import run_config
+
+        start, cpu = time.perf_counter(), _cpu()
+        run_config(str(config), io.StringIO(), io.StringIO())
+        return 0, time.perf_counter() - start, _cpu() - cpu
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(root / "tokenizer" / "tokenizer.json"))
+    texts = _pair_texts(root)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if kind == "threads" else "false"
+    start, cpu = time.perf_counter(), _cpu()
+    encodings = tokenizer.encode_batch(texts)
+    if kind == "floor":
+        _deflate_padded(encodings)
+    return sum(len(e.ids) for e in encodings), time.perf_counter() - start, _cpu() - cpu
+
+
+def _fresh(kind: str, root: Path, config: Path | None = None) -> tuple[int, float, float]:
+    """:func:`_side` in a new process, as a user runs it."""
+    command = [sys.executable, __file__, "--side", kind, "--root", str(root)]
+    if config is not None:
+        command += ["--config", str(config)]
+    tokens, seconds, cpu = subprocess.run(
+        command, check=True, capture_output=True, text=True
+    ).stdout.split()
+    return int(tokens), float(seconds), float(cpu)
 
 
 def _plugtrain(
     root: Path, name: str, run: tuple[str, str, str, bool, int]
 ) -> tuple[float, float, Path]:
     """One preprocessing run's seconds and CPU seconds, and the folder it wrote."""
-    from plugtrain_models.data.config_run import run_config
-
     _label, hook, kwargs, ftfy, processes = run
     config = root / f"{name}.yaml"
     output = root / f"out_{name}"
@@ -164,9 +193,8 @@ def _plugtrain(
         sep=SEP,
     )
     config.write_text(text, encoding="utf-8")
-    start, cpu = time.perf_counter(), _cpu()
-    run_config(str(config), io.StringIO(), io.StringIO())
-    return time.perf_counter() - start, _cpu() - cpu, output
+    _tokens, seconds, cpu = _fresh("run", root, config)
+    return seconds, cpu, output
 
 
 def _contents(folder: Path) -> dict[str, bytes]:
@@ -203,21 +231,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=4000)
     parser.add_argument("--reps", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--side", help=argparse.SUPPRESS)  # one side, in a fresh process
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.side:
+        print(*_side(args.side, Path(args.root), args.config))
+        return
     pairs = _texts(args.records)
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
         _tokenizer(root / "tokenizer", pairs)
-        (root / "pairs").mkdir()
-        (root / "chats").mkdir()
-        with (root / "pairs" / "data.jsonl").open("w", encoding="utf-8") as file:
-            for prompt, completion in pairs:
-                file.write(json.dumps({"prompt": prompt, "completion": completion}) + "\n")
-        with (root / "chats" / "data.jsonl").open("w", encoding="utf-8") as file:
-            for prompt, completion in pairs:
-                turns = [{"role": "user", "content": prompt}]
-                turns.append({"role": "assistant", "content": completion})
-                file.write(json.dumps({"messages": turns}) + "\n")
+        _write_records(root, pairs)
         text_kwargs = "{prompt_key: prompt, completion_key: completion}"
         chat_kwargs = (
             "{multi_turn_key: messages, multi_turn_role_key: role, multi_turn_content_key: content}"
@@ -238,13 +263,10 @@ def main() -> None:
         cpus: list[list[float]] = [[] for _ in range(len(runs) + sides)]
         same: list[bool] = []
         for _round in range(args.reps):
-            for side, threads in ((0, True), (1, False)):
-                tokens, took, cpu = _baseline(root / "tokenizer", pairs, threads)
+            for side, kind in enumerate(("threads", "one", "floor")):
+                tokens, took, cpu = _fresh(kind, root)
                 seconds[side].append(took)
                 cpus[side].append(cpu)
-            took, cpu = _floor(root / "tokenizer", pairs)
-            seconds[2].append(took)
-            cpus[2].append(cpu)
             for i in range(0, len(runs), 2):  # 1 then 2 processes of one kind
                 took, cpu, one = _plugtrain(root, str(i), runs[i])
                 seconds[i + sides].append(took)
