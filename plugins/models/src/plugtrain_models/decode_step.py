@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional
 
 from plugtrain_models.attention import Attention, LayerCache
+from plugtrain_models.decode_fusion import fused_linear_step
 from plugtrain_models.ffn import FeedForward, FFNLayer
 from plugtrain_models.layers import RMSNorm, apply_rotary
 
@@ -69,12 +70,18 @@ def norm_step(module: nn.Module) -> Step:
     return _module(module)
 
 
-def _ffn_layer_step(module: nn.Module) -> Step:
+def _ffn_layer_step(module: nn.Module, fuse: bool = False) -> Step:
     if type(module) is not FFNLayer:
         return _module(module)
     main, act = linear_step(module.linear_layer), module.act
     if module.glu:
         assert act is not None
+        both = None
+        if fuse:
+            both = fused_linear_step([module.linear_layer_for_glu, module.linear_layer])
+        if both is not None:
+            width = module.linear_layer.out_features
+            return lambda hidden: _glu(act, both(hidden), width)
         gate = linear_step(module.linear_layer_for_glu)
         return lambda hidden: act(gate(hidden)).mul_(main(hidden))
     if act is None:
@@ -82,10 +89,19 @@ def _ffn_layer_step(module: nn.Module) -> Step:
     return lambda hidden: act(main(hidden))
 
 
-def ffn_step(module: nn.Module) -> Step:
-    """A layer's FFN without dropout: its two layers, or a mixture of experts' output."""
+def _glu(act: Step, both: torch.Tensor, width: int) -> torch.Tensor:
+    """``act(gate) * up`` from the fused product ``[B, 2 * width]`` (gate first)."""
+    return act(both[:, :width]).mul_(both[:, width:])
+
+
+def ffn_step(module: nn.Module, fuse: bool = False) -> Step:
+    """A layer's FFN without dropout: its two layers, or a mixture of experts' output.
+
+    With ``fuse``, a GLU's two stock projections become one ``mm`` (:func:`fused_linear_step`).
+    """
     if type(module) is FeedForward and len(module.ffn) == 2:
-        first, second = _ffn_layer_step(module.ffn[0]), _ffn_layer_step(module.ffn[1])
+        first = _ffn_layer_step(module.ffn[0], fuse)
+        second = _ffn_layer_step(module.ffn[1])
         return lambda hidden: second(first(hidden))
 
     def routed(hidden: torch.Tensor) -> torch.Tensor:
@@ -103,6 +119,9 @@ def _rotate_(x: torch.Tensor, phases: torch.Tensor) -> None:
 
 class LayerPlan:
     """One ``DecoderLayer``'s parts as functions, for :meth:`step` (built once per cache)."""
+
+    fuse = True
+    """Whether :meth:`step` computes projections that share an input as one product."""
 
     def __init__(self, layer: Any) -> None:
         attention: Attention = layer.self_attn
@@ -123,6 +142,27 @@ class LayerPlan:
             )
         self.parallel = layer.parallel
         self.ffn = ffn_step(layer.ffn)
+        self.qkv: Step | None = None
+        self._layer: Any = layer
+        self._fused = False
+
+    def _fuse(self) -> None:
+        """Fuse the projections that share an input, for :meth:`step` (once, on its first call).
+
+        With :attr:`fuse`, the query, key and value projections become one ``mm``, and so do a
+        GLU's gate and up projections, where they are stock ``nn.Linear`` layers (a LoRA layer
+        keeps its own call); see :mod:`plugtrain_models.decode_fusion` for the stacked
+        weights' memory and when they are rebuilt.
+        """
+        self._fused = True
+        if not self.fuse:
+            return
+        attention = self._layer.self_attn
+        self.qkv = fused_linear_step([
+            attention.proj_q_dense_layer, attention.proj_k_dense_layer,
+            attention.proj_v_dense_layer,
+        ])  # fmt: skip
+        self.ffn = ffn_step(self._layer.ffn, fuse=True)
 
     def _query(self, hidden: torch.Tensor, rotary: torch.Tensor | None) -> torch.Tensor:
         """The rotated query ``[B, h, 1, d]`` of ``hidden`` ``[B, H]``."""
@@ -134,6 +174,29 @@ class LayerPlan:
             else:  # rotated in float32, rounded once, as apply_rotary does
                 q = _rotated(q, rotary)
         return q.view(batch, heads, 1, dim)
+
+    def _fused_query(
+        self, normed: torch.Tensor, cache: LayerCache, rotary: torch.Tensor | None
+    ) -> torch.Tensor:
+        """One ``mm`` for the query, key and value; the key and value written to the cache.
+
+        The query and key heads sit side by side in the product, so one rotation covers both
+        (in place in float32; other dtypes rotate in float32 and round once, as
+        :func:`apply_rotary` does). Returns the rotated query ``[B, h, 1, d]``.
+        """
+        assert self.qkv is not None
+        batch, heads, groups, dim = normed.shape[0], self.heads, self.groups, self.head_dim
+        both = self.qkv(normed)
+        rotated = both[:, : (heads + groups) * dim].view(batch, heads + groups, dim)
+        if rotary is not None:
+            if rotated.dtype == torch.float32:
+                _rotate_(rotated, rotary)
+            else:
+                rotated.copy_(_rotated(rotated, rotary))
+        start = cache.start
+        cache.keys[:, :, start].copy_(rotated[:, heads:])
+        cache.values[:, :, start].copy_(both[:, (heads + groups) * dim :].view(batch, groups, dim))
+        return rotated[:, :heads].unsqueeze(2)
 
     def _attend(
         self, q: torch.Tensor, cache: LayerCache, end: int, bias: torch.Tensor | None,
@@ -181,10 +244,17 @@ class LayerPlan:
             .. start``, or ``None`` when the token sees all of them.
         :param rotary: the token's RoPE phases ``[B or 1, 1, r/2]`` (complex), or ``None``.
         """
+        if not self._fused:
+            self._fuse()
         batch, groups, dim = hidden.shape[0], self.groups, self.head_dim
         normed = self.norm1(hidden)
         start = cache.start
         key, value = cache.keys[:, :, start], cache.values[:, :, start]
+        if self.qkv is not None:
+            return self._rest(
+                hidden, normed, self._attend(self._fused_query(normed, cache, rotary),
+                                             cache, start + 1, bias, first_key),
+            )  # fmt: skip
         key.copy_(self.k(normed).view(batch, groups, dim))
         value.copy_(self.v(normed).view(batch, groups, dim))
         if rotary is not None:

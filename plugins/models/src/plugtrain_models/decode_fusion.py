@@ -1,0 +1,75 @@
+"""Stock ``nn.Linear`` layers that read one input, as one matrix product (the decode step's).
+
+At one token per row a decode step's products are matrix-vector products: each reads its
+weight once, and each also pays a call, an allocation and, with several threads, a parallel
+region. The query, key and value projections of a layer read the same input, and so do a
+GLU's two projections: :func:`fused_linear_step` computes such a group as one ``mm`` over
+their weights stacked along the output dimension, outputs side by side.
+
+The stacked weight is a copy. It is kept, per group, for as long as the group's first module
+lives, so repeated generation calls reuse it; it is rebuilt when any weight or bias of the
+group has changed since (another tensor, or an in-place write: its version counter moved).
+The memory cost is the group's own weight bytes again (for a Llama layer, the query, key,
+value, gate and up projections: about 70 % of the layer's weights).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["fused_linear_step"]
+
+Step = Callable[[torch.Tensor], torch.Tensor]
+Signature = tuple[tuple[int, int, int, int], ...]
+
+_KEPT: weakref.WeakKeyDictionary[nn.Module, tuple[Signature, Step]] = weakref.WeakKeyDictionary()
+
+
+def _signature(modules: Sequence[nn.Linear]) -> Signature:
+    """What identifies the group's current weights: each tensor's module, address and version."""
+    parts = []
+    for module in modules:
+        for tensor in (module.weight, module.bias):
+            if tensor is not None:
+                parts.append((id(module), tensor.data_ptr(), tensor._version, tensor.numel()))
+    return tuple(parts)
+
+
+def _stacked(modules: Sequence[nn.Linear]) -> Step:
+    with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable in any mode
+        weight_t = torch.cat([m.weight.detach() for m in modules]).t()
+        if modules[0].bias is None:
+            return lambda hidden: torch.mm(hidden, weight_t)
+        bias = torch.cat([m.bias.detach() for m in modules])  # type: ignore[union-attr]
+    return lambda hidden: torch.addmm(bias, hidden, weight_t)
+
+
+def fused_linear_step(modules: Sequence[nn.Module]) -> Step | None:
+    """``modules`` on one ``[B, in]`` input as one ``mm``: ``[B, sum of out]``, in order.
+
+    ``None`` unless every module is a stock ``nn.Linear`` and they share the input width, the
+    dtype, the device and whether they have a bias. Each output column is the dot product the
+    module's own ``mm`` computes (the stacked weight is read through its transpose, as
+    :func:`~plugtrain_models.decode_step.linear_step` reads each weight).
+    """
+    if not modules or any(type(m) is not nn.Linear for m in modules):
+        return None
+    linears: list[nn.Linear] = list(modules)  # type: ignore[arg-type]
+    first = linears[0].weight
+    for module in linears:
+        same = module.weight.shape[1] == first.shape[1] and module.weight.dtype == first.dtype
+        if not same or module.weight.device != first.device:
+            return None
+        if (module.bias is None) != (linears[0].bias is None):
+            return None
+    signature = _signature(linears)
+    kept = _KEPT.get(linears[0])
+    if kept is not None and kept[0] == signature:
+        return kept[1]
+    step = _stacked(linears)
+    _KEPT[linears[0]] = (signature, step)
+    return step

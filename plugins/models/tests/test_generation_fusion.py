@@ -1,0 +1,143 @@
+"""The decode step's fused projections: the unfused step's logits and ids, LoRA and MoE as before.
+
+``LayerPlan.fuse`` computes a layer's query, key and value projections as one product, and a
+GLU's gate and up projections as another. Each output column is the same dot product as the
+separate product's, so both steps agree to float32 rounding (the tolerance is 1e-6); the stacked
+weights are kept per module and rebuilt when a weight changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from plugtrain_models.decode_fusion import fused_linear_step
+from plugtrain_models.decode_step import LayerPlan
+from plugtrain_models.families import build_decoder
+from plugtrain_models.generation import generate
+from plugtrain_models.lora.apply import apply_lora
+from plugtrain_models.lora.config import LoraConfig
+
+V = 96
+LLAMA = {
+    "vocab_size": V,
+    "hidden_size": 64,
+    "num_heads": 4,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 48,
+    "filter_size": 96,
+    "position_embedding_type": "rotary",
+    "rotary_dim": 16,
+    "norm_type": "rmsnorm",
+    "nonlinearity": "swiglu",
+    "attention_module": "multiquery_attention",
+    "extra_attention_params": {"num_kv_groups": 2},
+}
+ATOL = 1e-6
+
+
+def _model(family: str = "llama", **keys: Any) -> Any:
+    torch.manual_seed(0)
+    return build_decoder(family, {**LLAMA, **keys}).eval()
+
+
+def _ids(batch: int, length: int) -> torch.Tensor:
+    return torch.randint(0, V, (batch, length), generator=torch.Generator().manual_seed(5))
+
+
+def _steps(lm: Any, ids: torch.Tensor) -> tuple[torch.Tensor, list[LayerPlan]]:
+    """Logits of a 4-token prompt then one token at a time, and the cache's plans."""
+    cache = lm.new_cache(ids.shape[0], ids.shape[1])
+    with torch.no_grad():
+        out = [lm.decode(ids[:, :4], cache)]
+        out += [lm.decode(ids[:, at : at + 1], cache) for at in range(4, ids.shape[1])]
+    return torch.cat(out, dim=1), cache.plans
+
+
+def _unfused(lm: Any, ids: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> torch.Tensor:
+    with monkeypatch.context() as patch:
+        patch.setattr(LayerPlan, "fuse", False)
+        logits, plans = _steps(lm, ids)
+    assert all(plan.qkv is None for plan in plans)
+    return logits
+
+
+GPT2 = {"position_embedding_type": "fixed", "norm_type": "layernorm", "nonlinearity": "gelu"}
+CASES = {
+    "llama": ("llama", {}),
+    "biases (gpt2)": ("gpt2", GPT2),
+    "geglu, sandwich (gemma2)": (
+        "gemma2", {"nonlinearity": "geglu", "norm_first_sandwich": True},
+    ),
+    "MoE (mixtral)": ("mixtral", {"moe": {"num_experts": 4, "top_k": 2}}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("family", "keys"), CASES.values(), ids=CASES.keys())
+def test_fused_steps_give_the_unfused_steps_logits(
+    family: str, keys: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lm, ids = _model(family, **keys).model, _ids(2, 12)
+    fused, plans = _steps(lm, ids)
+    assert all(plan.qkv is not None for plan in plans)
+    torch.testing.assert_close(fused, _unfused(lm, ids, monkeypatch), atol=ATOL, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(fused, lm(ids)[0], atol=1e-5, rtol=0)
+
+
+def test_generate_writes_the_unfused_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model()
+    prompts = [[3, 1, 4, 1, 5], [9, 2]]
+    fused = generate(model, prompts, 12)
+    with monkeypatch.context() as patch:
+        patch.setattr(LayerPlan, "fuse", False)
+        assert generate(model, prompts, 12) == fused
+    assert all(len(ids) == 12 for ids in fused)
+
+
+def test_lora_projections_stay_their_modules_and_compute_their_adapters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = _model()
+    apply_lora(model, [LoraConfig(r=2, alpha=4.0)])
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("lora_B"):
+                parameter.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
+    lm, ids = model.model, _ids(2, 12)
+    fused, plans = _steps(lm, ids)
+    assert all(plan.qkv is None for plan in plans)  # the adapted projections are not stacked
+    with torch.no_grad():
+        torch.testing.assert_close(fused, lm(ids)[0], atol=1e-5, rtol=0)
+
+
+def test_stacked_weights_are_kept_until_a_weight_changes() -> None:
+    torch.manual_seed(0)
+    first, second = nn.Linear(8, 5), nn.Linear(8, 3)
+    x = torch.randn(2, 8)
+    step = fused_linear_step([first, second])
+    assert step is not None
+    assert fused_linear_step([first, second]) is step
+    with torch.no_grad():
+        expected = torch.cat([first(x), second(x)], dim=1)
+        torch.testing.assert_close(step(x), expected, atol=ATOL, rtol=0)
+        second.weight.mul_(2.0)  # an in-place write, as an optimizer step or a load does
+        changed = fused_linear_step([first, second])
+        assert changed is not None
+        assert changed is not step
+        torch.testing.assert_close(changed(x)[:, 5:], second(x), atol=ATOL, rtol=0)
+        first.weight = nn.Parameter(torch.zeros(5, 8))  # another tensor
+        replaced = fused_linear_step([first, second])
+        assert replaced is not None
+        torch.testing.assert_close(replaced(x)[:, :5], first.bias.expand(2, 5), atol=0, rtol=0)
+
+
+def test_only_stock_linears_alike_are_stacked() -> None:
+    assert fused_linear_step([nn.Linear(8, 4), nn.Linear(8, 4, bias=False)]) is None
+    assert fused_linear_step([nn.Linear(8, 4), nn.Linear(6, 4)]) is None
+    assert fused_linear_step([nn.Linear(8, 4), nn.Linear(8, 4).double()]) is None
+    assert fused_linear_step([nn.Linear(8, 4), nn.Sequential(nn.Linear(8, 4))]) is None
+    assert fused_linear_step([]) is None
