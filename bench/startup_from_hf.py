@@ -24,8 +24,10 @@ each in a fresh process and interleaved ``--rounds`` times:
   another copy of plugtrain's sources (``DIR/core`` and ``DIR/plugins/*/src`` first on
   ``PYTHONPATH``; ``git archive REV core plugins | tar -x -C DIR`` makes one).
 
-Printed: each process's time and peak RSS (``ru_maxrss``), the ratio of each time to
-``read``'s, the same without ``fit``'s step (``- step``: what loading costs beyond the step),
+Printed: each process's time, CPU seconds (user and system: steadier than the time on a
+loaded machine, but a process waiting on the disk or on memory it is given counts less) and
+peak RSS (``ru_maxrss``), the ratio of each time to ``read``'s, the same without ``fit``'s
+step (``- step``: what loading costs beyond the step),
 and of each peak to the model's bytes (the float32 weights plugtrain holds: 4 bytes a
 parameter), with and without ``imports``' peak, and the load average. Goals: ``fit`` (to the
 first step's end) and ``generate`` at most 1.5x ``read``'s time, peak RSS at most 1.15x the
@@ -138,7 +140,8 @@ def measure(command: list[str], env: dict[str, str], model_dir: Path) -> dict[st
     if process.returncode != 0:
         error = process.stderr.read().decode() if process.stderr else ""
         raise SystemExit(f"{' '.join(command)} failed:\n{error[-3000:]}")
-    measured = {"exit": seconds, "first": seconds, "peak": usage.ru_maxrss * 1024.0}
+    cpu = usage.ru_utime + usage.ru_stime
+    measured = {"exit": seconds, "first": seconds, "cpu": cpu, "peak": usage.ru_maxrss * 1024.0}
     metrics = model_dir / "metrics.jsonl"
     if metrics.is_file():
         first = json.loads(metrics.read_text().splitlines()[0])
@@ -235,13 +238,15 @@ def print_table(results: dict[str, list[dict[str, float]]], model_bytes: int) ->
 
     read_s = median("read", "first")
     floor = median("imports", "peak")
-    heads = ("seconds", "/ read", "exit s", "step s", "- step", "peak GiB", "/ model", "- imports")
+    heads = ("seconds", "/ read", "exit s", "step s", "- step", "cpu s", "/ read")
+    heads += ("peak GiB", "/ model", "- imports")
     print(f"{'':20}" + "".join(f"{h:>10}" for h in heads))
     for label in results:
         seconds, step, peak = median(label, "first"), median(label, "step"), median(label, "peak")
         row = (
             f"{seconds:10.1f}{seconds / read_s:10.2f}{median(label, 'exit'):10.1f}{step:10.1f}"
             f"{(seconds - (0 if math.isnan(step) else step)) / read_s:10.2f}"
+            f"{median(label, 'cpu'):10.1f}{median(label, 'cpu') / median('read', 'cpu'):10.2f}"
             f"{peak / 2**30:10.2f}{peak / model_bytes:10.2f}{(peak - floor) / model_bytes:10.2f}"
         )
         print(f"{label:20}{row}")
