@@ -1,16 +1,19 @@
 """Generation tokens/s: plugtrain's cached decoder vs transformers' ``generate``, side by side.
 
-    python bench/generation_speed.py                  # one thread, 5 rounds
-    python bench/generation_speed.py --threads 2 --rounds 9
+    python bench/generation_speed.py                  # two threads, 5 rounds
+    python bench/generation_speed.py --threads 1 --rounds 9
+    python bench/generation_speed.py --unfused        # also plugtrain without fused products
 
 One Llama-shaped model (hidden 512, 8 layers, 8 heads, 4 k/v groups, vocab 8192, 32 M
 parameters, float32, batch 1) built in transformers, saved as a Hugging Face folder and read
 into plugtrain's decoder with the converters, so both sides hold the same weights. Both decode
 greedily, exactly ``NEW_TOKENS`` new tokens (no EOS), after a prompt of 16 and of 512 tokens.
-Rounds alternate between the two sides; the medians are compared. Tokens/s counts the new
-tokens over the whole call (prompt processing included), by the wall clock and by the process's
-CPU time (with one thread the CPU time is what a quiet machine's wall clock would read; other
-jobs sharing the cores inflate the wall clock). The load average is printed with the figures.
+Rounds alternate between the sides; the medians are compared. Tokens/s counts the new tokens
+over the whole call (prompt processing included), by the wall clock and by the process's CPU
+time (with one thread the CPU time is what a quiet machine's wall clock would read; other jobs
+sharing the cores inflate the wall clock, and with two threads they also make each thread wait
+for the other). ``--unfused`` adds plugtrain's decode step without its fused products
+(``LayerPlan.fuse`` off) as a third side. The load average is printed with the figures.
 """
 
 from __future__ import annotations
@@ -85,13 +88,42 @@ def _matmuls_alone(model: torch.nn.Module, rounds: int) -> float:
     return statistics.median(times)
 
 
+def _rounds(
+    sides: dict[str, Callable[[], list[int]]], rounds: int
+) -> tuple[dict[str, float], dict[str, float], bool]:
+    """Each side's median wall and CPU seconds over alternating rounds, and whether every
+    round of every side wrote the same ids."""
+    for run in sides.values():  # warm-up
+        _timed(run)
+    wall: dict[str, list[float]] = {side: [] for side in sides}
+    cpu: dict[str, list[float]] = {side: [] for side in sides}
+    ids: dict[str, list[int]] = {}
+    same = True
+    for _ in range(rounds):
+        for side, run in sides.items():
+            seconds, cpu_seconds, ids[side] = _timed(run)
+            wall[side].append(seconds)
+            cpu[side].append(cpu_seconds)
+        first = next(iter(ids.values()))
+        same = same and all(got == first for got in ids.values())
+    return (
+        {side: statistics.median(t) for side, t in wall.items()},
+        {side: statistics.median(t) for side, t in cpu.items()},
+        same,
+    )
+
+
 def main() -> None:
     """Time both sides for each prompt length and print tokens/s and the ratios."""
+    from plugtrain_models.decode_step import LayerPlan
     from plugtrain_models.generation import generate
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (both sides)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (every side)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per side")
+    parser.add_argument(
+        "--unfused", action="store_true", help="also time plugtrain without fused products"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")
@@ -99,16 +131,24 @@ def main() -> None:
     print(f"{sum(p.numel() for p in ours.parameters()) / 1e6:.1f} M parameters, "
           f"{NEW_TOKENS} new tokens, {args.threads} thread(s), median of {args.rounds}; "
           f"{_load()}")  # fmt: skip
-    print("| prompt | plugtrain tok/s | transformers tok/s | plugtrain / transformers "
-          "| CPU-time ratio |")  # fmt: skip
-    print("|---|---|---|---|---|")
+    columns = "| prompt | plugtrain tok/s | transformers tok/s | plugtrain / transformers "
+    columns += "| CPU-time ratio |"
+    if args.unfused:
+        columns += " unfused / transformers | unfused CPU-time ratio |"
+    columns += " load average after |"
+    print(columns)
+    print("|---" * (columns.count("|") - 1) + "|")
     their_cpu: dict[int, float] = {}
     for length in PROMPT_LENGTHS:
         prompt = torch.randint(0, CONFIG["vocab_size"], (1, length),
                                generator=torch.Generator().manual_seed(length))  # fmt: skip
 
-        def plugtrain_side(prompt: torch.Tensor = prompt) -> list[int]:
+        def plugtrain_side(prompt: torch.Tensor = prompt, fuse: bool = True) -> list[int]:
+            LayerPlan.fuse = fuse
             return generate(ours, [prompt[0].tolist()], NEW_TOKENS)[0]
+
+        def unfused_side(prompt: torch.Tensor = prompt) -> list[int]:
+            return plugtrain_side(prompt, fuse=False)
 
         def transformers_side(prompt: torch.Tensor = prompt) -> list[int]:
             with torch.no_grad():
@@ -119,25 +159,23 @@ def main() -> None:
                 )  # fmt: skip
             return [int(i) for i in out[0, prompt.shape[1] :]]
 
-        _timed(plugtrain_side), _timed(transformers_side)  # warm-up
-        wall: dict[str, list[float]] = {"plugtrain": [], "transformers": []}
-        cpu: dict[str, list[float]] = {"plugtrain": [], "transformers": []}
-        same = True
-        for _ in range(args.rounds):
-            for side, run in (("plugtrain", plugtrain_side), ("transformers", transformers_side)):
-                seconds, cpu_seconds, ids = _timed(run)
-                wall[side].append(seconds)
-                cpu[side].append(cpu_seconds)
-                if side == "plugtrain":
-                    mine = ids
-                else:
-                    same = same and mine == ids
-        rate = {side: NEW_TOKENS / statistics.median(t) for side, t in wall.items()}
-        cpu_ratio = statistics.median(cpu["transformers"]) / statistics.median(cpu["plugtrain"])
-        their_cpu[length] = statistics.median(cpu["transformers"]) / NEW_TOKENS
-        ratio = rate["plugtrain"] / rate["transformers"]
-        print(f"| {length} | {rate['plugtrain']:.1f} | {rate['transformers']:.1f} | "
-              f"{ratio:.2f}{'' if same else ' (ids differ!)'} | {cpu_ratio:.2f} |")  # fmt: skip
+        sides: dict[str, Callable[[], list[int]]] = {
+            "plugtrain": plugtrain_side, "transformers": transformers_side,
+        }  # fmt: skip
+        if args.unfused:
+            sides["unfused"] = unfused_side
+        wall, cpu_median, same = _rounds(sides, args.rounds)
+        LayerPlan.fuse = True
+        rate = {side: NEW_TOKENS / seconds for side, seconds in wall.items()}
+        their_cpu[length] = cpu_median["transformers"] / NEW_TOKENS
+        row = f"| {length} | {rate['plugtrain']:.1f} | {rate['transformers']:.1f} | "
+        row += f"{rate['plugtrain'] / rate['transformers']:.2f}"
+        row += f"{'' if same else ' (ids differ!)'} | "
+        row += f"{cpu_median['transformers'] / cpu_median['plugtrain']:.2f} |"
+        if args.unfused:
+            row += f" {rate['unfused'] / rate['transformers']:.2f} | "
+            row += f"{cpu_median['transformers'] / cpu_median['unfused']:.2f} |"
+        print(f"{row} {_load().removeprefix('load average ')} |")
     floor = _matmuls_alone(ours, args.rounds)
     print(f"the weights' matmuls alone: {floor * 1e3:.1f} CPU ms per token; transformers' CPU "
           "time per new token (its prompt included) over that: "

@@ -42,9 +42,9 @@ def _signature(modules: Sequence[nn.Linear]) -> Signature:
 def _stacked(modules: Sequence[nn.Linear]) -> Step:
     with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable in any mode
         weight_t = torch.cat([m.weight.detach() for m in modules]).t()
-        if modules[0].bias is None:
-            return lambda hidden: torch.mm(hidden, weight_t)
-        bias = torch.cat([m.bias.detach() for m in modules])  # type: ignore[union-attr]
+        if modules[0].bias is None:  # nn.Linear(bias=False) holds None
+            return lambda hidden: torch.mm(hidden, weight_t)  # type: ignore[unreachable]
+        bias = torch.cat([m.bias.detach() for m in modules])
     return lambda hidden: torch.addmm(bias, hidden, weight_t)
 
 
