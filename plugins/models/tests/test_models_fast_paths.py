@@ -263,3 +263,52 @@ def test_the_final_soft_cap_is_the_formula_and_reuses_only_its_input(
     torch.testing.assert_close(ours.grad, plain.grad, **tolerance)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         got.backward(upstream.to(dtype))  # its input now holds the gradient: refused
+
+
+def _loss_and_grads(model: Any, batch: dict[str, torch.Tensor], factor: float = 1.0) -> Any:
+    model.zero_grad(set_to_none=True)
+    loss = model(batch)["loss"]
+    (loss * factor).backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize(
+    ("family", "keys"),
+    [
+        ("llama", ROTARY),
+        ("gemma2", {**GEMMA2, "output_logits_scale": 0.5}),  # soft cap, scale, tied head
+        ("llama", {**ROTARY, "loss_scaling": "batch_size", "loss_weight": 0.5,
+                   "use_bias_in_output": True}),
+    ],
+)  # fmt: skip
+def test_the_fused_head_and_loss_is_the_unfused_pair(family: str, keys: Any, monkeypatch) -> None:
+    monkeypatch.setattr("plugtrain_models.head_loss._BLOCK_ELEMENTS", 5 * 96)  # 5 rows a block
+    model = _model(family, keys).train()
+    batch = _batch()
+    batch["labels"] = batch["labels"].clone()
+    batch["labels"][0, :3] = -100  # unscored
+    for factor in (1.0, 0.25):  # an upstream gradient of 1 and another
+        plain_loss, plain = _loss_and_grads(model, batch, factor)  # metrics on: unfused
+        model.metrics_wanted = False
+        fused_loss, fused = _loss_and_grads(model, batch, factor)
+        model.metrics_wanted = True
+        assert torch.equal(fused_loss, plain_loss)  # the same kernels on the same rows
+        assert fused.keys() == plain.keys()
+        for name, grad in plain.items():  # float32 round-off (the head's weight summed by block)
+            torch.testing.assert_close(fused[name], grad, atol=1e-6 * grad.abs().max(), rtol=0)
+
+
+def test_a_hooked_head_or_autocast_takes_the_unfused_path() -> None:
+    model = _model("llama", ROTARY).train()
+    model.metrics_wanted = False
+    seen = []
+    handle = model.model.lm_head.register_forward_hook(lambda *args: seen.append(args[2]))
+    model(_batch())["loss"].backward()
+    assert len(seen) == 1  # a hook (LoRA's, FSDP's) sees the head run
+    handle.remove()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        quiet = model(_batch())["loss"]
+    model.metrics_wanted = True
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(quiet, model(_batch())["loss"])

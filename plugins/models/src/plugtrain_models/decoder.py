@@ -205,6 +205,16 @@ class LanguageModel(nn.Module):
         attention_span: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[RouterStats]]:
         """Logits ``[B, S, V]`` and the MoE layers' router statistics."""
+        hidden, stats = self.trunk(input_ids, position_ids, attention_span)
+        return self._head(hidden), stats
+
+    def trunk(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_span: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, list[RouterStats]]:
+        """The last layer's output ``[B, S, H]`` (before ``ln_f``) and the router statistics."""
         s = self.settings
         length = input_ids.shape[1]
         if length > s.max_positions:
@@ -237,12 +247,16 @@ class LanguageModel(nn.Module):
             hidden, layer_stats = layer(hidden, biases[window], rotary)
             if layer_stats is not None:
                 stats.append(layer_stats)
-        return self._head(hidden), stats
+        return hidden, stats
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         """``ln_f``, the head, then the logits' scale and softcap."""
+        return self.logits_of(self.ln_f(hidden))
+
+    def logits_of(self, normed: torch.Tensor) -> torch.Tensor:
+        """The head on ``ln_f``'s output, then the logits' scale and softcap."""
         s = self.settings
-        logits: torch.Tensor = self.lm_head(self.ln_f(hidden))
+        logits: torch.Tensor = self.lm_head(normed)
         if s.logits_scale is not None:
             logits = logits * s.logits_scale
         if s.final_cap is not None:

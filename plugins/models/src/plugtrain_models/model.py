@@ -17,6 +17,7 @@ from torch import nn
 
 from plugtrain_models.decoder import LanguageModel
 from plugtrain_models.ffn import load_balancing_loss
+from plugtrain_models.head_loss import fusable, head_loss
 from plugtrain_models.init import initialise
 from plugtrain_models.loss import lm_loss, masked_accuracy
 from plugtrain_models.settings import DecoderSettings
@@ -146,24 +147,29 @@ class DecoderLM(nn.Module):
         if not isinstance(batch, Mapping):
             return self.logits(batch)
         input_ids = batch["input_ids"]
-        logits, stats = self.model(
-            input_ids, batch.get("position_ids"), batch.get("attention_span")
-        )
         labels = batch.get("labels")
-        if labels is None:
-            return logits
-        mask = batch.get("attention_mask")
-        if mask is None:
-            mask = torch.ones_like(labels)
-        # plugtrain's own loaders mark unscored labels -100 (cross_entropy's ignore_index);
-        # Model Zoo's data never holds it, so for its files this changes nothing.
-        scored = labels != IGNORE_INDEX
-        mask, labels = mask * scored, labels.masked_fill(~scored, 0)
+        extra = batch.get("position_ids"), batch.get("attention_span")
         s = self.settings
+        if labels is not None and self.training and not self.metrics_wanted and self._fusable():
+            # the logits serve the loss alone: the head and the loss in one pass (head_loss)
+            hidden, stats = self.model.trunk(input_ids, *extra)
+            normed = self.model.ln_f(hidden)
+            mask, labels = _scored(batch.get("attention_mask"), labels)
+            if fusable(normed, self.model.lm_head):
+                loss = head_loss(
+                    normed, self.model.lm_head, labels, mask,
+                    scaling=s.loss_scaling, weight=s.loss_weight,
+                    logits_scale=s.logits_scale, cap=s.final_cap,
+                )  # fmt: skip
+                return self._training_result(loss, stats, mask)
+            logits = self.model.logits_of(normed)
+        else:
+            logits, stats = self.model(input_ids, *extra)
+            if labels is None:
+                return logits
+            mask, labels = _scored(batch.get("attention_mask"), labels)
         loss = lm_loss(logits, labels, mask, scaling=s.loss_scaling, weight=s.loss_weight)
-        if self.training and stats and s.moe is not None and s.moe.load_balancing_loss_coef:
-            loss = loss + s.moe.load_balancing_loss_coef * load_balancing_loss(stats, mask)
-        result = {"loss": loss, "num_examples": int(mask.sum())}
+        result = self._training_result(loss, stats, mask)
         if self.metrics_wanted or not self.training:
             result["accuracy"] = masked_accuracy(logits, labels, mask)
             if s.loss_scaling == "batch_size":  # its count-weighted mean is Model Zoo's U / sum(m)
@@ -171,6 +177,51 @@ class DecoderLM(nn.Module):
                     token_loss = lm_loss(logits, labels, mask, scaling="num_tokens", weight=1.0)
                 result["token_loss"] = token_loss
         return result
+
+    def _training_result(
+        self, loss: torch.Tensor, stats: list[Any], mask: torch.Tensor
+    ) -> dict[str, Any]:
+        """``loss`` (plus the MoE balancing loss in training) and the scored token count."""
+        s = self.settings
+        if self.training and stats and s.moe is not None and s.moe.load_balancing_loss_coef:
+            loss = loss + s.moe.load_balancing_loss_coef * load_balancing_loss(stats, mask)
+        return {"loss": loss, "num_examples": int(mask.sum())}
+
+    def _fusable(self) -> bool:
+        """Whether the language model and its head are this package's own, unwrapped.
+
+        Anything that replaces or hooks them (LoRA on the head, FSDP's per-module hooks, a
+        forward hook) expects their ``forward`` to run; :func:`head_loss` bypasses it.
+        """
+        lm, head = self.model, self.model.lm_head
+        return (
+            type(lm) is LanguageModel
+            and type(head) is nn.Linear
+            and type(head.weight) is nn.Parameter
+            and not any(_hooked(module) for module in (lm, head))
+        )
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether ``module`` has forward or backward hooks of its own."""
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+    )
+
+
+def _scored(mask: torch.Tensor | None, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss mask without unscored labels, and the labels with those set to 0.
+
+    plugtrain's own loaders mark unscored labels -100 (cross_entropy's ignore_index); Model
+    Zoo's data never holds it, so for its files this changes nothing.
+    """
+    if mask is None:
+        mask = torch.ones_like(labels)
+    scored = labels != IGNORE_INDEX
+    return mask * scored, labels.masked_fill(~scored, 0)
 
 
 def _final_norm_either_name(state: dict[str, Any], prefix: str, *args: Any) -> None:

@@ -1,0 +1,179 @@
+"""The language-model head and its loss in one pass over blocks of rows, gradients included.
+
+A training step that reports no metrics needs the head's logits only for the loss. Then
+:func:`head_loss` computes, a block of rows at a time, the block's logits (``h W^T + b``, the
+logits' scale and soft cap), their cross-entropy, and at once the gradient of the loss with
+respect to them (``softmax - one_hot``, times each row's weight in the loss), which it multiplies
+into the gradients of the hidden states, the head's weight and its bias. The whole
+``[tokens, vocab]`` logits are never held: in float32 that tensor is the step's largest, a
+fresh mapping of pages the kernel zero-fills every step, and reading it again in the backward
+is a pass of its own. The backward only scales the stored gradients by the loss's upstream
+gradient (none when that is 1, the usual case).
+
+The loss and its per-token values are those of :func:`plugtrain_models.loss.lm_loss` over the
+logits the unfused head gives (the same kernels on the same rows); the gradients are theirs
+up to float32 round-off (the weight's is summed a block at a time). Float32 only
+(:func:`fusable`): under autocast the head's matmuls are bfloat16 and fast, its logits half as
+large, and the unfused path measured as fast or faster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["fusable", "head_loss"]
+
+_BLOCK_ELEMENTS = 1 << 20
+"""Logits per block (4 MiB in float32): a block's passes find it in the cache."""
+
+_SOFTMAX, _LOG_SOFTMAX = torch.ops.aten._softmax.out, torch.ops.aten._log_softmax.out
+
+
+def _row_weights(mask: torch.Tensor, batch: int, scaling: str, weight: float) -> torch.Tensor:
+    """Each token's weight in the loss: ``d loss / d ce`` (float32, flat)."""
+    m = mask.reshape(-1).to(torch.float32)
+    if scaling == "batch_size":
+        return m * (weight / batch)
+    return m / m.sum().clamp_min(1.0)
+
+
+def _reduce(ce: torch.Tensor, mask: torch.Tensor, batch: int, scaling: str, weight: float) -> Any:
+    """:func:`~plugtrain_models.loss.lm_loss`'s reduction of the per-token losses ``ce``."""
+    m = mask.reshape(-1).to(ce.dtype)
+    total = (ce * m).sum()
+    if scaling == "batch_size":
+        return total / batch * weight
+    return total / m.sum().clamp_min(1.0)
+
+
+class _HeadLoss(torch.autograd.Function):
+    """The fused head and loss (see the module), in float32; once differentiable."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        labels: torch.Tensor,
+        mask: torch.Tensor,
+        options: tuple[str, float, float | None, float | None],
+    ) -> torch.Tensor:
+        """The loss; the inputs' gradients for an upstream gradient of 1 are kept for backward."""
+        scaling, loss_weight, logits_scale, cap = options
+        batch = labels.shape[0]
+        h = hidden.reshape(-1, hidden.shape[-1])
+        flat_labels = labels.reshape(-1, 1)
+        row_weights = _row_weights(mask, batch, scaling, loss_weight).unsqueeze(-1)
+        rows = min(len(h), max(1, _BLOCK_ELEMENTS // weight.shape[0]))
+        logits = h.new_empty((rows, weight.shape[0]))
+        work = torch.empty_like(logits)
+        tanh = None if cap is None else torch.empty_like(logits)
+        grads = _Gradients(h, ctx.needs_input_grad[:3])
+        picked = []
+        for start in range(0, len(h), rows):
+            h_rows, targets = h[start : start + rows], flat_labels[start : start + rows]
+            block = logits[: len(h_rows)]
+            torch.mm(h_rows, weight.t(), out=block) if bias is None else torch.addmm(
+                bias, h_rows, weight.t(), out=block
+            )
+            if logits_scale is not None:
+                block.mul_(logits_scale)
+            if tanh is not None:  # Gemma 2's final cap: soft_cap's three roundings
+                squashed = torch.div(block, cap, out=tanh[: len(h_rows)]).tanh_()
+                torch.mul(squashed, cap, out=block)
+            log_softmax = _LOG_SOFTMAX(block, -1, False, out=work[: len(h_rows)])
+            picked.append(log_softmax.gather(-1, targets))
+            if not grads.wanted:
+                continue
+            # the unfused backward's steps: the cross-entropy's, the cap's, the scale's
+            gradient = _SOFTMAX(block, -1, False, out=work[: len(h_rows)])
+            scale = row_weights[start : start + rows]
+            gradient.mul_(scale).scatter_add_(-1, targets, -scale)
+            if tanh is not None:
+                gradient.mul_(tanh[: len(h_rows)].square_().neg_().add_(1.0))
+            if logits_scale is not None:
+                gradient.mul_(logits_scale)
+            grads.add(start, gradient, h_rows, weight)
+        ce = torch.cat(picked).squeeze(-1).neg_()
+        ctx.grads = grads.result(hidden.shape)
+        loss: torch.Tensor = _reduce(ce, mask, batch, scaling, loss_weight)
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """The kept gradients, times ``grad`` unless it is 1."""
+        unit = bool(grad == 1)
+        grads = tuple(None if g is None else (g if unit else g * grad) for g in ctx.grads)
+        return (*grads, None, None, None)
+
+
+class _Gradients:
+    """The hidden states', weight's and bias's gradients, summed a block of rows at a time."""
+
+    def __init__(self, h: torch.Tensor, wanted: tuple[bool, ...]) -> None:
+        self.wanted = any(wanted)
+        self.hidden = torch.empty_like(h) if wanted[0] else None
+        self.weight_wanted, self.bias_wanted = wanted[1], wanted[2]
+        self.weight: torch.Tensor | None = None
+        self.bias: torch.Tensor | None = None
+
+    def add(
+        self, start: int, gradient: torch.Tensor, h_rows: torch.Tensor, weight: torch.Tensor
+    ) -> None:
+        """Take the logits' gradient of the rows from ``start`` on."""
+        if self.hidden is not None:
+            torch.mm(gradient, weight, out=self.hidden[start : start + len(gradient)])
+        if self.weight_wanted:
+            if self.weight is None:
+                self.weight = torch.mm(gradient.t(), h_rows)
+            else:
+                self.weight.addmm_(gradient.t(), h_rows)
+        if self.bias_wanted:
+            summed = gradient.sum(0)
+            self.bias = summed if self.bias is None else self.bias.add_(summed)
+
+    def result(self, shape: torch.Size) -> tuple[torch.Tensor | None, ...]:
+        """``(hidden [shape], weight, bias)``; ``None`` for those not wanted."""
+        hidden = None if self.hidden is None else self.hidden.view(shape)
+        return hidden, self.weight, self.bias
+
+
+def head_loss(
+    hidden: torch.Tensor,
+    head: torch.nn.Linear,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    scaling: str,
+    weight: float,
+    logits_scale: float | None = None,
+    cap: float | None = None,
+) -> torch.Tensor:
+    """``lm_loss(soft_cap(head(hidden) * logits_scale, cap), labels, mask)`` without its logits.
+
+    :param hidden: ``[B, S, H]``, the final norm's output.
+    :param head: the vocabulary projection (its weight may be tied to the embeddings).
+    :param labels: ``[B, S]``, every id within the vocabulary.
+    :param mask: ``[B, S]``, the loss mask.
+    :param scaling: ``num_tokens`` or ``batch_size``, with ``weight`` (see ``lm_loss``).
+    :param logits_scale: multiplies the logits (muP's output scale); ``None``: 1.
+    :param cap: Gemma 2's final soft cap; ``None``: none.
+    """
+    options = (scaling, weight, logits_scale, cap)
+    loss: torch.Tensor = _HeadLoss.apply(
+        hidden, head.weight, head.bias, labels.long(), mask, options
+    )
+    return loss
+
+
+def fusable(hidden: torch.Tensor, head: torch.nn.Linear) -> bool:
+    """Whether :func:`head_loss` computes this head: float32 throughout, autocast off."""
+    device = hidden.device.type
+    return (
+        not torch.is_autocast_enabled(device)
+        and hidden.dtype == head.weight.dtype == torch.float32
+        and (head.bias is None or head.bias.dtype == torch.float32)
+    )
