@@ -56,13 +56,22 @@ def linear_step(module: nn.Module) -> Step:
     return lambda hidden: torch.addmm(bias, hidden, weight_t)
 
 
+def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``w * x * rsqrt(mean(x^2) + eps)`` for float32, with :class:`RMSNorm`'s operations.
+
+    Six kernels, against the ten and the dispatch layers of ``torch.rms_norm`` on CPU.
+    """
+    scale = hidden.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    return torch.mul(hidden, scale).mul_(weight)
+
+
 def norm_step(module: nn.Module) -> Step:
     """``module`` as a function: one fused call for :class:`RMSNorm` and ``nn.LayerNorm``."""
     if type(module) is RMSNorm:  # in float32, as RMSNorm computes it
         weight, eps = module.weight.float(), module.eps
         shape: tuple[int, ...] = (weight.shape[0],)
         if module.weight.dtype == torch.float32:
-            return lambda hidden: torch.rms_norm(hidden, shape, weight, eps)
+            return lambda hidden: _rms_norm(hidden, weight, eps)
         return lambda hidden: torch.rms_norm(hidden.float(), shape, weight, eps).to(hidden.dtype)
     if type(module) is nn.LayerNorm:
         shape, weight, bias, eps = module.normalized_shape, module.weight, module.bias, module.eps
