@@ -312,3 +312,25 @@ def test_a_hooked_head_or_autocast_takes_the_unfused_path() -> None:
     model.metrics_wanted = True
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(quiet, model(_batch())["loss"])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_q_k_v_as_one_matmul_is_three(bias: bool, monkeypatch) -> None:
+    model = _model("llama", {**ROTARY, "use_projection_bias_in_attention": bias}).train()
+    attention = model.model.transformer_decoder.layers[0].self_attn
+    assert (attention.proj_q_dense_layer.bias is not None) == bias
+    hidden = torch.randn(4, 16, 64, generator=torch.Generator().manual_seed(8))
+    runs = []
+    for joined_from in (64, 10**9):  # 64 tokens: joined; else the three projections
+        monkeypatch.setattr("plugtrain_models.attention._JOINED_TOKENS", joined_from)
+        x = hidden.clone().requires_grad_()
+        attention.zero_grad(set_to_none=True)
+        out = attention(x, None, None)
+        out.backward(torch.ones_like(out))
+        grads = [p.grad for p in attention.parameters()]
+        runs.append((out.detach(), x.grad, grads))
+    (joined, joined_x, joined_w), (three, three_x, three_w) = runs
+    torch.testing.assert_close(joined, three, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(joined_x, three_x, atol=1e-6, rtol=1e-5)
+    for a, b in zip(joined_w, three_w, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

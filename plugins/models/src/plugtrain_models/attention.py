@@ -24,6 +24,14 @@ from plugtrain_models.settings import DecoderSettings
 
 __all__ = ["Attention", "KVCache", "LayerCache"]
 
+_JOINED_TOKENS = 64
+"""Tokens from which the q, k and v projections run as one matmul (:meth:`Attention._project`)."""
+
+
+def _plain(layer: nn.Module) -> bool:
+    """Whether ``layer`` is an ``nn.Linear`` that nothing hooks."""
+    return type(layer) is nn.Linear and not (layer._forward_hooks or layer._forward_pre_hooks)
+
 
 class LayerCache:
     """One layer's keys and values so far, ``[B, groups, capacity, d]`` each, filled from 0.
@@ -171,9 +179,10 @@ class Attention(nn.Module):
         The output is not yet dropped out: the block applies ``output_dropout`` (D).
         """
         batch, length, _ = hidden.shape
-        q = self.proj_q_dense_layer(hidden).view(batch, length, self.heads, self.head_dim)
-        k = self.proj_k_dense_layer(hidden).view(batch, length, self.groups, self.head_dim)
-        v = self.proj_v_dense_layer(hidden).view(batch, length, self.groups, self.head_dim)
+        q, k, v = self._project(hidden)
+        q = q.view(batch, length, self.heads, self.head_dim)
+        k = k.view(batch, length, self.groups, self.head_dim)
+        v = v.view(batch, length, self.groups, self.head_dim)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
@@ -192,6 +201,23 @@ class Attention(nn.Module):
         merged = attended.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
         out: torch.Tensor = self.proj_output_dense_layer(merged)
         return out
+
+    def _project(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``q``, ``k`` and ``v`` ``[B, S, width]``: one matmul of the three weights joined.
+
+        One matmul each way (and one input gradient instead of three summed) is cheaper than
+        three narrower ones, and the joined weight is a copy of the weights alone; for a few
+        tokens (a decoding step) that copy is not worth it, nor for projections something
+        replaces or hooks (LoRA), whose own forward must run.
+        """
+        layers = (self.proj_q_dense_layer, self.proj_k_dense_layer, self.proj_v_dense_layer)
+        if hidden.shape[:-1].numel() < _JOINED_TOKENS or not all(map(_plain, layers)):
+            return tuple(layer(hidden) for layer in layers)
+        weight = torch.cat([layer.weight for layer in layers])
+        biases = [layer.bias for layer in layers]
+        bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
+        joined = functional.linear(hidden, weight, bias)
+        return joined.split([layer.out_features for layer in layers], dim=-1)
 
     def _capped(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
