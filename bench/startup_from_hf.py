@@ -10,6 +10,8 @@ each in a fresh process and interleaved ``--rounds`` times:
 - ``read``: ``import torch``, then every tensor of the folder read into memory with
   safetensors (``safetensors.torch.load`` of each shard's bytes): the floor a loader cannot
   beat;
+- ``read float32``: the same, each tensor then converted to float32 (the model's type): the
+  least a float32 model's load costs;
 - ``fit``: ``plugtrain fit RUN.yaml`` starting from the folder (``ckpt_path``), LoRA r 8 on
   the attention projections, AdamW, one step of 1 x 32 byte-level tokens (``StdlibText``), in
   an empty ``model_dir``: from the command's start to the first step's end (the time its
@@ -24,8 +26,9 @@ each in a fresh process and interleaved ``--rounds`` times:
   another copy of plugtrain's sources (``DIR/core`` and ``DIR/plugins/*/src`` first on
   ``PYTHONPATH``; ``git archive REV core plugins | tar -x -C DIR`` makes one).
 
-Printed: each process's time, CPU seconds (user and system: steadier than the time on a
-loaded machine, but a process waiting on the disk or on memory it is given counts less) and
+Printed: each process's time, CPU seconds (user and system, to the first step's end and to
+the exit: steadier than the time on a loaded machine, but a process waiting on the disk or on
+memory it is given counts less) and
 peak RSS (``ru_maxrss``), the ratio of each time to ``read``'s, the same without ``fit``'s
 step (``- step``: what loading costs beyond the step),
 and of each peak to the model's bytes (the float32 weights plugtrain holds: 4 bytes a
@@ -64,6 +67,14 @@ READ = """
 import sys, pathlib, torch
 from safetensors.torch import load
 tensors = [load(pathlib.Path(f).read_bytes()) for f in sys.argv[1:]]
+print(sum(t.numel() for shard in tensors for t in shard.values()))
+"""
+READ32 = """
+import sys, pathlib, torch
+from safetensors.torch import load
+tensors = [
+    {n: t.float() for n, t in load(pathlib.Path(f).read_bytes()).items()} for f in sys.argv[1:]
+]
 print(sum(t.numel() for shard in tensors for t in shard.values()))
 """
 IMPORTS = """
@@ -124,30 +135,49 @@ def run_file(folder: Path, work: Path) -> Path:
 
 
 def measure(command: list[str], env: dict[str, str], model_dir: Path) -> dict[str, float]:
-    """One fresh process running ``command``: its seconds, peak RSS bytes, and its first step.
+    """One fresh process running ``command``: its seconds, CPU seconds, peak RSS bytes.
 
-    ``model_dir`` is emptied first (a fit would resume from a checkpoint left there); when the
-    command leaves a step there, ``first`` is the seconds from the start to that step's end
-    and ``step`` the step's own.
+    ``model_dir`` is emptied first (a fit would resume from a checkpoint left there). When
+    the command leaves a step there, ``first`` is the seconds from the start to that step's
+    end, ``cpu first`` the CPU seconds until its metrics appeared (polled), and ``step`` the
+    step's own seconds; otherwise ``first`` is the time to the exit.
     """
     shutil.rmtree(model_dir, ignore_errors=True)
+    metrics = model_dir / "metrics.jsonl"
     began = time.time()
     start = time.perf_counter()
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
+    cpu_first = math.nan
+    while True:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        if math.isnan(cpu_first) and metrics.is_file():
+            cpu_first = _cpu_seconds(process.pid)
+        time.sleep(0.05)
     seconds = time.perf_counter() - start
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         error = process.stderr.read().decode() if process.stderr else ""
         raise SystemExit(f"{' '.join(command)} failed:\n{error[-3000:]}")
     cpu = usage.ru_utime + usage.ru_stime
-    measured = {"exit": seconds, "first": seconds, "cpu": cpu, "peak": usage.ru_maxrss * 1024.0}
-    metrics = model_dir / "metrics.jsonl"
+    measured = {"exit": seconds, "first": seconds, "cpu": cpu, "cpu first": cpu}
+    measured["peak"] = usage.ru_maxrss * 1024.0
     if metrics.is_file():
         first = json.loads(metrics.read_text().splitlines()[0])
         measured["first"] = first["time"] - began
         measured["step"] = 1 / first["steps_per_second"]
+        measured["cpu first"] = cpu_first
     return measured
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The user and system seconds process ``pid`` has used so far (``/proc``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sources(root: Path) -> list[str]:
@@ -198,11 +228,16 @@ def main() -> None:
         commands = {
             "imports": [sys.executable, "-c", IMPORTS],
             "read": [sys.executable, "-c", READ, *shards],
+            "read float32": [sys.executable, "-c", READ32, *shards],
             "fit": [*plugtrain, "fit", run],
             "generate": generate,
         }
+        # the optimizer's C kernels are built once per machine and its step tuner times plans
+        # in the first steps: neither is what loading costs
         env = {**os.environ, "OMP_NUM_THREADS": "2", "PLUGTRAIN_META_BUILD": "1"}
-        variants = [(n, "", env) for n in ("imports", "read", "fit", "generate")]
+        env["PLUGTRAIN_NATIVE_KERNELS"] = "0"
+        names = ("imports", "read", "read float32", "fit", "generate")
+        variants = [(n, "", env) for n in names]
         if not args.no_old:
             old = {**env, "PLUGTRAIN_META_BUILD": "0"}
             variants += [("fit", " (old)", old), ("generate", " (old)", old)]
@@ -238,15 +273,16 @@ def print_table(results: dict[str, list[dict[str, float]]], model_bytes: int) ->
 
     read_s = median("read", "first")
     floor = median("imports", "peak")
-    heads = ("seconds", "/ read", "exit s", "step s", "- step", "cpu s", "/ read")
+    heads = ("seconds", "/ read", "exit s", "step s", "- step", "cpu s", "/ read", "cpu exit")
     heads += ("peak GiB", "/ model", "- imports")
     print(f"{'':20}" + "".join(f"{h:>10}" for h in heads))
     for label in results:
         seconds, step, peak = median(label, "first"), median(label, "step"), median(label, "peak")
+        cpu = median(label, "cpu first")
         row = (
             f"{seconds:10.1f}{seconds / read_s:10.2f}{median(label, 'exit'):10.1f}{step:10.1f}"
             f"{(seconds - (0 if math.isnan(step) else step)) / read_s:10.2f}"
-            f"{median(label, 'cpu'):10.1f}{median(label, 'cpu') / median('read', 'cpu'):10.2f}"
+            f"{cpu:10.1f}{cpu / median('read', 'cpu'):10.2f}{median(label, 'cpu'):10.1f}"
             f"{peak / 2**30:10.2f}{peak / model_bytes:10.2f}{(peak - floor) / model_bytes:10.2f}"
         )
         print(f"{label:20}{row}")
