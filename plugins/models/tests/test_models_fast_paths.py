@@ -334,3 +334,12 @@ def test_q_k_v_as_one_matmul_is_three(bias: bool, monkeypatch) -> None:
     torch.testing.assert_close(joined_x, three_x, atol=1e-6, rtol=1e-5)
     for a, b in zip(joined_w, three_w, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_the_fused_head_and_loss_gives_its_gradients_once() -> None:
+    model = _model("llama", ROTARY).train()
+    model.metrics_wanted = False
+    loss = model(_batch())["loss"]
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="computes its gradients once"):  # not twice, wrongly
+        loss.backward()
