@@ -61,21 +61,26 @@ def _rotary_by_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
 
 
 @pytest.mark.parametrize("rotary_dim", [16, 4])
-def test_rope_as_a_complex_product_is_the_pairwise_rotation(rotary_dim: int) -> None:
-    x = torch.randn(2, 11, 3, 16, generator=torch.Generator().manual_seed(0))
+@pytest.mark.parametrize("stored_width", [16, 21])  # 21: a view with odd strides (copied)
+def test_rope_as_a_complex_product_is_the_pairwise_rotation(
+    rotary_dim: int, stored_width: int
+) -> None:
+    stored = torch.randn(2, 11, 3, stored_width, generator=torch.Generator().manual_seed(0))
+    x = stored[..., :16]
     positions = torch.arange(11)
     cos, sin = rotary_angles(positions, rotary_dim, 1e4, "none", 1.0, {})
     phases = rotary_phases(positions, rotary_dim, 1e4, "none", 1.0, {})
-    ours = x.clone().requires_grad_()
+    ours = stored.clone().requires_grad_()  # rotated as a view of its first 16 dims
     plain = x.clone().requires_grad_()
-    got, expected = apply_rotary(ours, phases), _rotary_by_pairs(plain, cos, sin)
+    got, expected = apply_rotary(ours[..., :16], phases), _rotary_by_pairs(plain, cos, sin)
     # the same products and sums; a vectorised complex product may fuse one multiply-add,
     # so the two agree to an ulp of values of order 1 (exactly, in practice, on whole heads)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     gradient = torch.randn_like(got)
     got.backward(gradient)
     expected.backward(gradient)
-    torch.testing.assert_close(ours.grad, plain.grad, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ours.grad[..., :16], plain.grad, atol=1e-6, rtol=0)
+    assert not ours.grad[..., 16:].any()
     assert torch.equal(got[..., rotary_dim:], x[..., rotary_dim:])  # the rest passes through
 
 

@@ -225,17 +225,50 @@ def apply_rotary(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
     """Rotate interleaved pairs ``(2i, 2i+1)`` of the first ``rotary_dim`` dims of each head.
 
     Pair ``(a, b)`` becomes ``(a cos - b sin, b cos + a sin)``, computed in float32 as the
-    complex product ``(a + ib)(cos + i sin)``.
+    complex product ``(a + ib)(cos + i sin)``. Its gradient is the inverse rotation of the
+    output's (the product with ``cos - i sin``), computed the same way: no zero-filled
+    gradient of the rotated slice and of the rest to add up when only part of a head turns.
 
     :param x: ``[B, S, heads, d]``.
     :param phases: ``[S, r/2]`` or ``[B, S, r/2]`` (from :func:`rotary_phases`).
     """
+    out: torch.Tensor = _Rotary.apply(x, phases)
+    return out
+
+
+class _Rotary(torch.autograd.Function):
+    """:func:`apply_rotary`, whose backward rotates the gradient back."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
+        """``x`` rotated by ``phases``; keeps the phases."""
+        ctx.save_for_backward(phases)
+        return _rotate(x, phases)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """The gradient rotated by the conjugate phases."""
+        (phases,) = ctx.saved_tensors
+        return _rotate(grad, phases.conj_physical()), None
+
+
+def _rotate(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
+    """The first ``2 * phases.shape[-1]`` dims of each head of ``x`` times ``phases``."""
     half = phases.shape[-1]
     whole = 2 * half == x.shape[-1]
-    rotated = x.float() if whole else x[..., : 2 * half].float().contiguous()
-    pairs = torch.view_as_complex(rotated.unflatten(-1, (half, 2)))
-    out = torch.view_as_real(pairs * phases.unsqueeze(-2)).flatten(-2).to(x.dtype)
-    return out if whole else torch.cat((out, x[..., 2 * half :]), dim=-1)
+    turned = x if whole else x[..., : 2 * half]
+    wide = turned.float()
+    if wide.stride(-1) != 1 or any(stride % 2 for stride in wide.stride()[:-1]):
+        wide = wide.contiguous()
+    pairs = torch.view_as_complex(wide.unflatten(-1, (half, 2)))
+    product = torch.view_as_real(pairs * phases.unsqueeze(-2)).flatten(-2)
+    if whole:
+        return product.to(x.dtype)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out[..., : 2 * half] = product
+    out[..., 2 * half :] = x[..., 2 * half :]
+    return out
 
 
 def alibi_slopes(heads: int) -> list[float]:
