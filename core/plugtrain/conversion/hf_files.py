@@ -102,6 +102,7 @@ def _safetensors_tensors(file: Path, read_as: ReadAs | None) -> Iterator[tuple[s
         if entries is None:
             yield from _mapped_tensors(file)
             return
+        pieces: dict[torch.dtype, torch.Tensor] = {}  # one per file type, kept between tensors
         for name, (dtype, shape, offset) in entries.items():
             wanted = read_as(name, dtype) if read_as is not None else dtype
             if not (dtype.is_floating_point and wanted.is_floating_point):
@@ -109,7 +110,10 @@ def _safetensors_tensors(file: Path, read_as: ReadAs | None) -> Iterator[tuple[s
             tensor = torch.empty(shape, dtype=wanted)
             if tensor.numel():
                 handle.seek(offset)
-                if not _read_into(handle, tensor.reshape(-1), dtype):
+                piece = None
+                if wanted != dtype:
+                    piece = pieces.setdefault(dtype, torch.empty(_PIECE, dtype=dtype))
+                if not _read_into(handle, tensor.reshape(-1), piece):
                     raise ConversionError(f"{file}: {name} is cut short")
             yield name, tensor
 
@@ -118,16 +122,15 @@ _PIECE = 1 << 22
 """Elements read at a time into a tensor of another type than the file's."""
 
 
-def _read_into(handle: Any, flat: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Fill ``flat`` with the next ``flat.numel()`` values of type ``dtype``; whether all came.
+def _read_into(handle: Any, flat: torch.Tensor, piece: torch.Tensor | None) -> bool:
+    """Fill ``flat`` with the file's next values; whether all came.
 
-    Values of ``flat``'s own type are read straight into it; others a piece at a time, each
-    converted into its place (the memory ``flat`` needs, and a piece's).
+    Without ``piece`` the values are ``flat``'s own type, read straight into it; with one,
+    they are of ``piece``'s type, read a piece at a time and converted into their place.
     """
-    if flat.dtype == dtype:
+    if piece is None:
         window: Any = flat.view(torch.uint8).numpy()
         return bool(handle.readinto(window) == window.nbytes)
-    piece = torch.empty(min(_PIECE, flat.numel()), dtype=dtype)
     for start in range(0, flat.numel(), piece.numel()):
         part = piece[: min(piece.numel(), flat.numel() - start)]
         window = part.view(torch.uint8).numpy()
