@@ -152,8 +152,8 @@ def measure(command: list[str], env: dict[str, str], model_dir: Path) -> dict[st
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
-        if math.isnan(cpu_first) and metrics.is_file():
-            cpu_first = _cpu_seconds(process.pid)
+        if math.isnan(cpu_first) and metrics.is_file() and metrics.stat().st_size:
+            cpu_first = _cpu_seconds(process.pid)  # the file is made empty at the start
         time.sleep(0.05)
     seconds = time.perf_counter() - start
     process.returncode = os.waitstatus_to_exitcode(status)
