@@ -12,8 +12,14 @@ Rounds alternate between the sides; the medians are compared (and, by CPU time, 
 rounds: the least disturbed by other jobs). Tokens/s counts the new tokens over the whole call
 (prompt processing included), by the wall clock and by the process's CPU time (with one thread
 the CPU time is what a quiet machine's wall clock would read; other jobs sharing the cores
-inflate the wall clock, and with two threads they also make each thread wait for the other). ``--unfused`` adds plugtrain's decode step without its fused products
-(``LayerPlan.fuse`` off) as a third side. The load average is printed with the figures.
+inflate the wall clock, and with two threads they also make each thread wait for the other).
+``--unfused`` adds plugtrain's decode step without its fused products (``LayerPlan.fuse`` off)
+as a third side. The load average is printed with the figures.
+
+On cores shared with other jobs, run two threads with ``OMP_WAIT_POLICY=PASSIVE``: by default
+OpenMP's idle worker spins between parallel regions, and while other jobs hold the cores each
+region waits for one (every side's calls then run several times slower, by amounts that swing
+from round to round). The policy in effect is printed.
 """
 
 from __future__ import annotations
@@ -130,7 +136,8 @@ def main() -> None:
     warnings.simplefilter("ignore")
     ours, theirs = _models()
     print(f"{sum(p.numel() for p in ours.parameters()) / 1e6:.1f} M parameters, "
-          f"{NEW_TOKENS} new tokens, {args.threads} thread(s), median of {args.rounds}; "
+          f"{NEW_TOKENS} new tokens, {args.threads} thread(s), median of {args.rounds}, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; "
           f"{_load()}")  # fmt: skip
     columns = "| prompt | plugtrain tok/s | transformers tok/s | plugtrain / transformers "
     columns += "| CPU-time ratio | fastest rounds' CPU-time ratio |"
