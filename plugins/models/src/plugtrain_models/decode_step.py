@@ -59,7 +59,7 @@ def linear_step(module: nn.Module) -> Step:
 def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """``w * x * rsqrt(mean(x^2) + eps)`` for float32, with :class:`RMSNorm`'s operations.
 
-    Six kernels, against the ten and the dispatch layers of ``torch.rms_norm`` on CPU.
+    The values of ``torch.rms_norm`` bit for bit, in 19 ATen calls on CPU against its 24.
     """
     scale = hidden.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
     return torch.mul(hidden, scale).mul_(weight)
