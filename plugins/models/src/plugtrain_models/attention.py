@@ -217,7 +217,8 @@ class Attention(nn.Module):
         biases = [layer.bias for layer in layers]
         bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
         joined = functional.linear(hidden, weight, bias)
-        return joined.split([layer.out_features for layer in layers], dim=-1)
+        parts: tuple[torch.Tensor, ...] = joined.split([layer.out_features for layer in layers], -1)
+        return parts
 
     def _capped(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor

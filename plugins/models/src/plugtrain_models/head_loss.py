@@ -83,7 +83,7 @@ class _HeadLoss(torch.autograd.Function):
             )
             if logits_scale is not None:
                 block.mul_(logits_scale)
-            if tanh is not None:  # Gemma 2's final cap: soft_cap's three roundings
+            if tanh is not None and cap is not None:  # Gemma 2's final cap: soft_cap's roundings
                 squashed = torch.div(block, cap, out=tanh[: len(h_rows)]).tanh_()
                 torch.mul(squashed, cap, out=block)
             log_softmax = _LOG_SOFTMAX(block, -1, False, out=work[: len(h_rows)])
