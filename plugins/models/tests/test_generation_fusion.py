@@ -134,6 +134,11 @@ def test_stacked_weights_are_kept_until_a_weight_changes() -> None:
         replaced = fused_linear_step([first, second])
         assert replaced is not None
         torch.testing.assert_close(replaced(x)[:, :5], first.bias.expand(2, 5), atol=0, rtol=0)
+        second.weight.data = torch.ones(3, 8)  # the same parameter over another storage
+        swapped = fused_linear_step([first, second])
+        assert swapped is not None
+        assert swapped is not replaced
+        torch.testing.assert_close(swapped(x)[:, 5:], second(x), atol=ATOL, rtol=0)
 
 
 def test_only_stock_linears_alike_are_stacked() -> None:

@@ -8,7 +8,8 @@ their weights stacked along the output dimension, outputs side by side.
 
 The stacked weight is a copy. It is kept, per group, for as long as the group's first module
 lives, so repeated generation calls reuse it; it is rebuilt when any weight or bias of the
-group has changed since (another tensor, or an in-place write: its version counter moved).
+group has changed since (another tensor object or storage, or an in-place write: its version
+counter moved).
 The memory cost is the group's own weight bytes again (for a Llama layer, the query, key,
 value, gate and up projections: about 70 % of the layer's weights).
 """
@@ -25,8 +26,24 @@ __all__ = ["fused_linear_step"]
 
 Step = Callable[[torch.Tensor], torch.Tensor]
 Signature = tuple[tuple[int, int, int, int], ...]
+Kept = tuple[Signature, list["weakref.ref[torch.Tensor]"], Step]
 
-_KEPT: weakref.WeakKeyDictionary[nn.Module, tuple[Signature, Step]] = weakref.WeakKeyDictionary()
+_KEPT: weakref.WeakKeyDictionary[nn.Module, Kept] = weakref.WeakKeyDictionary()
+
+
+def _tensors(modules: Sequence[nn.Linear]) -> list[torch.Tensor]:
+    return [t for m in modules for t in (m.weight, m.bias) if t is not None]
+
+
+def _still(kept: Kept, modules: Sequence[nn.Linear]) -> bool:
+    """Whether ``kept`` was stacked from ``modules``' current tensors, unchanged since."""
+    signature, refs, _ = kept
+    current = _tensors(modules)
+    if len(refs) != len(current):
+        return False
+    if any(ref() is not tensor for ref, tensor in zip(refs, current, strict=True)):
+        return False
+    return signature == _signature(modules)
 
 
 def _signature(modules: Sequence[nn.Linear]) -> Signature:
@@ -67,10 +84,10 @@ def fused_linear_step(modules: Sequence[nn.Module]) -> Step | None:
             return None
         if (module.bias is None) != (linears[0].bias is None):
             return None
-    signature = _signature(linears)
     kept = _KEPT.get(linears[0])
-    if kept is not None and kept[0] == signature:
-        return kept[1]
+    if kept is not None and _still(kept, linears):
+        return kept[2]
     step = _stacked(linears)
-    _KEPT[linears[0]] = (signature, step)
+    refs = [weakref.ref(tensor) for tensor in _tensors(linears)]
+    _KEPT[linears[0]] = (_signature(linears), refs, step)
     return step
