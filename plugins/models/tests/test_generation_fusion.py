@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from plugtrain_models import decode_fusion
 from plugtrain_models.decode_fusion import fused_linear_step
 from plugtrain_models.decode_step import LayerPlan
 from plugtrain_models.families import build_decoder
@@ -147,3 +148,14 @@ def test_only_stock_linears_alike_are_stacked() -> None:
     assert fused_linear_step([nn.Linear(8, 4), nn.Linear(8, 4).double()]) is None
     assert fused_linear_step([nn.Linear(8, 4), nn.Sequential(nn.Linear(8, 4))]) is None
     assert fused_linear_step([]) is None
+
+
+def test_a_group_too_large_to_be_worth_a_copy_is_not_stacked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = [nn.Linear(8, 4), nn.Linear(8, 4)]
+    at_limit = sum(t.numel() * t.element_size() for m in group for t in m.parameters())
+    monkeypatch.setattr(decode_fusion, "MAX_STACKED_BYTES", at_limit)
+    assert fused_linear_step(group) is not None
+    monkeypatch.setattr(decode_fusion, "MAX_STACKED_BYTES", at_limit - 1)
+    assert fused_linear_step([nn.Linear(8, 4), nn.Linear(8, 4)]) is None

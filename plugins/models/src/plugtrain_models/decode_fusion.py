@@ -11,7 +11,10 @@ lives, so repeated generation calls reuse it; it is rebuilt when any weight or b
 group has changed since (another tensor object or storage, or an in-place write: its version
 counter moved).
 The memory cost is the group's own weight bytes again (for a Llama layer, the query, key,
-value, gate and up projections: about 70 % of the layer's weights).
+value, gate and up projections: about 70 % of the layer's weights), so only groups of at most
+:data:`MAX_STACKED_BYTES` are stacked: that is where a product's call costs are a share of the
+time it spends reading its weight worth the copy. A larger group's products are dominated by
+the read, so stacking would gain next to nothing there and hold a copy of most of the model.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-__all__ = ["fused_linear_step"]
+__all__ = ["MAX_STACKED_BYTES", "fused_linear_step"]
+
+MAX_STACKED_BYTES = 16 * 2**20
+"""The largest group (its weights' and biases' bytes together) that is stacked."""
 
 Step = Callable[[torch.Tensor], torch.Tensor]
 Signature = tuple[tuple[int, int, int, int], ...]
@@ -69,7 +75,8 @@ def fused_linear_step(modules: Sequence[nn.Module]) -> Step | None:
     """``modules`` on one ``[B, in]`` input as one ``mm``: ``[B, sum of out]``, in order.
 
     ``None`` unless every module is a stock ``nn.Linear`` and they share the input width, the
-    dtype, the device and whether they have a bias. The stacked weight is stored transposed,
+    dtype, the device and whether they have a bias, or where the group holds more than
+    :data:`MAX_STACKED_BYTES`. The stacked weight is stored transposed,
     ``[in, sum of out]`` row-major: at one row per token the BLAS streams it 5-10 % faster than
     an ``[out, in]`` weight read through its transpose, and sums each dot product in another
     order (float32 rounding apart, each output column is the module's own).
@@ -84,6 +91,8 @@ def fused_linear_step(modules: Sequence[nn.Module]) -> Step | None:
             return None
         if (module.bias is None) != (linears[0].bias is None):
             return None
+    if sum(t.numel() * t.element_size() for t in _tensors(linears)) > MAX_STACKED_BYTES:
+        return None
     kept = _KEPT.get(linears[0])
     if kept is not None and _still(kept, linears):
         return kept[2]
