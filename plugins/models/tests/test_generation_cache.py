@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from support.decoders import LLAMA_LAYOUT
 
 from plugtrain_models.families import build_decoder
 
@@ -25,16 +26,9 @@ SHARED = {
     "max_position_embeddings": P,
     "filter_size": 96,
 }
-ROTARY = {
-    "position_embedding_type": "rotary",
-    "rotary_dim": 16,
-    "norm_type": "rmsnorm",
-    "nonlinearity": "swiglu",
-    "attention_module": "multiquery_attention",
-    "extra_attention_params": {"num_kv_groups": 2},
-}
+
 GEMMA2 = {
-    **ROTARY,
+    **LLAMA_LAYOUT,
     "nonlinearity": "geglu",
     "norm_first_sandwich": True,
     "embeddings_scale": 8.0,
@@ -47,9 +41,9 @@ GEMMA2 = {
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "learned positions (gpt3)": ("gpt3", {}),
     "fixed positions (gpt2)": ("gpt2", {"position_embedding_type": "fixed"}),
-    "rotary GQA (llama)": ("llama", ROTARY),
-    "sliding window (mistral)": ("mistral", {**ROTARY, "attention_sliding_window_length": 5}),
-    "MoE (mixtral)": ("mixtral", {**ROTARY, "moe": {"num_experts": 4, "top_k": 2}}),
+    "rotary GQA (llama)": ("llama", LLAMA_LAYOUT),
+    "sliding window (mistral)": ("mistral", {**LLAMA_LAYOUT, "attention_sliding_window_length": 5}),
+    "MoE (mixtral)": ("mixtral", {**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 2}}),
     "softcaps, sandwich, alternate windows (gemma2)": ("gemma2", GEMMA2),
     "ALiBi (bloom)": ("bloom", {"position_embedding_type": "alibi"}),
     "MQA, learned (starcoder)": (
@@ -123,7 +117,7 @@ def test_a_left_padded_row_gets_the_logits_of_the_row_alone(
 
 
 def test_the_cache_refuses_more_tokens_than_it_holds() -> None:
-    model = _model("llama", ROTARY)
+    model = _model("llama", LLAMA_LAYOUT)
     cache = model.new_cache(1, 4)
     with torch.no_grad(), pytest.raises(ValueError, match="holds 4 tokens; 5 asked for"):
         model.decode(_ids(1, 5), cache)
@@ -131,7 +125,7 @@ def test_the_cache_refuses_more_tokens_than_it_holds() -> None:
 
 def test_the_training_forward_is_unchanged_by_a_cache_elsewhere() -> None:
     """Decoding keeps its state in the cache object: the module's forward gives the same."""
-    model = _model("mistral", {**ROTARY, "attention_sliding_window_length": 5})
+    model = _model("mistral", {**LLAMA_LAYOUT, "attention_sliding_window_length": 5})
     ids = _ids(2, 12)
     with torch.no_grad():
         before = model(ids)[0]

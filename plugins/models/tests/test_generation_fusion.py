@@ -13,41 +13,17 @@ from typing import Any
 
 import pytest
 import torch
+from support.decoders import tiny_decoder, token_ids
 from torch import nn
 
 from plugtrain_models import decode_fusion
 from plugtrain_models.decode_fusion import fused_linear_step
 from plugtrain_models.decode_step import LayerPlan
-from plugtrain_models.families import build_decoder
 from plugtrain_models.generation import generate
 from plugtrain_models.lora.apply import apply_lora
 from plugtrain_models.lora.config import LoraConfig
 
-V = 96
-LLAMA = {
-    "vocab_size": V,
-    "hidden_size": 64,
-    "num_heads": 4,
-    "num_hidden_layers": 2,
-    "max_position_embeddings": 48,
-    "filter_size": 96,
-    "position_embedding_type": "rotary",
-    "rotary_dim": 16,
-    "norm_type": "rmsnorm",
-    "nonlinearity": "swiglu",
-    "attention_module": "multiquery_attention",
-    "extra_attention_params": {"num_kv_groups": 2},
-}
 ATOL = 2e-6
-
-
-def _model(family: str = "llama", **keys: Any) -> Any:
-    torch.manual_seed(0)
-    return build_decoder(family, {**LLAMA, **keys}).eval()
-
-
-def _ids(batch: int, length: int) -> torch.Tensor:
-    return torch.randint(0, V, (batch, length), generator=torch.Generator().manual_seed(5))
 
 
 def _steps(lm: Any, ids: torch.Tensor) -> tuple[torch.Tensor, list[LayerPlan]]:
@@ -82,7 +58,7 @@ CASES = {
 def test_fused_steps_give_the_unfused_steps_logits(
     family: str, keys: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lm, ids = _model(family, **keys).model, _ids(2, 12)
+    lm, ids = tiny_decoder(family, **keys).model, token_ids(2, 12)
     fused, plans = _steps(lm, ids)
     assert all(plan.qkv is not None for plan in plans)
     torch.testing.assert_close(fused, _unfused(lm, ids, monkeypatch), atol=ATOL, rtol=0)
@@ -90,8 +66,8 @@ def test_fused_steps_give_the_unfused_steps_logits(
         torch.testing.assert_close(fused, lm(ids)[0], atol=1e-5, rtol=0)
 
 
-def test_generate_writes_the_unfused_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = _model()
+def test_generate_writes_the_unfusedtoken_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_decoder()
     prompts = [[3, 1, 4, 1, 5], [9, 2]]
     fused = generate(model, prompts, 12)
     with monkeypatch.context() as patch:
@@ -103,13 +79,13 @@ def test_generate_writes_the_unfused_ids(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_lora_projections_stay_their_modules_and_compute_their_adapters(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    model = _model()
+    model = tiny_decoder()
     apply_lora(model, [LoraConfig(r=2, alpha=4.0)])
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if name.endswith("lora_B"):
                 parameter.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
-    lm, ids = model.model, _ids(2, 12)
+    lm, ids = model.model, token_ids(2, 12)
     fused, plans = _steps(lm, ids)
     assert all(plan.qkv is None for plan in plans)  # the adapted projections are not stacked
     with torch.no_grad():

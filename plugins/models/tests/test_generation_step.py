@@ -14,37 +14,13 @@ from typing import Any
 
 import pytest
 import torch
+from support.decoders import TINY_VOCAB, tiny_decoder, token_ids
 
-from plugtrain_models.families import build_decoder
 from plugtrain_models.generation import generate
 from plugtrain_models.lora.apply import apply_lora
 from plugtrain_models.lora.config import LoraConfig
 
-V = 96
-LLAMA = {
-    "vocab_size": V,
-    "hidden_size": 64,
-    "num_heads": 4,
-    "num_hidden_layers": 2,
-    "max_position_embeddings": 48,
-    "filter_size": 96,
-    "position_embedding_type": "rotary",
-    "rotary_dim": 16,
-    "norm_type": "rmsnorm",
-    "nonlinearity": "swiglu",
-    "attention_module": "multiquery_attention",
-    "extra_attention_params": {"num_kv_groups": 2},
-}
 ATOL = 1e-5
-
-
-def _model(family: str = "llama", **keys: Any) -> Any:
-    torch.manual_seed(0)
-    return build_decoder(family, {**LLAMA, **keys}).eval()
-
-
-def _ids(batch: int, length: int) -> torch.Tensor:
-    return torch.randint(0, V, (batch, length), generator=torch.Generator().manual_seed(5))
 
 
 def _cached(lm: Any, ids: torch.Tensor, chunks: list[int]) -> torch.Tensor:
@@ -67,10 +43,12 @@ def test_a_second_prompt_chunk_and_the_steps_after_it_equal_the_forward(
 ) -> None:
     if keys.pop("alibi", False):
         keys = {"position_embedding_type": "alibi"}
-        lm = _model("bloom", **{**keys, "norm_type": "layernorm", "nonlinearity": "gelu"}).model
+        lm = tiny_decoder(
+            "bloom", **{**keys, "norm_type": "layernorm", "nonlinearity": "gelu"}
+        ).model
     else:
-        lm = _model("mistral" if keys else "llama", **keys).model
-    ids = _ids(2, 18)
+        lm = tiny_decoder("mistral" if keys else "llama", **keys).model
+    ids = token_ids(2, 18)
     with torch.no_grad():
         full = lm(ids)[0]
         cached = _cached(lm, ids, [6, 5])
@@ -79,8 +57,8 @@ def test_a_second_prompt_chunk_and_the_steps_after_it_equal_the_forward(
 
 @pytest.mark.parametrize("window", [None, 3])
 def test_steps_after_a_left_padded_prompt_equal_the_row_alone(window: int | None) -> None:
-    lm = _model("mistral", attention_sliding_window_length=window).model
-    ids, pad = _ids(2, 14), 5
+    lm = tiny_decoder("mistral", attention_sliding_window_length=window).model
+    ids, pad = token_ids(2, 14), 5
     batch = ids.clone()
     batch[1, pad:] = ids[1, : 14 - pad]
     mask = torch.ones_like(batch)
@@ -96,24 +74,24 @@ def test_steps_after_a_left_padded_prompt_equal_the_row_alone(window: int | None
 
 
 def test_lora_layers_inside_the_step_compute_their_adapters() -> None:
-    model = _model()
+    model = tiny_decoder()
     apply_lora(model, [LoraConfig(r=2, alpha=4.0)])
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if name.endswith("lora_B"):
                 parameter.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
-    lm, ids = model.model, _ids(2, 12)
+    lm, ids = model.model, token_ids(2, 12)
     with torch.no_grad():
         full = lm(ids)[0]
         cached = _cached(lm, ids, [4])
-        plain = _model().model(ids)[0]
+        plain = tiny_decoder().model(ids)[0]
     assert (full - plain).abs().max() > 1e-3  # the adapters change the logits
     torch.testing.assert_close(cached, full, atol=ATOL, rtol=0)
 
 
 def test_bfloat16_steps_round_as_the_forward_does() -> None:
-    lm = _model().model.to(torch.bfloat16)
-    ids = _ids(2, 12)
+    lm = tiny_decoder().model.to(torch.bfloat16)
+    ids = token_ids(2, 12)
     with torch.no_grad():
         full = lm(ids)[0].float()
         cached = _cached(lm, ids, [4]).float()
@@ -124,10 +102,10 @@ def test_bfloat16_steps_round_as_the_forward_does() -> None:
 
 def test_a_step_needs_a_mask_only_for_padding_alibi_or_sinks() -> None:
     def bias(family: str, length: int, window: int | None, **keys: Any) -> Any:
-        lm = _model(family, **keys).model
+        lm = tiny_decoder(family, **keys).model
         cache = lm.new_cache(1, 16)
         with torch.no_grad():
-            lm.decode(_ids(1, length), cache)
+            lm.decode(token_ids(1, length), cache)
         return lm._step_bias(cache, window)
 
     assert bias("llama", 9, None) == (None, 0)
@@ -154,7 +132,7 @@ def test_generate_runs_the_step_for_every_new_token(monkeypatch: pytest.MonkeyPa
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(LayerPlan, "step", counted)
-    model = _model()
+    model = tiny_decoder()
     generated = generate(model, [[3, 4, 5], [6]], 5)
     assert [len(ids) for ids in generated] == [5, 5]
     assert len(calls) == 4 * 2  # every token after the prompt's first, every layer
@@ -194,8 +172,8 @@ def test_a_prompts_last_logits_computed_alone_equal_the_forward(
     family: str, keys: dict[str, Any]
 ) -> None:
     """``last_only`` computes the last layer at the last position only; its keys all cached."""
-    lm = _model(family, **keys).model
-    ids, pad = _ids(2, 12), 3
+    lm = tiny_decoder(family, **keys).model
+    ids, pad = token_ids(2, 12), 3
     batch = ids.clone()
     batch[1, pad:] = ids[1, : 12 - pad]
     mask = torch.ones_like(batch)
@@ -207,7 +185,7 @@ def test_a_prompts_last_logits_computed_alone_equal_the_forward(
         full = lm(torch.cat([ids, ids[:, :1]], dim=1))[0]
         padded = lm.decode(batch, lm.new_cache(2, 12), mask, last_only=True)
         alone = lm(ids[1:, : 12 - pad])[0]
-    assert last.shape == (2, 1, V)
+    assert last.shape == (2, 1, TINY_VOCAB)
     torch.testing.assert_close(last[:, 0], full[:, -2], atol=ATOL, rtol=0)
     torch.testing.assert_close(following[:, 0], full[:, -1], atol=ATOL, rtol=0)
     torch.testing.assert_close(padded[1, 0], alone[0, -1], atol=ATOL, rtol=0)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from support.decoders import LLAMA_LAYOUT
 from support.hf_models import random_hf_model
 
 from plugtrain_models.families import build_decoder
@@ -32,12 +33,7 @@ SHARED = {
 LLAMA_KEYS = {
     **SHARED,
     "filter_size": 96,
-    "position_embedding_type": "rotary",
-    "rotary_dim": 16,
-    "norm_type": "rmsnorm",
-    "nonlinearity": "swiglu",
-    "attention_module": "multiquery_attention",
-    "extra_attention_params": {"num_kv_groups": 2},
+    **LLAMA_LAYOUT,
     "use_ffn_bias": False,
     "use_projection_bias_in_attention": False,
     "use_ffn_bias_in_attention": False,
