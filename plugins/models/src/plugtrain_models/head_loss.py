@@ -1,10 +1,11 @@
 """The language-model head and its loss in one pass over blocks of rows, gradients included.
 
-A training step that reports no metrics needs the head's logits only for the loss. Then
+A training step needs the head's logits only for the loss and its metrics. Then
 :func:`head_loss` computes, a block of rows at a time, the block's logits (``h W^T + b``, the
-logits' scale and soft cap), their cross-entropy, and at once the gradient of the loss with
-respect to them (``softmax - one_hot``, times each row's weight in the loss), which it multiplies
-into the gradients of the hidden states, the head's weight and its bias. The whole
+logits' scale and soft cap), their cross-entropy (and, when asked, each row's prediction), and
+at once the gradient of the loss with respect to them (``softmax - one_hot``, times each row's
+weight in the loss), which it multiplies into the gradients of the hidden states, the head's
+weight and its bias. The whole
 ``[tokens, vocab]`` logits are never held: in float32 that tensor is the step's largest, a
 fresh mapping of pages the kernel zero-fills every step, and reading it again in the backward
 is a pass of its own. The backward only scales the stored gradients by the loss's upstream
@@ -61,10 +62,13 @@ class _HeadLoss(torch.autograd.Function):
         bias: torch.Tensor | None,
         labels: torch.Tensor,
         mask: torch.Tensor,
-        options: tuple[str, float, float | None, float | None],
-    ) -> torch.Tensor:
-        """The loss; the inputs' gradients for an upstream gradient of 1 are kept for backward."""
-        scaling, loss_weight, logits_scale, cap = options
+        options: tuple[str, float, float | None, float | None, bool],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The loss, the per-token losses and the predictions (when asked).
+
+        The inputs' gradients for an upstream gradient of 1 are kept for backward.
+        """
+        scaling, loss_weight, logits_scale, cap, metrics = options
         batch = labels.shape[0]
         h = hidden.reshape(-1, hidden.shape[-1])
         flat_labels = labels.reshape(-1, 1)
@@ -74,7 +78,7 @@ class _HeadLoss(torch.autograd.Function):
         work = torch.empty_like(logits)
         tanh = None if cap is None else torch.empty_like(logits)
         grads = _Gradients(h, ctx.needs_input_grad[:3])
-        picked = []
+        picked, predicted = [], []
         for start in range(0, len(h), rows):
             h_rows, targets = h[start : start + rows], flat_labels[start : start + rows]
             block = logits[: len(h_rows)]
@@ -86,6 +90,8 @@ class _HeadLoss(torch.autograd.Function):
             if tanh is not None and cap is not None:  # Gemma 2's final cap: soft_cap's roundings
                 squashed = torch.div(block, cap, out=tanh[: len(h_rows)]).tanh_()
                 torch.mul(squashed, cap, out=block)
+            if metrics:  # the first largest logit, as masked_accuracy's max
+                predicted.append(block.max(-1).indices)
             log_softmax = _LOG_SOFTMAX(block, -1, False, out=work[: len(h_rows)])
             picked.append(log_softmax.gather(-1, targets))
             if not grads.wanted:
@@ -102,10 +108,12 @@ class _HeadLoss(torch.autograd.Function):
         ce = torch.cat(picked).squeeze(-1).neg_()
         ctx.grads = grads.result(hidden.shape)
         loss: torch.Tensor = _reduce(ce, mask, batch, scaling, loss_weight)
-        return loss
+        guesses = torch.cat(predicted) if predicted else labels.new_empty(0)
+        ctx.mark_non_differentiable(ce, guesses)
+        return loss, ce, guesses.view_as(labels) if predicted else guesses
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, grad: torch.Tensor, *_: Any) -> tuple[torch.Tensor | None, ...]:
         """The kept gradients, times ``grad`` unless it is 1; given once.
 
         Only the returned tensors hold them then, so autograd may add a tied embedding's
@@ -163,8 +171,12 @@ def head_loss(
     weight: float,
     logits_scale: float | None = None,
     cap: float | None = None,
-) -> torch.Tensor:
+    metrics: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``lm_loss(soft_cap(head(hidden) * logits_scale, cap), labels, mask)`` without its logits.
+
+    Returns the loss, each token's cross-entropy (float32, flat) and, with ``metrics``, each
+    token's prediction ``[B, S]`` (the index of its first largest logit), else ``None``.
 
     :param hidden: ``[B, S, H]``, the final norm's output.
     :param head: the vocabulary projection (its weight may be tied to the embeddings).
@@ -174,11 +186,11 @@ def head_loss(
     :param logits_scale: multiplies the logits (muP's output scale); ``None``: 1.
     :param cap: Gemma 2's final soft cap; ``None``: none.
     """
-    options = (scaling, weight, logits_scale, cap)
-    loss: torch.Tensor = _HeadLoss.apply(
+    options = (scaling, weight, logits_scale, cap, metrics)
+    loss, ce, predicted = _HeadLoss.apply(
         hidden, head.weight, head.bias, labels.long(), mask, options
     )
-    return loss
+    return loss, ce, predicted if metrics else None
 
 
 def fusable(hidden: torch.Tensor, head: torch.nn.Linear) -> bool:

@@ -150,18 +150,13 @@ class DecoderLM(nn.Module):
         labels = batch.get("labels")
         extra = batch.get("position_ids"), batch.get("attention_span")
         s = self.settings
-        if labels is not None and self.training and not self.metrics_wanted and self._fusable():
-            # the logits serve the loss alone: the head and the loss in one pass (head_loss)
+        if labels is not None and self.training and self._fusable():
+            # the logits serve the loss and metrics alone: the head and the loss in one pass
             hidden, stats = self.model.trunk(input_ids, *extra)
             normed = self.model.ln_f(hidden)
             mask, labels = _scored(batch.get("attention_mask"), labels)
             if fusable(normed, self.model.lm_head):
-                loss = head_loss(
-                    normed, self.model.lm_head, labels, mask,
-                    scaling=s.loss_scaling, weight=s.loss_weight,
-                    logits_scale=s.logits_scale, cap=s.final_cap,
-                )  # fmt: skip
-                return self._training_result(loss, stats, mask)
+                return self._fused_result(normed, labels, mask, stats)
             logits = self.model.logits_of(normed)
         else:
             logits, stats = self.model(input_ids, *extra)
@@ -176,6 +171,29 @@ class DecoderLM(nn.Module):
                 with torch.no_grad():
                     token_loss = lm_loss(logits, labels, mask, scaling="num_tokens", weight=1.0)
                 result["token_loss"] = token_loss
+        return result
+
+    def _fused_result(
+        self, normed: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, stats: list[Any]
+    ) -> dict[str, Any]:
+        """A training step's result from :func:`head_loss`.
+
+        The unfused path's values (the loss; when wanted, accuracy and ``token_loss``), from
+        the same fused pass either way: a step's update does not depend on whether it is logged.
+        """
+        s = self.settings
+        loss, ce, predicted = head_loss(
+            normed, self.model.lm_head, labels, mask, scaling=s.loss_scaling,
+            weight=s.loss_weight, logits_scale=s.logits_scale, cap=s.final_cap,
+            metrics=self.metrics_wanted,
+        )  # fmt: skip
+        result = self._training_result(loss, stats, mask)
+        if predicted is not None:
+            hits = (predicted == labels).float() * mask.float()
+            result["accuracy"] = hits.sum() / (mask > 0).sum().clamp_min(1)
+            if s.loss_scaling == "batch_size":  # masked_accuracy's and lm_loss's formulas
+                m = mask.reshape(-1).to(ce.dtype)
+                result["token_loss"] = (ce * m).sum() / m.sum().clamp_min(1.0)
         return result
 
     def _training_result(
