@@ -17,8 +17,8 @@ is printed before and after the table.
 
 Each library's default attention: SDPA, except Gemma 2, whose attention soft-capping only
 transformers' eager path computes. The plugtrain step is the one the Trainer runs between log
-lines (``metrics_wanted`` off: no accuracy; in float32 its head and loss then run fused, without
-the whole logits); ``--with-metrics`` times a logged step instead.
+lines (``metrics_wanted`` off: no accuracy; in float32 its head and loss run fused, without the
+whole logits, logged or not); ``--with-metrics`` times a logged step instead.
 Both sides score the same labels: transformers gets ``shift_labels`` (the labels already
 shifted, as plugtrain's data gives them), so neither shifts or copies the logits.
 
