@@ -44,3 +44,18 @@ def tiny_decoder(family: str = "llama", **keys: Any) -> Any:
 def token_ids(batch: int, length: int, vocab: int = TINY_VOCAB) -> torch.Tensor:
     """A ``[batch, length]`` tensor of token ids below ``vocab``, drawn from seed 5."""
     return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(5))
+
+
+def tiny_lora_decoder() -> Any:
+    """:func:`tiny_decoder` with LoRA (r 2, alpha 4) on its linear layers, each ``lora_B``
+    drawn from N(0, 0.1) so that the adapters change the output."""
+    from plugtrain_models.lora.apply import apply_lora
+    from plugtrain_models.lora.config import LoraConfig
+
+    model = tiny_decoder()
+    apply_lora(model, [LoraConfig(r=2, alpha=4.0)])
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("lora_B"):
+                parameter.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
+    return model

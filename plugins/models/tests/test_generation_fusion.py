@@ -13,15 +13,13 @@ from typing import Any
 
 import pytest
 import torch
-from support.decoders import tiny_decoder, token_ids
+from support.decoders import tiny_decoder, tiny_lora_decoder, token_ids
 from torch import nn
 
 from plugtrain_models import decode_fusion
 from plugtrain_models.decode_fusion import fused_linear_step
 from plugtrain_models.decode_step import LayerPlan
 from plugtrain_models.generation import generate
-from plugtrain_models.lora.apply import apply_lora
-from plugtrain_models.lora.config import LoraConfig
 
 ATOL = 2e-6
 
@@ -79,12 +77,7 @@ def test_generate_writes_the_unfusedtoken_ids(monkeypatch: pytest.MonkeyPatch) -
 def test_lora_projections_stay_their_modules_and_compute_their_adapters(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    model = tiny_decoder()
-    apply_lora(model, [LoraConfig(r=2, alpha=4.0)])
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if name.endswith("lora_B"):
-                parameter.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
+    model = tiny_lora_decoder()
     lm, ids = model.model, token_ids(2, 12)
     fused, plans = _steps(lm, ids)
     assert all(plan.qkv is None for plan in plans)  # the adapted projections are not stacked

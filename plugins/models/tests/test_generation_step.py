@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 import torch
-from support.decoders import TINY_VOCAB, tiny_decoder, token_ids
+from support.decoders import TINY_VOCAB, tiny_decoder, tiny_lora_decoder, token_ids
 
 from plugtrain_models.generation import generate
-from plugtrain_models.lora.apply import apply_lora
-from plugtrain_models.lora.config import LoraConfig
 
 ATOL = 1e-5
 
@@ -74,12 +72,7 @@ def test_steps_after_a_left_padded_prompt_equal_the_row_alone(window: int | None
 
 
 def test_lora_layers_inside_the_step_compute_their_adapters() -> None:
-    model = tiny_decoder()
-    apply_lora(model, [LoraConfig(r=2, alpha=4.0)])
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if name.endswith("lora_B"):
-                parameter.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
+    model = tiny_lora_decoder()
     lm, ids = model.model, token_ids(2, 12)
     with torch.no_grad():
         full = lm(ids)[0]
