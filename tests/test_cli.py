@@ -57,32 +57,32 @@ def test_listing_commands_do_not_import_torch(args):
     assert done.stdout.strip().splitlines()[-1] == "TORCH-FREE", done.stdout + done.stderr
 
 
+def _modules_loaded_by(code: str, prefixes: tuple[str, ...]) -> str:
+    """The sorted modules starting with ``prefixes`` that a fresh interpreter holds after
+    running ``code``, as it prints them."""
+    report = f"\nimport sys\nprint(sorted(m for m in sys.modules if m.startswith({prefixes!r})))"
+    done = subprocess.run(
+        [sys.executable, "-c", code + report],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
 def test_names_and_describe_do_not_import_torch():
     code = (
         "import sys, plugtrain\n"
         "for kind in ('optimizer', 'scheduler', 'backend', 'model', 'dataloader'):\n"
         "    for name in plugtrain.names(kind):\n"
         "        plugtrain.describe(kind, name)\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert done.stdout.strip() == "[]"
+    assert _modules_loaded_by(code, ("torch",)) == "[]"
 
 
 def test_the_command_line_starts_without_checkpoint_opening_or_run_file_readers():
     """What every command imports before it runs: neither the conversion package nor the
     configuration readers (``plugtrain list`` from its cache imports nothing more)."""
-    code = (
-        "import sys, plugtrain.cli\n"
-        "print(sorted(m for m in sys.modules"
-        " if m.startswith(('plugtrain.conversion', 'plugtrain.config', 'torch'))))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert done.stdout.strip() == "[]"
+    prefixes = ("plugtrain.conversion", "plugtrain.config", "torch")
+    assert _modules_loaded_by("import plugtrain.cli", prefixes) == "[]"
 
 
 def test_list_shows_name_kind_provider_version_and_summary(capsys):
