@@ -14,7 +14,7 @@ import logging
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +145,7 @@ def read_checkpoint(
     *,
     drop_unmatched: bool = False,
     dtypes: Mapping[str, torch.dtype] | None = None,
+    bfloat16_kept: Collection[str] = frozenset(),
 ) -> Converted:
     """The state of an opened Hugging Face checkpoint, read one shard in memory at a time.
 
@@ -156,6 +157,9 @@ def read_checkpoint(
         here): each is converted as it is read, into memory of its own (not the file's), so
         that a model loading the state can keep these tensors rather than copy them, and no
         tensor of the file's type outlives its conversion.
+    :param bfloat16_kept: names of ``dtypes`` whose tensor stays bfloat16 where the file holds
+        it in bfloat16 (read as it is, into memory of its own, never converted): a model that
+        may hold them in bfloat16 (:mod:`plugtrain.conversion.meta_build.bfloat16`) keeps them.
     :raises ConversionError: naming the tensor that does not convert, or the ones missing.
     """
     registry, converter, hf = opened.registry, opened.converter, opened.hf_config
@@ -165,14 +169,18 @@ def read_checkpoint(
     applier = RuleApplier(converter.weights, "hf", ConversionContext(hf, complete))
     state: dict[str, torch.Tensor] = {}
     owned: set[str] = set()
-    read_as, converted = _reading_as(applier, dtypes)
+    kept = frozenset(bfloat16_kept)
+    read_as, converted = _reading_as(applier, dtypes, kept)
     for name, tensor in iter_file_tensors(opened.weight_files, read_as):
         for target, made in applier.add(name, tensor):
             named = _PREFIX + target
             state[named] = _checked(made, named, layout, source)
             if dtypes is not None and named in dtypes:
-                if not (converted.pop(name, None) == named and made.dtype == dtypes[named]):
-                    state[named] = made.to(dtypes[named], copy=True)
+                wanted = dtypes[named]
+                if named in kept and made.dtype == torch.bfloat16:
+                    wanted = torch.bfloat16
+                if not (converted.pop(name, None) == named and made.dtype == wanted):
+                    state[named] = made.to(wanted, copy=True)
                 owned.add(named)
     applier.finish(drop_unmatched, str(source))
     if converter.is_headless:
@@ -209,14 +217,14 @@ def read_checkpoint(
 
 
 def _reading_as(
-    applier: RuleApplier, dtypes: Mapping[str, torch.dtype] | None
+    applier: RuleApplier, dtypes: Mapping[str, torch.dtype] | None, kept: frozenset[str]
 ) -> tuple[ReadAs | None, dict[str, str]]:
     """How to read a file's tensors straight into the types they are wanted in.
 
     A tensor its rule only renames is read as the type of its model tensor (converted a
-    piece at a time as it is read: one copy, never the file's type whole); the others keep
-    the file's type for their rule's transform. Returned with what the reader did: the
-    file's names read so, each with its model name.
+    piece at a time as it is read: one copy, never the file's type whole), or as it is when
+    it is bfloat16 and ``kept``; the others keep the file's type for their rule's transform.
+    Returned with what the reader did: the file's names read so, each with its model name.
     """
     converted: dict[str, str] = {}
     if dtypes is None:
@@ -228,7 +236,7 @@ def _reading_as(
         if wanted is None:
             return dtype
         converted[name] = _PREFIX + str(target)
-        return wanted
+        return dtype if dtype == torch.bfloat16 and converted[name] in kept else wanted
 
     return read_as, converted
 

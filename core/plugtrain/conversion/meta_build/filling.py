@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from plugtrain.conversion.meta_build.bfloat16 import BUILT_AS
 from plugtrain.conversion.meta_build.building import PENDING, Pending, pending_in, storage_of
 
 __all__ = ["fill_pending"]
@@ -203,9 +204,10 @@ class _Guard(TorchDispatchMode):
 class _OnScratch(_AroundFilled):
     """Runs every call on a tensor a checkpoint filled against a scratch copy of it instead.
 
-    The calls draw what they draw on a model built whole; the filled tensors keep their
-    values. One scratch copy at a time: a call touching other filled tensors drops the copies
-    of the ones it does not touch.
+    The calls draw what they draw on a model built whole (a parameter held in bfloat16 gets a
+    scratch copy of the type it was built in); the filled tensors keep their values. One
+    scratch copy at a time: a call touching other filled tensors drops the copies of the ones
+    it does not touch.
     """
 
     def __init__(self, filled: set[int]) -> None:
@@ -228,9 +230,11 @@ class _OnScratch(_AroundFilled):
             if not isinstance(value, torch.Tensor) or id(value) not in touched:
                 return value
             key = storage_of(value)
+            built = getattr(value, BUILT_AS, value.dtype)  # draws as into the model as built
             if key not in self._open:
-                self._open[key] = torch.empty(value.untyped_storage().nbytes(), dtype=torch.uint8)
-            base = self._open[key].view(value.dtype)
+                size = value.untyped_storage().nbytes() // value.element_size() * built.itemsize
+                self._open[key] = torch.empty(size, dtype=torch.uint8)
+            base = self._open[key].view(built)
             return base.as_strided(value.shape, value.stride(), value.storage_offset())
 
         swapped_args, swapped_kwargs = tree_map(swap, (args, kwargs))

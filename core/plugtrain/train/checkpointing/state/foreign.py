@@ -47,7 +47,8 @@ def hf_checkpoint_state(
     refused before any shard is read.
 
     Each tensor comes converted to the type the model holds it in, in memory of its own (see
-    :func:`plugtrain.conversion.read_checkpoint`): a model built for loading keeps them.
+    :func:`plugtrain.conversion.read_checkpoint`): a model built for loading keeps them. A
+    weight the model may hold in bfloat16 stays bfloat16 where the file holds it so.
 
     :param registry: the registry the converter and the model are found in.
     :param model_name: the model's registered name, where the run file gave it.
@@ -62,6 +63,7 @@ def hf_checkpoint_state(
         open_checkpoint,
         read_checkpoint,
     )
+    from plugtrain.conversion.meta_build.bfloat16 import bfloat16_names
 
     converter = getattr(model, "checkpoint_converter", None) or model_name
     if converter is None:
@@ -80,7 +82,8 @@ def hf_checkpoint_state(
             model_keys=keys if isinstance(keys, Mapping) else None,
         )
         dtypes = {n: t.dtype for n, t in model.state_dict().items() if t.is_floating_point()}
-        converted = read_checkpoint(opened, dtypes=dtypes)
+        kept = bfloat16_names(model)  # frozen weights the model may hold in bfloat16
+        converted = read_checkpoint(opened, dtypes=dtypes, bfloat16_kept=kept)
     except ConfigMismatchError:
         raise
     except ConversionError as exc:

@@ -6,6 +6,10 @@ frozen, before any checkpoint loads, so the optimizer holds state for the adapte
 a checkpoint without adapters treats it as the base (:mod:`.checkpoints`); with
 ``adapter_only_checkpoints: true`` each checkpoint holds the adapters and a reference to that
 base instead of the whole model.
+
+Under bfloat16 autocast (a fit on one CPU or GPU process) the frozen Linear weights may be held
+in bfloat16 where the checkpoint holds them so (:mod:`.bfloat16_base`): the same steps in half
+the memory.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from typing import Any
 
 from torch import nn
 
+from plugtrain.conversion.meta_build.bfloat16 import as_built, hold_in_bfloat16
 from plugtrain.errors import CheckpointMismatchError, ConfigError, ConfigIssue
 from plugtrain.protocols import TrainerView
 from plugtrain_models.lora.apply import apply_lora, is_adapter
+from plugtrain_models.lora.bfloat16_base import allow_bfloat16_base
 from plugtrain_models.lora.checkpoints import RUN_PARTS, base_fingerprint, full, read_base_weights
 from plugtrain_models.lora.config import lora_configs
 from plugtrain_models.lora.export import export_peft_adapter, fold_for_export
@@ -58,6 +64,8 @@ class Lora:
         self.layers: dict[str, dict[str, Any]] = {}
         self._model: nn.Module | None = None
         self._saving = False
+        self._widening = False
+        """Saving: base weights held in bfloat16 are saved as float32, as the model was built."""
         self._loaded_base: str | None = None
 
     def on_model_built(self, trainer: TrainerView, model: nn.Module) -> nn.Module:
@@ -82,12 +90,17 @@ class Lora:
             for name, layer in lora_layers(model).items()
         }
 
-        def adapters_only(_module: Any, state: dict[str, Any], prefix: str, _meta: Any) -> None:
+        def adapters_only(module: Any, state: dict[str, Any], prefix: str, _meta: Any) -> None:
             if self._saving and not prefix:
                 for name in [n for n in state if not is_adapter(n)]:
                     del state[name]
+            if self._widening and not prefix:
+                as_built(module, state)
 
         model.register_state_dict_post_hook(adapters_only)
+        held = allow_bfloat16_base(trainer, model)
+        if held:
+            log.info("LoRA: %d frozen Linear weights may be held in bfloat16", held)
         share = 100 * report["trainable"] / max(report["total"], 1)
         log.info(
             "LoRA: %d layers adapted; %d of %d parameters train (%.3g%%)",
@@ -103,15 +116,15 @@ class Lora:
         Every process comes here (the fingerprint gathers sharded tensors).
         """
         self._fingerprint_loaded_base()
-        if not self.adapter_only:
-            return
-        if self.base["fingerprint"] is None:
+        if self.adapter_only and self.base["fingerprint"] is None:
             self.base["fingerprint"] = base_fingerprint(trainer.unwrapped_model.state_dict())
-        self._saving = True
+        self._saving = self.adapter_only
+        self._widening = True
 
     def on_after_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
-        """The whole state again."""
+        """The whole state again, as the model holds it."""
         self._saving = False
+        self._widening = False
 
     def state_dict(self) -> dict[str, Any]:
         """The base reference, the adapted layers and whether checkpoints hold adapters only."""
@@ -144,6 +157,7 @@ class Lora:
             self._load_as_base(state, weights, own, adapters)
         elif any(not is_adapter(name) and name not in weights for name in own):
             self._add_base(trainer, state, weights, own)
+        hold_in_bfloat16(model, weights)  # the types the weights arrive in (see the module)
 
     def _load_as_base(
         self, state: dict[str, Any], weights: dict[str, Any], own: Mapping[str, Any],

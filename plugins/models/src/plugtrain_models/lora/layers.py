@@ -73,8 +73,11 @@ class LoraLayer:
     def _set_merged(self, merged: bool) -> None:
         if merged and self._unmerged is None and self._merge_allowed():
             with torch.no_grad():
-                original = self.weight.data
-                self.weight.data = original + self.delta().to(original.dtype)
+                original, delta = self.weight.data, self.delta()
+                # a float32 update of a weight held in bfloat16 merges in float32, as the
+                # float32 weight it stands for does
+                wide = torch.promote_types(original.dtype, delta.dtype)
+                self.weight.data = original.to(wide) + delta.to(wide)
             self._unmerged = original
         elif not merged and self._unmerged is not None:
             self.weight.data = self._unmerged
