@@ -52,7 +52,9 @@ def _loader() -> torch.utils.data.DataLoader[Any]:
     return torch.utils.data.DataLoader(rows, batch_size=2)  # 64 tokens: q, k, v joined
 
 
-def _trainer(model_dir: Path, steps: int, losses: _Losses | None = None) -> plugtrain.Trainer:
+def _trainer(
+    model_dir: Path, steps: int, losses: _Losses | None = None, adapter_only: bool = False
+) -> plugtrain.Trainer:
     torch.manual_seed(5)
     return plugtrain.Trainer(
         device="CPU",
@@ -63,7 +65,10 @@ def _trainer(model_dir: Path, steps: int, losses: _Losses | None = None) -> plug
         checkpoint={"steps": 2},
         precision={"fp16_type": "bfloat16"},
         logging={"log_steps": 1},
-        callbacks=[Lora(lora_params=LORA), *([losses] if losses else [])],
+        callbacks=[
+            Lora(lora_params=LORA, adapter_only_checkpoints=adapter_only),
+            *([losses] if losses else []),
+        ],
         seed=3,
     )
 
@@ -145,6 +150,22 @@ def test_the_checkpoints_fingerprint_and_resume_are_those_of_the_float32_base(
     for name, tensor in resumed.unwrapped_model.state_dict().items():
         assert tensor.dtype == expected[name].dtype, name
         assert torch.equal(tensor, expected[name]), name
+
+
+@pytest.mark.slow
+def test_an_adapter_only_fit_resumes_reading_the_folder_in_bfloat16_again(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    _trainer(tmp_path, 2, adapter_only=True).fit(_loader(), ckpt_path=str(runs["folder"]))
+    resumed = _trainer(tmp_path, 3, adapter_only=True)
+    resumed.fit(_loader())
+    assert resumed.loaded_step == 2
+    straight = runs[False]["trainer"].unwrapped_model.state_dict()  # float32, whole checkpoints
+    bf16 = set(bfloat16_names(resumed.unwrapped_model))
+    for name, tensor in resumed.unwrapped_model.state_dict().items():
+        assert tensor.dtype == (torch.bfloat16 if name in bf16 else torch.float32), name
+        assert torch.equal(tensor.float(), straight[name]), name
+    assert len(bf16) > 10
 
 
 @pytest.mark.slow
