@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from plugtrain.conversion.meta_build.bfloat16 import (
     allow_bfloat16,
-    as_built,
     bfloat16_base_enabled,
     bfloat16_names,
     hold_in_bfloat16,
@@ -30,7 +29,6 @@ from plugtrain.conversion.meta_build.filling import fill_pending
 __all__ = [
     "adopt",
     "allow_bfloat16",
-    "as_built",
     "bfloat16_base_enabled",
     "bfloat16_names",
     "build_for_loading",

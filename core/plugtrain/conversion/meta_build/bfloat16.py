@@ -8,24 +8,22 @@ the reader which tensors to leave in the file's type) makes it a bfloat16 parame
 (:func:`hold_in_bfloat16`), so that the values arrive in half the memory and no float32 copy of
 them is ever made; a load of other values makes it float32 again. The forward computes the
 same either way: autocast casts a float32 weight to bfloat16 before every matmul, and the cast
-of a float32 tensor holding bfloat16 values is exact. What is saved holds them as float32, as
-the model was built (:func:`as_built`). ``PLUGTRAIN_BF16_BASE=0`` marks nothing.
+of a float32 tensor holding bfloat16 values is exact. The model's state holds them as they are
+held (the same values; a float32 model loads them exactly). ``PLUGTRAIN_BF16_BASE=0`` marks
+nothing.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from plugtrain.conversion.meta_build.building import storage_of
-
 __all__ = [
     "allow_bfloat16",
-    "as_built",
     "bfloat16_base_enabled",
     "bfloat16_names",
     "hold_in_bfloat16",
@@ -103,22 +101,3 @@ def hold_in_bfloat16(model: nn.Module, weights: Mapping[str, Any]) -> int:
             parameter.data = torch.empty(parameter.shape, dtype=wanted, device=parameter.device)
         held += int(wanted == torch.bfloat16)
     return held
-
-
-def as_built(model: nn.Module, state: MutableMapping[str, Any], prefix: str = "") -> int:
-    """``model``'s ``state`` as a model never held in bfloat16 gives it; how many were widened.
-
-    Each marked parameter held in bfloat16 is replaced by a copy in the type it was built in
-    (float32).
-
-    :param prefix: what ``state``'s names begin with before the model's own.
-    """
-    copies: dict[tuple[Any, ...], torch.Tensor] = {}  # one tensor under two names: one copy
-    for name, parameter in _marked(model).items():
-        value = state.get(prefix + name)
-        if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
-            key = (storage_of(value), value.storage_offset(), value.shape, value.stride())
-            if key not in copies:
-                copies[key] = value.to(getattr(parameter, BUILT_AS))
-            state[prefix + name] = copies[key]
-    return len(copies)

@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import nn
 
-from plugtrain.conversion.meta_build.bfloat16 import as_built, hold_in_bfloat16
+from plugtrain.conversion.meta_build.bfloat16 import hold_in_bfloat16
 from plugtrain.errors import CheckpointMismatchError, ConfigError, ConfigIssue
 from plugtrain.protocols import TrainerView
 from plugtrain_models.lora.apply import apply_lora, is_adapter
@@ -64,8 +64,6 @@ class Lora:
         self.layers: dict[str, dict[str, Any]] = {}
         self._model: nn.Module | None = None
         self._saving = False
-        self._widening = False
-        """Saving: base weights held in bfloat16 are saved as float32, as the model was built."""
         self._loaded_base: str | None = None
 
     def on_model_built(self, trainer: TrainerView, model: nn.Module) -> nn.Module:
@@ -90,12 +88,10 @@ class Lora:
             for name, layer in lora_layers(model).items()
         }
 
-        def adapters_only(module: Any, state: dict[str, Any], prefix: str, _meta: Any) -> None:
+        def adapters_only(_module: Any, state: dict[str, Any], prefix: str, _meta: Any) -> None:
             if self._saving and not prefix:
                 for name in [n for n in state if not is_adapter(n)]:
                     del state[name]
-            if self._widening and not prefix:
-                as_built(module, state)
 
         model.register_state_dict_post_hook(adapters_only)
         held = allow_bfloat16_base(trainer, model)
@@ -119,12 +115,10 @@ class Lora:
         if self.adapter_only and self.base["fingerprint"] is None:
             self.base["fingerprint"] = base_fingerprint(trainer.unwrapped_model.state_dict())
         self._saving = self.adapter_only
-        self._widening = True
 
     def on_after_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
-        """The whole state again, as the model holds it."""
+        """The whole state again."""
         self._saving = False
-        self._widening = False
 
     def state_dict(self) -> dict[str, Any]:
         """The base reference, the adapted layers and whether checkpoints hold adapters only."""

@@ -95,6 +95,7 @@ def fold_for_export(
     checkpoint's own dtype.
     """
     recorded = _recorded(Path(source))
+    state = _as_float32_model(state)
     adapters = adapters_in(state, arguments, recorded)
     folded = dict(state)
     base_path = (recorded.get("base") or {}).get("path")
@@ -127,6 +128,26 @@ def fold_for_export(
             for n, t in folded.items()
         }
     return folded, keys
+
+
+def _as_float32_model(state: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    """``state`` as a float32 model saves it, whatever its fit held in bfloat16.
+
+    A fit under bfloat16 autocast saves the frozen weights it held in bfloat16
+    (:mod:`.bfloat16_base`) as they were held. With float32 adapters, each bfloat16 tensor
+    becomes float32 (exactly: the values are bfloat16 values), once per tensor shared by
+    several names. Adapters of another type (a model built in it) leave the state as it is.
+    """
+    kinds = {t.dtype for n, t in state.items() if n.endswith((_A, _B))}
+    if kinds != {torch.float32}:
+        return state
+    widened: dict[tuple[Any, ...], torch.Tensor] = {}
+    found = dict(state)
+    for name, tensor in state.items():
+        if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.bfloat16:
+            key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.shape)
+            found[name] = widened.setdefault(key, tensor.float())
+    return found
 
 
 def _base_dtype(path: str) -> torch.dtype | None:
