@@ -14,7 +14,12 @@ end of a step (``/proc/self/statm``) and the median step time after the first tw
 ratio to the full fine-tune, and the load average. Goals: optimizer state under 2 %, peak RSS
 at most 0.6x, step at most 0.8x.
 
-    python bench/lora_finetune.py [--steps 8] [--rounds 2]
+``lora bf16`` is the LoRA fit under ``precision: {fp16_type: bfloat16}``, its frozen Linear
+weights held in bfloat16 as the folder holds them; ``lora bf16 (f32 base)`` the same with
+``PLUGTRAIN_BF16_BASE=0`` (the base in float32, cast at every matmul): the two compute the same,
+their ratio is what holding the base in bfloat16 saves.
+
+    python bench/lora_finetune.py [--steps 8] [--rounds 2] [--variants full,lora,...]
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ KEYS = {
     "use_ffn_bias_in_attention": False, "use_bias_in_output": False,
 }  # fmt: skip
 LORA = {"r": 8, "alpha": 16, "target_modules": ["MultiQueryAttention", "Linear"]}
+VARIANTS = ("full", "lora", "lora bf16", "lora bf16 (f32 base)")
 
 
 class _Timer:
@@ -98,8 +104,9 @@ def run_variant(variant: str, steps: int, folder: str) -> dict[str, Any]:
     loader = torch.utils.data.DataLoader(rows, batch_size=2)
     timer = _Timer()
     callbacks: list[Any] = [timer]
-    if variant == "lora":
+    if variant.startswith("lora"):
         callbacks.append({"Lora": {"lora_params": LORA}})
+    bf16 = {"fp16_type": "bfloat16"} if "bf16" in variant else None
     with tempfile.TemporaryDirectory() as model_dir:
         trainer = plugtrain.Trainer(
             device="CPU",
@@ -109,13 +116,16 @@ def run_variant(variant: str, steps: int, folder: str) -> dict[str, Any]:
             loop={"max_steps": steps},
             checkpoint={"steps": None},  # no checkpoint: training memory only
             callbacks=callbacks,
+            precision=bf16,
             seed=0,
         )
         trainer.fit(loader, ckpt_path=folder)
         model = trainer.unwrapped_model
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in model.parameters())
+        held = sum(p.numel() * p.element_size() for p in model.parameters())
     return {
+        "model_bytes": held,
         "trainable": trainable,
         "total": total,
         "optimizer_bytes": timer.state_bytes,
@@ -128,7 +138,8 @@ def run_variant(variant: str, steps: int, folder: str) -> dict[str, Any]:
 def _spawn(variant: str, steps: int, folder: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--variant", variant, "--steps", str(steps)]
     command += ["--folder", folder]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    env = {**os.environ, "PLUGTRAIN_BF16_BASE": "0" if "f32 base" in variant else "1"}
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -137,7 +148,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variant", choices=("full", "lora"))
+    parser.add_argument("--variant", choices=VARIANTS)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--write", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -147,14 +159,17 @@ def main() -> None:
     if args.variant:
         print(json.dumps(run_variant(args.variant, args.steps, args.folder)))
         return
-    results: dict[str, list[dict[str, Any]]] = {"full": [], "lora": []}
+    chosen = [v.strip() for v in args.variants.split(",")]
+    if not set(chosen) <= set(VARIANTS) or "full" not in chosen:
+        raise SystemExit(f"--variants: some of {', '.join(VARIANTS)}, full among them")
+    results: dict[str, list[dict[str, Any]]] = {v: [] for v in chosen}
     with tempfile.TemporaryDirectory(prefix="lora_finetune-") as temporary:
         folder = str(Path(temporary) / "hf")
         # in a process of its own: a child's peak RSS starts at its parent's (fork copies it)
         write = [sys.executable, __file__, "--write", "--folder", folder]
         subprocess.run(write, check=True, capture_output=True)
         for _ in range(args.rounds):
-            for variant in ("full", "lora"):
+            for variant in chosen:
                 results[variant].append(_spawn(variant, args.steps, folder))
     best = {
         v: {
@@ -165,22 +180,33 @@ def main() -> None:
         }
         for v, runs in results.items()
     }
-    full, lora = best["full"], best["lora"]
+    full = best["full"]
     print(
         f"decoder: {full['total'] / 1e6:.1f} M parameters; {args.steps} steps, {args.rounds} rounds"
     )
     print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
-    print(f"{'':24}{'full':>14}{'LoRA r=8':>14}{'LoRA / full':>14}")
+    print(f"{'':24}" + "".join(f"{v:>22}" for v in chosen) + "   (each / full)")
     rows = [
         ("trainable parameters", "trainable", 1, "{:,.0f}"),
+        ("weights held MiB", "model_bytes", 2**20, "{:.0f}"),
         ("optimizer state MiB", "optimizer_bytes", 2**20, "{:.2f}"),
         ("peak RSS MiB", "peak_rss", 2**20, "{:.0f}"),
         ("RSS in training MiB", "training_rss", 2**20, "{:.0f}"),
         ("step ms (median)", "step_s", 1e-3, "{:.1f}"),
     ]
     for label, key, unit, form in rows:
-        a, b = full[key] / unit, lora[key] / unit
-        print(f"{label:24}{form.format(a):>14}{form.format(b):>14}{b / a:>14.4f}")
+        cells = []
+        for variant in chosen:
+            value = best[variant][key] / unit
+            cells.append(f"{form.format(value)} ({value / (full[key] / unit):.3f})")
+        print(f"{label:24}" + "".join(f"{c:>22}" for c in cells))
+    pair = ("lora bf16", "lora bf16 (f32 base)")
+    if all(v in best for v in pair):
+        held, wide = (best[v] for v in pair)
+        shown = ", ".join(
+            f"{k} {held[k] / wide[k]:.3f}" for k in ("peak_rss", "training_rss", "step_s")
+        )
+        print(f"bf16 base / f32 base: {shown}")
 
 
 if __name__ == "__main__":

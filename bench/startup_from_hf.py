@@ -18,6 +18,10 @@ each in a fresh process and interleaved ``--rounds`` times:
   metrics record, ``metrics.jsonl``); ``exit`` also counts the checkpoint every fit writes at
   its end, and ``step`` is the step's own seconds (its data, forward, backward and update:
   ``1 / steps_per_second``);
+- ``fit (bf16 LoRA)``: the same fit under ``precision: {fp16_type: bfloat16}``: its frozen
+  Linear weights are read from the folder in bfloat16 and held so (the embedding, tied to the
+  head, and the norms in float32); ``fit (bf16 LoRA, f32 base)`` the same with
+  ``PLUGTRAIN_BF16_BASE=0``: the base in float32, as the model is built (the same steps);
 - ``generate``: ``plugtrain generate RUN.yaml --ckpt FOLDER --max-tokens 1``: to the first
   token (the command's exit);
 - ``fit (old)`` and ``generate (old)``: the same with ``PLUGTRAIN_META_BUILD=0``, the model
@@ -32,11 +36,13 @@ memory it is given counts less) and
 peak RSS (``ru_maxrss``), the ratio of each time to ``read``'s, the same without ``fit``'s
 step (``- step``: what loading costs beyond the step),
 and of each peak to the model's bytes (the float32 weights plugtrain holds: 4 bytes a
-parameter), with and without ``imports``' peak, and the load average. Goals: ``fit`` (to the
-first step's end) and ``generate`` at most 1.5x ``read``'s time, peak RSS at most 1.15x the
-model's bytes.
+parameter), with and without ``imports``' peak, and the load average; for the bf16 LoRA rows,
+the peak beside the bytes that model holds (2 bytes a frozen Linear parameter, 4 the others).
+Goals: ``fit`` (to the first step's end) and ``generate`` at most 1.5x ``read``'s time, peak
+RSS at most 1.15x the model's bytes.
 
     python bench/startup_from_hf.py [--size 1b] [--rounds 1] [--no-old] [--baseline DIR]
+        [--only LABEL,LABEL]
 """
 
 from __future__ import annotations
@@ -109,8 +115,11 @@ def write_folder(folder: Path, size: str) -> None:
     model.save_pretrained(folder, max_shard_size="500MB", safe_serialization=True)
 
 
-def run_file(folder: Path, work: Path) -> Path:
-    """The run file fitting and generating from ``folder`` (its model keys from config.json)."""
+def run_file(folder: Path, work: Path, precision: str | None = None) -> Path:
+    """The run file fitting and generating from ``folder`` (its model keys from config.json).
+
+    :param precision: ``fp16_type`` of ``precision`` (none: float32).
+    """
     import yaml
 
     from plugtrain.conversion import open_checkpoint
@@ -127,9 +136,11 @@ def run_file(folder: Path, work: Path) -> Path:
         "checkpoint": {"steps": None},
         "callbacks": [{"Lora": {"lora_params": LORA}}],
     }
+    if precision is not None:
+        init["precision"] = {"fp16_type": precision}
     loader = {"StdlibText": {"batch_size": 1, "block_size": 32, "max_bytes": 100_000}}
     fit = {"train_dataloader": loader, "ckpt_path": str(folder)}
-    path = work / "run.yaml"
+    path = work / f"run{'_' + precision if precision else ''}.yaml"
     path.write_text(yaml.safe_dump({"trainer": {"init": init, "fit": fit}}, sort_keys=False))
     return path
 
@@ -200,6 +211,38 @@ def model_parameters(folder: Path) -> int:
     return total
 
 
+def _variants(args: argparse.Namespace, env: dict[str, str]) -> list[tuple[str, str, Any]]:
+    """Each row to run: the command's name, the label's suffix and the environment."""
+    names = ("imports", "read", "read float32", "fit", "fit (bf16 LoRA)", "generate")
+    variants = [(n, "", env) for n in names]
+    wide = {**env, "PLUGTRAIN_BF16_BASE": "0"}
+    variants.insert(5, ("fit (bf16 LoRA)", ", f32 base", wide))
+    if not args.no_old:
+        old = {**env, "PLUGTRAIN_META_BUILD": "0"}
+        variants += [("fit", " (old)", old), ("generate", " (old)", old)]
+    if args.baseline:
+        base = {**env, "PYTHONPATH": os.pathsep.join(sources(Path(args.baseline)))}
+        variants += [("fit", " (baseline)", base), ("generate", " (baseline)", base)]
+    if args.only:
+        wanted = {label.strip() for label in args.only.split(",")} | {"read", "imports"}
+        variants = [v for v in variants if _label(*v[:2]) in wanted]
+    return variants
+
+
+def held_bytes(folder: Path) -> int:
+    """The bytes a bf16 LoRA fit's model holds: its frozen Linear weights in bfloat16 (2 bytes a
+    parameter), the token table (tied to the head) and the norms in float32 (4)."""
+    total = 0
+    for shard in sorted(folder.glob("*.safetensors")):
+        with shard.open("rb") as handle:
+            header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                wide = "embed" in name or "norm" in name
+                total += (4 if wide else 2) * math.prod(entry["shape"])
+    return total
+
+
 def main() -> None:
     """Write the folder, run every variant interleaved, print the table (see the module)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -207,6 +250,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-old", action="store_true", help="skip the initialised builds")
     parser.add_argument("--baseline", metavar="DIR", help="sources to compare with (see above)")
+    parser.add_argument("--only", metavar="LABELS", help="comma-separated rows to run")
     parser.add_argument("--write", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.write:
@@ -223,6 +267,7 @@ def main() -> None:
         shards = sorted(str(p) for p in folder.glob("*.safetensors"))
         print(f"wrote {len(shards)} shards in {time.perf_counter() - started:.0f} s")
         run = str(run_file(folder, work))
+        run_bf16 = str(run_file(folder, work, "bfloat16"))
         generate = [*plugtrain, "generate", run, "--ckpt", str(folder), "--prompt", "ab"]
         generate += ["--max-tokens", "1", "--tokenizer", "bytes"]
         commands = {
@@ -230,30 +275,25 @@ def main() -> None:
             "read": [sys.executable, "-c", READ, *shards],
             "read float32": [sys.executable, "-c", READ32, *shards],
             "fit": [*plugtrain, "fit", run],
+            "fit (bf16 LoRA)": [*plugtrain, "fit", run_bf16],
             "generate": generate,
         }
         # the optimizer's C kernels are built once per machine and its step tuner times plans
         # in the first steps: neither is what loading costs
         env = {**os.environ, "OMP_NUM_THREADS": "2", "PLUGTRAIN_META_BUILD": "1"}
         env["PLUGTRAIN_NATIVE_KERNELS"] = "0"
-        names = ("imports", "read", "read float32", "fit", "generate")
-        variants = [(n, "", env) for n in names]
-        if not args.no_old:
-            old = {**env, "PLUGTRAIN_META_BUILD": "0"}
-            variants += [("fit", " (old)", old), ("generate", " (old)", old)]
-        if args.baseline:
-            base = {**env, "PYTHONPATH": os.pathsep.join(sources(Path(args.baseline)))}
-            variants += [("fit", " (baseline)", base), ("generate", " (baseline)", base)]
+        variants = _variants(args, env)
         results: dict[str, list[dict[str, float]]] = {}
         for _ in range(args.rounds):
             for name, suffix, variant_env in variants:
-                label = name + suffix
+                label = _label(name, suffix)
                 measured = measure(commands[name], variant_env, work / "model_dir")
                 results.setdefault(label, []).append(measured)
                 shown = ", ".join(f"{k} {v:.1f} s" for k, v in measured.items() if k != "peak")
                 print(f"  {label}: {shown}, {measured['peak'] / 2**30:.2f} GiB", flush=True)
         parameters = model_parameters(folder)
         file_bytes = sum(Path(s).stat().st_size for s in shards)
+        held = held_bytes(folder)
     model_bytes = 4 * parameters
     print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
     print(
@@ -261,7 +301,27 @@ def main() -> None:
         f"(bfloat16), model {model_bytes / 2**30:.2f} GiB (float32); {args.rounds} round(s)"
     )
     print_table(results, model_bytes)
+    print_held(results, held)
     print(json.dumps(results))
+
+
+def print_held(results: dict[str, list[dict[str, float]]], held: int) -> None:
+    """The bf16 LoRA fit's peak beside the bytes its model holds."""
+    label = "fit (bf16 LoRA)"
+    if label not in results:
+        return
+    peak = statistics.median(run["peak"] for run in results[label])
+    print(
+        f"{label}: peak {peak / 2**30:.2f} GiB = {peak / held:.2f}x the {held / 2**30:.2f} "
+        "GiB its model holds (bfloat16 frozen Linear weights, float32 table and norms)"
+    )
+
+
+def _label(name: str, suffix: str) -> str:
+    """A row's label: ``fit (old)``, ``fit (bf16 LoRA, f32 base)``."""
+    if suffix.startswith(",") and name.endswith(")"):
+        return f"{name[:-1]}{suffix})"
+    return name + suffix
 
 
 def print_table(results: dict[str, list[dict[str, float]]], model_bytes: int) -> None:
