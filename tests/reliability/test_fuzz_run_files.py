@@ -26,6 +26,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from support.installed import metadata_read_once
 from support.reliability import (
     EXAMPLES,
     Outcome,
@@ -366,7 +367,10 @@ def _baseline(stdlib_gpt_root: Path) -> Iterator[None]:
     """Warm up once and remember which canary modules were already imported.
 
     The module runs in a folder holding the data the Model Zoo-shaped examples read (their
-    ``data_dir`` must exist when they are checked).
+    ``data_dir`` must exist when they are checked). After the warm-up (which reads the
+    installed distributions as every command does), the examples read their metadata once
+    (:func:`support.installed.metadata_read_once`): nothing is installed meanwhile, and the
+    scan is a third to a half of each ``check``.
     """
     from plugtrain.discovery import loading as plugins
 
@@ -378,7 +382,8 @@ def _baseline(stdlib_gpt_root: Path) -> Iterator[None]:
     for text in BASE_TEXTS.values():
         assert check_file(text.encode()).status == 0
     _modules_before.update(m for m in CANARY_MODULES if m in sys.modules)
-    yield
+    with metadata_read_once():
+        yield
     plugins.reset(saved[0], extra=saved[1])
     os.chdir(previous_cwd)
     shutil.rmtree(_WORKDIR, ignore_errors=True)
