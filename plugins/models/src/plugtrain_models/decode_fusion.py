@@ -20,19 +20,18 @@ the read, so stacking would gain next to nothing there and hold a copy of most o
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-__all__ = ["MAX_STACKED_BYTES", "fused_linear_step"]
+__all__ = ["MAX_STACKED_BYTES", "StackedProduct", "fused_linear_step"]
 
 MAX_STACKED_BYTES = 16 * 2**20
 """The largest group (its weights' and biases' bytes together) that is stacked."""
 
-Step = Callable[[torch.Tensor], torch.Tensor]
 Signature = tuple[tuple[int, int, int, int], ...]
-Kept = tuple[Signature, list["weakref.ref[torch.Tensor]"], Step]
+Kept = tuple[Signature, list["weakref.ref[torch.Tensor]"], "StackedProduct"]
 
 _KEPT: weakref.WeakKeyDictionary[nn.Module, Kept] = weakref.WeakKeyDictionary()
 
@@ -62,16 +61,32 @@ def _signature(modules: Sequence[nn.Linear]) -> Signature:
     return tuple(parts)
 
 
-def _stacked(modules: Sequence[nn.Linear]) -> Step:
+class StackedProduct:
+    """A group's product: ``[B, in]`` to ``[B, sum of out]``, over the stacked weight.
+
+    Called as ``product(hidden)``, or ``product(hidden, out)`` to write a preallocated
+    ``[B, sum of out]`` tensor (no allocation per call; views of ``out`` stay valid).
+    """
+
+    def __init__(self, weight_t: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight_t, self.bias = weight_t, bias
+
+    def __call__(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The modules' outputs side by side, in ``out`` when given."""
+        if self.bias is None:
+            return torch.mm(hidden, self.weight_t, out=out)
+        return torch.addmm(self.bias, hidden, self.weight_t, out=out)
+
+
+def _stacked(modules: Sequence[nn.Linear]) -> StackedProduct:
     with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable in any mode
         weight_t = torch.cat([m.weight.detach() for m in modules]).t().contiguous()
         if modules[0].bias is None:  # nn.Linear(bias=False) holds None
-            return lambda hidden: torch.mm(hidden, weight_t)  # type: ignore[unreachable]
-        bias = torch.cat([m.bias.detach() for m in modules])
-    return lambda hidden: torch.addmm(bias, hidden, weight_t)
+            return StackedProduct(weight_t, None)  # type: ignore[unreachable]
+        return StackedProduct(weight_t, torch.cat([m.bias.detach() for m in modules]))
 
 
-def fused_linear_step(modules: Sequence[nn.Module]) -> Step | None:
+def fused_linear_step(modules: Sequence[nn.Module]) -> StackedProduct | None:
     """``modules`` on one ``[B, in]`` input as one ``mm``: ``[B, sum of out]``, in order.
 
     ``None`` unless every module is a stock ``nn.Linear`` and they share the input width, the

@@ -1,14 +1,19 @@
 """One decoder layer for one new token per row, against a KV cache: the generation step.
 
 :meth:`DecoderLayer.forward` computed as plain functions over the layer's own weights, for a
-layer in eval mode. A :class:`LayerPlan` looks the layer's parts up once per cache (a stock
-``nn.Linear`` becomes one ``mm``, :class:`RMSNorm` or ``nn.LayerNorm`` one fused call; any
-other part, a LoRA layer say, stays its module, so it computes what it always does). A step
-then skips what a single query in inference never needs: module calls, dropout, reshapes and
-transposes (one token per row: hidden states are ``[B, H]``, queries ``[B, h, 1, d]``), the
-causal mask (the one query is the newest key) and, for a sliding window without sinks or
-padding, any mask at all (the keys are sliced to the window). RoPE rotates the new key in its
-cache slot and the query in place.
+layer in eval mode while no autograd graph is recorded. A :class:`LayerPlan` looks the layer's
+parts up once per cache (a stock ``nn.Linear`` becomes one ``mm``, :class:`RMSNorm` or
+``nn.LayerNorm`` a few kernels; any other part, a LoRA layer say, stays its module, so it
+computes what it always does). A step then skips what a single query in inference never needs:
+module calls, dropout, reshapes and transposes (one token per row: hidden states are ``[B, H]``,
+queries ``[B, h, 1, d]``), the causal mask (the one query is the newest key) and, for a sliding
+window without sinks or padding, any mask at all (the keys are sliced to the window). RoPE
+rotates the new key in its cache slot and the query in place.
+
+The residual stream is updated in place: a stock output or down projection adds its product to
+it in the same BLAS call (``addmm_``). The fused products (:mod:`~plugtrain_models.decode_fusion`)
+write outputs allocated once per cache, whose views (query, key, value, the rotated pairs, a
+GLU's halves) are made once too.
 """
 
 from __future__ import annotations
@@ -21,18 +26,29 @@ from torch import nn
 from torch.nn import functional
 
 from plugtrain_models.attention import Attention, LayerCache
-from plugtrain_models.decode_fusion import fused_linear_step
+from plugtrain_models.decode_fusion import StackedProduct, fused_linear_step
 from plugtrain_models.ffn import FeedForward, FFNLayer
 from plugtrain_models.layers import RMSNorm, apply_rotary
 
-__all__ = ["LayerPlan", "ffn_step", "head_step", "linear_step", "norm_step", "stock_layer"]
+__all__ = [
+    "LayerPlan", "add_linear_step", "ffn_add_step", "ffn_step", "head_step", "linear_step",
+    "norm_step", "stock_layer",
+]  # fmt: skip
 
 Step = Callable[[torch.Tensor], torch.Tensor]
+AddStep = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""``(residual, x)``: adds a part's output for ``x`` to ``residual`` in place, returns it."""
 
 
 def stock_layer(layer: nn.Module) -> bool:
-    """Whether a :class:`LayerPlan` may compute ``layer`` (a ``DecoderLayer`` in eval mode)."""
-    return not layer.training and type(layer.self_attn) is Attention
+    """Whether a :class:`LayerPlan` may compute ``layer`` (a ``DecoderLayer``) now.
+
+    In eval mode, with stock attention, and with no autograd graph recorded (a step writes
+    its input in place).
+    """
+    if layer.training or torch.is_grad_enabled():
+        return False
+    return type(layer.self_attn) is Attention
 
 
 def _module(module: nn.Module) -> Step:
@@ -56,27 +72,75 @@ def linear_step(module: nn.Module) -> Step:
     return lambda hidden: torch.addmm(bias, hidden, weight_t)
 
 
-def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``w * x * rsqrt(mean(x^2) + eps)`` for float32, with :class:`RMSNorm`'s operations.
+def add_linear_step(module: nn.Module) -> AddStep:
+    """``residual += module(x)``: for a stock ``nn.Linear``, the product accumulated in place.
 
-    The values of ``torch.rms_norm`` bit for bit, in 19 ATen calls on CPU against its 24.
+    ``residual.addmm_(x, W^T)`` adds each dot product to the residual in the BLAS call (the
+    bias after it): no output tensor, no separate addition.
     """
-    scale = hidden.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    if type(module) is not nn.Linear:
+        step = _module(module)
+        return lambda residual, x: residual.add_(step(x))
+    weight_t, bias = module.weight.t(), module.bias
+    if bias is None:  # nn.Linear(bias=False) holds None
+        return lambda residual, x: residual.addmm_(x, weight_t)  # type: ignore[unreachable]
+    return lambda residual, x: residual.addmm_(x, weight_t).add_(bias)
+
+
+def _rms_norm(
+    hidden: torch.Tensor, weight: torch.Tensor, eps: torch.Tensor, width: int
+) -> torch.Tensor:
+    """``w * x * rsqrt(mean(x^2) + eps)`` for float32 in five kernels (``eps`` ``[1]``).
+
+    ``mean(x^2)`` is ``||x||^2 / width``, from the 2-norm (:class:`RMSNorm` sums the squares
+    themselves: the two agree to float32 rounding).
+    """
+    norm = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True)
+    scale = torch.addcmul(eps, norm, norm, value=1.0 / width).rsqrt_()
     return torch.mul(hidden, scale).mul_(weight)
 
 
 def norm_step(module: nn.Module) -> Step:
-    """``module`` as a function: one fused call for :class:`RMSNorm` and ``nn.LayerNorm``."""
+    """``module`` as a function: a few kernels for :class:`RMSNorm`, one for ``nn.LayerNorm``."""
     if type(module) is RMSNorm:  # in float32, as RMSNorm computes it
         weight, eps = module.weight.float(), module.eps
         shape: tuple[int, ...] = (weight.shape[0],)
         if module.weight.dtype == torch.float32:
-            return lambda hidden: _rms_norm(hidden, weight, eps)
+            eps_t = weight.new_full((1,), eps)
+            return lambda hidden: _rms_norm(hidden, weight, eps_t, shape[0])
         return lambda hidden: torch.rms_norm(hidden.float(), shape, weight, eps).to(hidden.dtype)
     if type(module) is nn.LayerNorm:
         shape, weight, bias, eps = module.normalized_shape, module.weight, module.bias, module.eps
         return lambda hidden: functional.layer_norm(hidden, shape, weight, bias, eps)
     return _module(module)
+
+
+class _FusedGLU:
+    """``act(gate) * up`` from a GLU's fused product (gate first), into an output made once.
+
+    The product ``[B, 2 * width]`` is written to a tensor kept for the batch size last seen;
+    its two halves are views made with it.
+    """
+
+    def __init__(self, product: StackedProduct, act: Step, width: int) -> None:
+        self.product, self.width = product, width
+        self.act = _silu_ if act is functional.silu else act
+        self.rows = -1
+        self.out = self.gate = self.up = product.weight_t
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The GLU's output ``[B, width]`` for ``hidden`` ``[B, in]``."""
+        if hidden.shape[0] != self.rows:
+            self.rows = hidden.shape[0]
+            weight_t = self.product.weight_t
+            self.out = weight_t.new_empty(self.rows, weight_t.shape[1])
+            self.gate, self.up = self.out[:, : self.width], self.out[:, self.width :]
+        self.product(hidden, self.out)
+        return self.act(self.gate).mul_(self.up)
+
+
+def _silu_(x: torch.Tensor) -> torch.Tensor:
+    return functional.silu(x, inplace=True)
 
 
 def _ffn_layer_step(module: nn.Module, fuse: bool = False) -> Step:
@@ -89,18 +153,12 @@ def _ffn_layer_step(module: nn.Module, fuse: bool = False) -> Step:
         if fuse:
             both = fused_linear_step([module.linear_layer_for_glu, module.linear_layer])
         if both is not None:
-            width = module.linear_layer.out_features
-            return lambda hidden: _glu(act, both(hidden), width)
+            return _FusedGLU(both, act, module.linear_layer.out_features)
         gate = linear_step(module.linear_layer_for_glu)
         return lambda hidden: act(gate(hidden)).mul_(main(hidden))
     if act is None:
         return main
     return lambda hidden: act(main(hidden))
-
-
-def _glu(act: Step, both: torch.Tensor, width: int) -> torch.Tensor:
-    """``act(gate) * up`` from the fused product ``[B, 2 * width]`` (gate first)."""
-    return act(both[:, :width]).mul_(both[:, width:])
 
 
 def ffn_step(module: nn.Module, fuse: bool = False) -> Step:
@@ -120,10 +178,26 @@ def ffn_step(module: nn.Module, fuse: bool = False) -> Step:
     return routed
 
 
+def ffn_add_step(module: nn.Module, fuse: bool = False) -> AddStep:
+    """``residual += ffn(x)`` (:func:`ffn_step`), a stock last projection accumulated in place."""
+    if type(module) is FeedForward and len(module.ffn) == 2:
+        last = module.ffn[1]
+        if type(last) is FFNLayer and not last.glu and last.act is None:
+            first = _ffn_layer_step(module.ffn[0], fuse)
+            down = add_linear_step(last.linear_layer)
+            return lambda residual, x: down(residual, first(x))
+    step = ffn_step(module, fuse)
+    return lambda residual, x: residual.add_(step(x))
+
+
 def _rotate_(x: torch.Tensor, phases: torch.Tensor) -> None:
     """RoPE on ``x`` ``[..., d]`` (float32) in place; ``phases`` broadcast over its pairs."""
-    half = phases.shape[-1]
-    torch.view_as_complex(x[..., : 2 * half].unflatten(-1, (half, 2))).mul_(phases)
+    _pairs(x, phases.shape[-1]).mul_(phases)
+
+
+def _pairs(x: torch.Tensor, half: int) -> torch.Tensor:
+    """The first ``2 * half`` dims of ``x`` ``[..., d]`` (float32) as ``half`` complex numbers."""
+    return torch.view_as_complex(x[..., : 2 * half].unflatten(-1, (half, 2)))
 
 
 class LayerPlan:
@@ -141,6 +215,7 @@ class LayerPlan:
         self.k = linear_step(attention.proj_k_dense_layer)
         self.v = linear_step(attention.proj_v_dense_layer)
         self.o = linear_step(attention.proj_output_dense_layer)
+        self.o_add = add_linear_step(attention.proj_output_dense_layer)
         self.norm1 = norm_step(layer.norm1)
         self.norm3 = norm_step(layer.norm3) if hasattr(layer, "norm3") else None
         self.sandwich = layer.sandwich
@@ -151,9 +226,11 @@ class LayerPlan:
             )
         self.parallel = layer.parallel
         self.ffn = ffn_step(layer.ffn)
-        self.qkv: Step | None = None
+        self.ffn_add = ffn_add_step(layer.ffn)
+        self.qkv: StackedProduct | None = None
         self._layer: Any = layer
-        self._fused = False
+        self._rows = -1
+        self._prepared = False
 
     def _fuse(self) -> None:
         """Fuse the projections that share an input, for :meth:`step` (once, on its first call).
@@ -163,7 +240,7 @@ class LayerPlan:
         keeps its own call); see :mod:`plugtrain_models.decode_fusion` for the stacked
         weights' memory and when they are rebuilt.
         """
-        self._fused = True
+        self._prepared = True
         if not self.fuse:
             return
         attention = self._layer.self_attn
@@ -172,6 +249,20 @@ class LayerPlan:
             attention.proj_v_dense_layer,
         ])  # fmt: skip
         self.ffn = ffn_step(self._layer.ffn, fuse=True)
+        self.ffn_add = ffn_add_step(self._layer.ffn, fuse=True)
+
+    def _outputs(self, rows: int) -> None:
+        """The fused query/key/value product's output for ``rows`` rows, and its views."""
+        assert self.qkv is not None
+        heads, groups, dim = self.heads, self.groups, self.head_dim
+        weight_t = self.qkv.weight_t
+        self._rows = rows
+        self._qkv = weight_t.new_empty(rows, weight_t.shape[1])
+        self._rotated = self._qkv[:, : (heads + groups) * dim].view(rows, heads + groups, dim)
+        self._q = self._qkv[:, : heads * dim].view(rows, heads, 1, dim)
+        self._k = self._rotated[:, heads:]
+        self._v = self._qkv[:, (heads + groups) * dim :].view(rows, groups, dim)
+        self._pairs: torch.Tensor | None = None
 
     def _query(self, hidden: torch.Tensor, rotary: torch.Tensor | None) -> torch.Tensor:
         """The rotated query ``[B, h, 1, d]`` of ``hidden`` ``[B, H]``."""
@@ -194,27 +285,33 @@ class LayerPlan:
         :func:`apply_rotary` does). Returns the rotated query ``[B, h, 1, d]``.
         """
         assert self.qkv is not None
-        batch, heads, groups, dim = normed.shape[0], self.heads, self.groups, self.head_dim
-        both = self.qkv(normed)
-        rotated = both[:, : (heads + groups) * dim].view(batch, heads + groups, dim)
+        if normed.shape[0] != self._rows:
+            self._outputs(normed.shape[0])
+        self.qkv(normed, self._qkv)
         if rotary is not None:
-            if rotated.dtype == torch.float32:
-                _rotate_(rotated, rotary)
+            pairs = self._pairs
+            if pairs is None and self._qkv.dtype == torch.float32:
+                pairs = self._pairs = _pairs(self._rotated, rotary.shape[-1])
+            if pairs is not None:
+                pairs.mul_(rotary)
             else:
-                rotated.copy_(_rotated(rotated, rotary))
+                self._rotated.copy_(_rotated(self._rotated, rotary))
         start = cache.start
-        cache.keys[:, :, start].copy_(rotated[:, heads:])
-        cache.values[:, :, start].copy_(both[:, (heads + groups) * dim :].view(batch, groups, dim))
-        return rotated[:, :heads].unsqueeze(2)
+        cache.keys.select(2, start).copy_(self._k)
+        cache.values.select(2, start).copy_(self._v)
+        return self._q
 
     def _attend(
         self, q: torch.Tensor, cache: LayerCache, end: int, bias: torch.Tensor | None,
         first_key: int,
     ) -> torch.Tensor:  # fmt: skip
-        """Attention of ``q`` ``[B, h, 1, d]`` to cached slots ``first_key .. end - 1``."""
+        """Attention of ``q`` ``[B, h, 1, d]`` to cached slots ``first_key .. end - 1``.
+
+        Returns the heads' outputs side by side, ``[B, h * d]`` (before the output projection).
+        """
         batch, heads, groups, dim = q.shape[0], self.heads, self.groups, self.head_dim
-        keys = cache.keys[:, :, first_key:end]
-        values = cache.values[:, :, first_key:end]
+        keys = cache.keys.narrow(2, first_key, end - first_key)
+        values = cache.values.narrow(2, first_key, end - first_key)
         if self.cap is None:
             attended = functional.scaled_dot_product_attention(
                 q, keys, values, attn_mask=None if bias is None else bias.to(q.dtype),
@@ -224,23 +321,22 @@ class LayerPlan:
             if bias is None:
                 bias = torch.zeros(1, 1, 1, keys.shape[2], device=q.device)
             attended = self.capped(q, keys, values, bias)
-        return self.o(attended.view(batch, heads * dim))
+        return attended.view(batch, heads * dim)
 
-    def _rest(
+    def _residuals(
         self, hidden: torch.Tensor, normed: torch.Tensor, attended: torch.Tensor
     ) -> torch.Tensor:
-        """The residuals and the FFN after attention (``[B, H]`` each)."""
+        """The output projection, the FFN and both residuals, added to ``hidden`` in place."""
         if self.parallel:
             ffn_in = normed if self.norm3 is None else self.norm3(hidden)
-            return (hidden + attended).add_(self.ffn(ffn_in))
-        if self.sandwich:
-            attended = self.norm1_post(attended)
-        hidden = attended.add_(hidden)
+            self.o_add(hidden, attended)
+            return self.ffn_add(hidden, ffn_in)
         assert self.norm3 is not None
-        ffn_out = self.ffn(self.norm3(hidden))
         if self.sandwich:
-            ffn_out = self.norm3_post(ffn_out)
-        return ffn_out.add_(hidden)
+            hidden.add_(self.norm1_post(self.o(attended)))
+            return hidden.add_(self.norm3_post(self.ffn(self.norm3(hidden))))
+        self.o_add(hidden, attended)
+        return self.ffn_add(hidden, self.norm3(hidden))
 
     def step(
         self, hidden: torch.Tensor, cache: LayerCache, bias: torch.Tensor | None,
@@ -248,22 +344,29 @@ class LayerPlan:
     ) -> torch.Tensor:  # fmt: skip
         """The layer's output for ``hidden`` ``[B, H]``, one new token per row.
 
+        The output is ``hidden`` itself, updated in place (the residual stream).
+
         :param cache: the layer's cache, ``start`` at the new token's slot (written here).
         :param bias: the additive mask ``[B, 1 or nh, 1, K]`` over cached slots ``first_key
             .. start``, or ``None`` when the token sees all of them.
         :param rotary: the token's RoPE phases ``[B or 1, 1, r/2]`` (complex), or ``None``.
         """
-        if not self._fused:
+        if not self._prepared:
             self._fuse()
-        batch, groups, dim = hidden.shape[0], self.groups, self.head_dim
         normed = self.norm1(hidden)
-        start = cache.start
-        key, value = cache.keys[:, :, start], cache.values[:, :, start]
         if self.qkv is not None:
-            return self._rest(
-                hidden, normed, self._attend(self._fused_query(normed, cache, rotary),
-                                             cache, start + 1, bias, first_key),
-            )  # fmt: skip
+            q = self._fused_query(normed, cache, rotary)
+        else:
+            q = self._separate_query(normed, cache, rotary)
+        attended = self._attend(q, cache, cache.start + 1, bias, first_key)
+        return self._residuals(hidden, normed, attended)
+
+    def _separate_query(
+        self, normed: torch.Tensor, cache: LayerCache, rotary: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The query, key and value as three products; the key and value written to the cache."""
+        batch, groups, dim = normed.shape[0], self.groups, self.head_dim
+        key, value = cache.keys.select(2, cache.start), cache.values.select(2, cache.start)
         key.copy_(self.k(normed).view(batch, groups, dim))
         value.copy_(self.v(normed).view(batch, groups, dim))
         if rotary is not None:
@@ -271,8 +374,7 @@ class LayerPlan:
                 _rotate_(key, rotary)
             else:
                 key.copy_(_rotated(key, rotary))
-        q = self._query(normed, rotary)
-        return self._rest(hidden, normed, self._attend(q, cache, start + 1, bias, first_key))
+        return self._query(normed, rotary)
 
     def last_of_prompt(
         self, hidden: torch.Tensor, cache: LayerCache, bias: torch.Tensor | None,
@@ -300,9 +402,10 @@ class LayerPlan:
         start = cache.start
         cache.keys[:, :, start : start + length] = k.transpose(1, 2)
         cache.values[:, :, start : start + length] = v.transpose(1, 2)
-        normed, hidden = normed[:, -1], hidden[:, -1]
+        normed, hidden = normed[:, -1], hidden[:, -1].contiguous()
         q = self._query(normed, last_phases)
-        return self._rest(hidden, normed, self._attend(q, cache, start + length, bias, 0))
+        attended = self._attend(q, cache, start + length, bias, 0)
+        return self._residuals(hidden, normed, attended)
 
 
 def _rotated(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
