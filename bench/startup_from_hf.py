@@ -42,7 +42,7 @@ Goals: ``fit`` (to the first step's end) and ``generate`` at most 1.5x ``read``'
 RSS at most 1.15x the model's bytes.
 
     python bench/startup_from_hf.py [--size 1b] [--rounds 1] [--no-old] [--baseline DIR]
-        [--only LABEL,LABEL]
+        [--only LABEL [--only LABEL ...]]
 """
 
 from __future__ import annotations
@@ -158,13 +158,14 @@ def measure(command: list[str], env: dict[str, str], model_dir: Path) -> dict[st
     began = time.time()
     start = time.perf_counter()
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    cpu_first = math.nan
+    cpu_first = peak_first = math.nan
     while True:
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
         if math.isnan(cpu_first) and metrics.is_file() and metrics.stat().st_size:
             cpu_first = _cpu_seconds(process.pid)  # the file is made empty at the start
+            peak_first = _peak_bytes(process.pid)
         time.sleep(0.05)
     seconds = time.perf_counter() - start
     process.returncode = os.waitstatus_to_exitcode(status)
@@ -179,6 +180,7 @@ def measure(command: list[str], env: dict[str, str], model_dir: Path) -> dict[st
         measured["first"] = first["time"] - began
         measured["step"] = 1 / first["steps_per_second"]
         measured["cpu first"] = cpu_first
+        measured["peak first"] = peak_first
     return measured
 
 
@@ -189,6 +191,16 @@ def _cpu_seconds(pid: int) -> float:
     except OSError:
         return math.nan
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_bytes(pid: int) -> float:
+    """The most resident memory process ``pid`` has had so far (``VmHWM``), in bytes."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return math.nan
+    found = [line.split()[1] for line in lines if line.startswith("VmHWM:")]
+    return float(found[0]) * 1024 if found else math.nan
 
 
 def sources(root: Path) -> list[str]:
@@ -224,7 +236,7 @@ def _variants(args: argparse.Namespace, env: dict[str, str]) -> list[tuple[str, 
         base = {**env, "PYTHONPATH": os.pathsep.join(sources(Path(args.baseline)))}
         variants += [("fit", " (baseline)", base), ("generate", " (baseline)", base)]
     if args.only:
-        wanted = {label.strip() for label in args.only.split(",")} | {"read", "imports"}
+        wanted = {*args.only, "read", "imports"}
         variants = [v for v in variants if _label(*v[:2]) in wanted]
     return variants
 
@@ -250,7 +262,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-old", action="store_true", help="skip the initialised builds")
     parser.add_argument("--baseline", metavar="DIR", help="sources to compare with (see above)")
-    parser.add_argument("--only", metavar="LABELS", help="comma-separated rows to run")
+    parser.add_argument("--only", metavar="LABEL", action="append", help="a row to run (repeat)")
     parser.add_argument("--write", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.write:
@@ -289,8 +301,11 @@ def main() -> None:
                 label = _label(name, suffix)
                 measured = measure(commands[name], variant_env, work / "model_dir")
                 results.setdefault(label, []).append(measured)
-                shown = ", ".join(f"{k} {v:.1f} s" for k, v in measured.items() if k != "peak")
-                print(f"  {label}: {shown}, {measured['peak'] / 2**30:.2f} GiB", flush=True)
+                shown = ", ".join(f"{k} {v:.1f} s" for k, v in measured.items() if "peak" not in k)
+                peaks = ", ".join(
+                    f"{k} {v / 2**30:.2f} GiB" for k, v in measured.items() if "peak" in k
+                )
+                print(f"  {label}: {shown}, {peaks}", flush=True)
         parameters = model_parameters(folder)
         file_bytes = sum(Path(s).stat().st_size for s in shards)
         held = held_bytes(folder)
@@ -306,15 +321,16 @@ def main() -> None:
 
 
 def print_held(results: dict[str, list[dict[str, float]]], held: int) -> None:
-    """The bf16 LoRA fit's peak beside the bytes its model holds."""
+    """The bf16 LoRA fit's peaks (to its first step's end, to its exit) and its model's bytes."""
     label = "fit (bf16 LoRA)"
     if label not in results:
         return
-    peak = statistics.median(run["peak"] for run in results[label])
-    print(
-        f"{label}: peak {peak / 2**30:.2f} GiB = {peak / held:.2f}x the {held / 2**30:.2f} "
-        "GiB its model holds (bfloat16 frozen Linear weights, float32 table and norms)"
-    )
+    for key in ("peak first", "peak"):
+        peak = statistics.median(run[key] for run in results[label])
+        print(
+            f"{label}: {key} {peak / 2**30:.2f} GiB = {peak / held:.2f}x the {held / 2**30:.2f} "
+            "GiB its model holds (bfloat16 frozen Linear weights, float32 table and norms)"
+        )
 
 
 def _label(name: str, suffix: str) -> str:

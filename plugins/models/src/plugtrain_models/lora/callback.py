@@ -94,9 +94,7 @@ class Lora:
                     del state[name]
 
         model.register_state_dict_post_hook(adapters_only)
-        held = allow_bfloat16_base(trainer, model)
-        if held:
-            log.info("LoRA: %d frozen Linear weights may be held in bfloat16", held)
+        allow_bfloat16_base(trainer, model)
         share = 100 * report["trainable"] / max(report["total"], 1)
         log.info(
             "LoRA: %d layers adapted; %d of %d parameters train (%.3g%%)",
@@ -112,9 +110,11 @@ class Lora:
         Every process comes here (the fingerprint gathers sharded tensors).
         """
         self._fingerprint_loaded_base()
-        if self.adapter_only and self.base["fingerprint"] is None:
+        if not self.adapter_only:
+            return
+        if self.base["fingerprint"] is None:
             self.base["fingerprint"] = base_fingerprint(trainer.unwrapped_model.state_dict())
-        self._saving = self.adapter_only
+        self._saving = True
 
     def on_after_save_checkpoint(self, trainer: TrainerView, step: int) -> None:
         """The whole state again."""
@@ -151,7 +151,11 @@ class Lora:
             self._load_as_base(state, weights, own, adapters)
         elif any(not is_adapter(name) and name not in weights for name in own):
             self._add_base(trainer, state, weights, own)
-        hold_in_bfloat16(model, weights)  # the types the weights arrive in (see the module)
+        held = hold_in_bfloat16(model, weights)  # the types the weights come in (see the module)
+        if held:
+            log.info(
+                "LoRA: %d frozen Linear weights held in bfloat16, as the checkpoint gives", held
+            )
 
     def _load_as_base(
         self, state: dict[str, Any], weights: dict[str, Any], own: Mapping[str, Any],
