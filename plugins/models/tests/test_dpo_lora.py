@@ -144,8 +144,8 @@ RSS_SCRIPT = textwrap.dedent(
     from plugtrain_models.lora.callback import Lora
 
     kind = sys.argv[1]
-    keys = {"vocab_size": 32000, "hidden_size": 1024, "num_heads": 8, "num_hidden_layers": 4,
-            "filter_size": 2816, "max_position_embeddings": 64, "position_embedding_type": "rotary",
+    keys = {"vocab_size": 32000, "hidden_size": 768, "num_heads": 6, "num_hidden_layers": 2,
+            "filter_size": 2048, "max_position_embeddings": 64, "position_embedding_type": "rotary",
             "norm_type": "rmsnorm", "nonlinearity": "swiglu", "share_embedding_weights": False,
             "use_ffn_bias": False, "use_projection_bias_in_attention": False,
             "use_ffn_bias_in_attention": False, "dropout_rate": 0.0}
@@ -205,7 +205,8 @@ def test_a_lora_dpo_runs_peak_rss_is_within_1_1x_of_a_lora_sft_runs(tmp_path: Pa
         measured[kind] = json.loads(done.stdout.strip().splitlines()[-1])
     ratio = measured["dpo"]["peak_rss"] / measured["sft"]["peak_rss"]
     print(f"peak RSS: LoRA SFT {measured['sft']}, LoRA DPO {measured['dpo']}, ratio {ratio:.3f}")
-    # a second copy of the weights (~0.46 GB) would put DPO ~1.4x above SFT
+    # a second copy of the weights (0.26 GB, beside SFT's peak of ~0.75 GB) would put DPO
+    # ~1.3x above SFT
     assert measured["dpo"]["state_bytes"] < 1.05 * measured["sft"]["state_bytes"]
     assert ratio < 1.1
     assert not math.isnan(ratio)
