@@ -20,7 +20,7 @@ from torch import nn
 import plugtrain
 from plugtrain.conversion import build_for_loading, export_hf, open_checkpoint, read_checkpoint
 from plugtrain.conversion.engine import hf_weight_names
-from plugtrain.conversion.meta_build import bfloat16_names, hold_in_bfloat16
+from plugtrain.conversion.meta_build import bfloat16_names, fill_pending, hold_in_bfloat16
 from plugtrain.conversion.meta_build.bfloat16 import BUILT_AS, allow_bfloat16
 from plugtrain.discovery.loading import get_registry
 from plugtrain.train.checkpointing.state import trainer_state
@@ -311,3 +311,24 @@ def test_a_folder_is_read_in_bfloat16_only_where_it_holds_bfloat16(
     for name, tensor in read.state.items():
         assert tensor.dtype == (dtype if name in kept else torch.float32), name
         assert torch.equal(tensor.float(), state[name].float()), name
+
+
+def test_what_a_load_leaves_unfilled_gets_the_initial_values_it_gets_beside_float32() -> None:
+    torch.manual_seed(0)
+    source = build_decoder("llama", KEYS).state_dict()
+    given = {n: t.to(torch.bfloat16) for n, t in source.items() if n != "model.lm_head.weight"}
+    filled = []
+    for held in (False, True):
+        torch.manual_seed(7)
+        model = build_for_loading(lambda: build_decoder("llama", KEYS))
+        apply_lora(model, [LoraConfig(r=2, target_modules=("o_proj",))])
+        if held:
+            allow_bfloat16(bfloat16_base_weights(model))
+        weights = {**given, **{n: t for n, t in model.state_dict().items() if is_adapter(n)}}
+        assert hold_in_bfloat16(model, weights) == (14 if held else 0)
+        model.load_state_dict(weights, strict=False)
+        fill_pending(model, weights)  # the head: drawn after every other weight's draws
+        filled.append(model.state_dict())
+    for name, tensor in filled[0].items():
+        assert torch.equal(filled[1][name].float(), tensor.float()), name
+    assert filled[1]["model.lm_head.weight"].dtype == torch.float32  # not loaded: as built
