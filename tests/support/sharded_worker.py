@@ -9,9 +9,9 @@ checkpoints, with HSDP (2 replicas x 1 shard), and resumes the DCP checkpoint of
 with the gathered parameters kept after forward, activation checkpointing and regional
 compile; the FSDP2 runs build the model on the meta device, except the single-file one and
 HSDP (built whole);
-``python tests/support/sharded_worker.py OUT --alone`` resumes the DCP checkpoint of step 10 in one
-process. Each run's per-step losses, gradient norms and local parameter+gradient+optimizer
-bytes go to ``OUT/<run>.rank<R>.json``.
+:func:`alone` (``python tests/support/sharded_worker.py OUT --alone``, or called in the test's
+own process) resumes the DCP checkpoint of step 10 in one process. Each run's per-step losses,
+gradient norms and local parameter+gradient+optimizer bytes go to ``OUT/<run>.rank<R>.json``.
 """
 
 from __future__ import annotations
@@ -269,6 +269,14 @@ def refused_when_made_in_python(out: Path) -> None:
         (out / "refused.txt").write_text(message)
 
 
+def alone(out: Path) -> None:
+    """One process, no process group: resume the 2-process DCP checkpoint of step 10, and
+    compare what it loads with ``dcp_to_torch_save`` of it."""
+    dcp10 = out / "runs" / "fsdp2_dcp" / "checkpoint_10.mdl"
+    run(out, "alone_dcp_resume", "fsdp2", {"format": "dcp"}, dcp10)
+    compare_with_torch_save(out, dcp10)
+
+
 def main() -> None:
     """The runs of one launch (2 processes) or of ``--alone``."""
     out = Path(sys.argv[1])
@@ -277,9 +285,7 @@ def main() -> None:
         run(out, "hsdp_2x2", "hsdp", {"format": "dcp"}, None)
         return
     if "--alone" in sys.argv:
-        dcp10 = runs / "fsdp2_dcp" / "checkpoint_10.mdl"
-        run(out, "alone_dcp_resume", "fsdp2", {"format": "dcp"}, dcp10)
-        compare_with_torch_save(out, dcp10)
+        alone(out)
         return
     optimizer_sweep(out)
     refused_when_made_in_python(out)

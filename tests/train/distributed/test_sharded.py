@@ -1,9 +1,10 @@
-"""FSDP2 and DCP checkpoints for real: gloo processes in torchrun launches of 4, 2, then 1.
+"""FSDP2 and DCP checkpoints for real: gloo processes in torchrun launches of 4 and 2, then 1.
 
 The runs are in ``tests/support/sharded_worker.py``: a 34k-parameter GPT decoder, 20 steps of 16
 samples, AdamW, clipping at norm 1, with DDP, with FSDP2 (DCP and single-file checkpoints) and
 HSDP (2 x 1 on 2 processes, 2 x 2 on 4), resumed from step 10 at 2 processes (saving
-asynchronously, and from the 2 x 2 checkpoint) and at 1.
+asynchronously, and from the 2 x 2 checkpoint) and at 1 (in this process, which has no process
+group: what a fresh interpreter would be, without starting one).
 """
 
 from __future__ import annotations
@@ -46,12 +47,17 @@ def _python(out: Path, *command: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every run's record, in one launch of 2 processes and one of 1."""
+    """Every run's record: a launch of 4 processes, one of 2, then one process (this one)."""
+    import torch.distributed as dist
+    from support import sharded_worker
+
     out = tmp_path_factory.mktemp("sharded")
     torchrun = ["-m", "torch.distributed.run", "--standalone"]
     _python(out, *torchrun, "--nproc-per-node=4", str(WORKER), str(out), "--four")
     _python(out, *torchrun, "--nproc-per-node=2", str(WORKER), str(out))
-    _python(out, str(WORKER), str(out), "--alone")
+    assert not dist.is_initialized()  # one process as a fresh one: no group to join
+    sharded_worker.alone(out)
+    assert not dist.is_initialized()
     return out
 
 
