@@ -21,6 +21,7 @@ large, and the unfused path measured as fast or faster.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -52,6 +53,32 @@ def _reduce(ce: torch.Tensor, mask: torch.Tensor, batch: int, scaling: str, weig
     return total / m.sum().clamp_min(1.0)
 
 
+_SCRATCH = threading.local()
+"""Per thread, the CPU blocks of the last call: a block is 8 MiB, which the C allocator maps
+afresh (and the kernel zero-fills, page by page) on every call once it has trimmed its heap."""
+
+
+def _scratch(
+    h: torch.Tensor, rows: int, vocab: int, capped: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``[rows, vocab]`` blocks for the logits, the log-softmax and (``capped``) the tanh.
+
+    On the CPU they are the previous call's memory when it fits (nothing returned aliases
+    it); elsewhere new tensors (the device allocator caches them).
+    """
+    count = 3 if capped else 2
+    if h.device.type != "cpu":
+        blocks = h.new_empty((count, rows, vocab)).unbind(0)
+    else:
+        held = getattr(_SCRATCH, "blocks", None)
+        fits = held is not None and held.dtype == h.dtype and held.shape[0] >= count
+        if not (fits and held.shape[1] >= rows and held.shape[2] == vocab):
+            held = h.new_empty((count, rows, vocab))
+            _SCRATCH.blocks = held
+        blocks = tuple(block[:rows] for block in held[:count].unbind(0))
+    return blocks[0], blocks[1], blocks[2] if capped else None
+
+
 class _HeadLoss(torch.autograd.Function):
     """The fused head and loss (see the module), in float32; once differentiable."""
 
@@ -75,10 +102,11 @@ class _HeadLoss(torch.autograd.Function):
         flat_labels = labels.reshape(-1, 1)
         row_weights = _row_weights(mask, batch, scaling, loss_weight).unsqueeze(-1)
         rows = min(len(h), max(1, _BLOCK_ELEMENTS // weight.shape[0]))
-        logits = h.new_empty((rows, weight.shape[0]))
-        work = torch.empty_like(logits)
-        tanh = None if cap is None else torch.empty_like(logits)
+        logits, work, tanh = _scratch(h, rows, weight.shape[0], cap is not None)
         grads = _Gradients(h, ctx.needs_input_grad[:3])
+        if logits_scale is not None:  # the scale's own step of the backward, folded in as well
+            row_weights = row_weights * logits_scale
+        minus_one = h.new_full((), -1.0).expand(rows, 1)
         picked, predicted = [], []
         for start in range(0, len(h), rows):
             h_rows, targets = h[start : start + rows], flat_labels[start : start + rows]
@@ -97,16 +125,13 @@ class _HeadLoss(torch.autograd.Function):
             picked.append(log_softmax.gather(-1, targets))
             if not grads.wanted:
                 continue
-            # the unfused backward's steps: the cross-entropy's, the cap's, the scale's; the
-            # softmax as exp(log-softmax), one pass over the block instead of the kernel's three
-            gradient = log_softmax.exp_()
-            scale = row_weights[start : start + rows]
-            gradient.mul_(scale).scatter_add_(-1, targets, -scale)
+            # the unfused backward's steps: the cross-entropy's (the softmax as exp(log-softmax),
+            # one pass over the block instead of the kernel's three), the cap's; each row's
+            # weight in the loss (and the logits' scale) multiplies the block's small products
+            gradient = log_softmax.exp_().scatter_add_(-1, targets, minus_one[: len(h_rows)])
             if tanh is not None:
                 gradient.mul_(tanh[: len(h_rows)].square_().neg_().add_(1.0))
-            if logits_scale is not None:
-                gradient.mul_(logits_scale)
-            grads.add(start, gradient, h_rows, weight)
+            grads.add(start, gradient, h_rows, weight, row_weights[start : start + rows])
         ce = torch.cat(picked).squeeze(-1).neg_()
         ctx.grads = grads.result(hidden.shape)
         loss: torch.Tensor = _reduce(ce, mask, batch, scaling, loss_weight)
@@ -143,18 +168,29 @@ class _Gradients:
         self.bias: torch.Tensor | None = None
 
     def add(
-        self, start: int, gradient: torch.Tensor, h_rows: torch.Tensor, weight: torch.Tensor
+        self,
+        start: int,
+        gradient: torch.Tensor,
+        h_rows: torch.Tensor,
+        weight: torch.Tensor,
+        row_weights: torch.Tensor,
     ) -> None:
-        """Take the logits' gradient of the rows from ``start`` on."""
+        """Take the rows from ``start`` on: the logits' gradient is ``row_weights * gradient``.
+
+        The rows' weights scale the small factors (the rows' hidden states, the hidden
+        gradient's rows) instead of the ``[rows, vocab]`` gradient: one pass over it fewer.
+        """
         if self.hidden is not None:
-            torch.mm(gradient, weight, out=self.hidden[start : start + len(gradient)])
+            rows = self.hidden[start : start + len(gradient)]
+            torch.mm(gradient, weight, out=rows).mul_(row_weights)
         if self.weight_wanted:
+            weighted = h_rows * row_weights
             if self.weight is None:
-                self.weight = torch.mm(gradient.t(), h_rows)
+                self.weight = torch.mm(gradient.t(), weighted)
             else:
-                self.weight.addmm_(gradient.t(), h_rows)
+                self.weight.addmm_(gradient.t(), weighted)
         if self.bias_wanted:
-            summed = gradient.sum(0)
+            summed = torch.mm(row_weights.t(), gradient).squeeze(0)
             self.bias = summed if self.bias is None else self.bias.add_(summed)
 
     def result(self, shape: torch.Size) -> tuple[torch.Tensor | None, ...]:
