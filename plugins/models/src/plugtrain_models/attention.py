@@ -70,10 +70,11 @@ class KVCache:
     ) -> None:  # fmt: skip
         shape = (batch, settings.num_kv_groups, capacity, settings.head_dim)
 
-        def empty() -> torch.Tensor:
-            return torch.zeros(shape, dtype=dtype, device=device)
+        def pair() -> LayerCache:  # keys, then values, in one block: a step writes both at once
+            both = torch.zeros((2, *shape), dtype=dtype, device=device)
+            return LayerCache(both[0], both[1])
 
-        self.layers = [LayerCache(empty(), empty()) for _ in range(settings.num_layers)]
+        self.layers = [pair() for _ in range(settings.num_layers)]
         self.batch, self.capacity, self.device = batch, capacity, device
         self.length = 0
         self.longest = 0

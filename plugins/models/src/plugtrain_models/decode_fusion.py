@@ -6,10 +6,14 @@ region. The query, key and value projections of a layer read the same input, and
 GLU's two projections: :func:`fused_linear_step` computes such a group as one ``mm`` over
 their weights stacked along the output dimension, outputs side by side.
 
+A group may also take the weight of the RMSNorm in front of it (``scale``): ``(x * w) @ W^T``
+is ``x @ (diag(w) W^T)``, so the stacked weight's rows are scaled once and the step's norm
+skips its last multiplication.
+
 The stacked weight is a copy. It is kept, per group, for as long as the group's first module
 lives, so repeated generation calls reuse it; it is rebuilt when any weight or bias of the
-group has changed since (another tensor object or storage, or an in-place write: its version
-counter moved).
+group, or the scale, has changed since (another tensor object or storage, or an in-place
+write: its version counter moved).
 The memory cost is the group's own weight bytes again (for a Llama layer, the query, key,
 value, gate and up projections: about 70 % of the layer's weights), so only groups of at most
 :data:`MAX_STACKED_BYTES` are stacked: that is where a product's call costs are a share of the
@@ -36,28 +40,31 @@ Kept = tuple[Signature, list["weakref.ref[torch.Tensor]"], "StackedProduct"]
 _KEPT: weakref.WeakKeyDictionary[nn.Module, Kept] = weakref.WeakKeyDictionary()
 
 
-def _tensors(modules: Sequence[nn.Linear]) -> list[torch.Tensor]:
-    return [t for m in modules for t in (m.weight, m.bias) if t is not None]
+def _tensors(modules: Sequence[nn.Linear], scale: torch.Tensor | None) -> list[torch.Tensor]:
+    tensors = [t for m in modules for t in (m.weight, m.bias) if t is not None]
+    return tensors if scale is None else [*tensors, scale]
 
 
-def _still(kept: Kept, modules: Sequence[nn.Linear]) -> bool:
-    """Whether ``kept`` was stacked from ``modules``' current tensors, unchanged since."""
+def _still(kept: Kept, modules: Sequence[nn.Linear], scale: torch.Tensor | None) -> bool:
+    """Whether ``kept`` was stacked from the current tensors, unchanged since (and ``scale``)."""
     signature, refs, _ = kept
-    current = _tensors(modules)
+    current = _tensors(modules, scale)
     if len(refs) != len(current):
         return False
     if any(ref() is not tensor for ref, tensor in zip(refs, current, strict=True)):
         return False
-    return signature == _signature(modules)
+    return signature == _signature(modules, scale)
 
 
-def _signature(modules: Sequence[nn.Linear]) -> Signature:
+def _signature(modules: Sequence[nn.Linear], scale: torch.Tensor | None) -> Signature:
     """What identifies the group's current weights: each tensor's module, address and version."""
     parts = []
     for module in modules:
         for tensor in (module.weight, module.bias):
             if tensor is not None:
                 parts.append((id(module), tensor.data_ptr(), tensor._version, tensor.numel()))
+    if scale is not None:
+        parts.append((0, scale.data_ptr(), scale._version, scale.numel()))
     return tuple(parts)
 
 
@@ -78,15 +85,19 @@ class StackedProduct:
         return torch.addmm(self.bias, hidden, self.weight_t, out=out)
 
 
-def _stacked(modules: Sequence[nn.Linear]) -> StackedProduct:
+def _stacked(modules: Sequence[nn.Linear], scale: torch.Tensor | None) -> StackedProduct:
     with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable in any mode
         weight_t = torch.cat([m.weight.detach() for m in modules]).t().contiguous()
+        if scale is not None:
+            weight_t.mul_(scale.detach().unsqueeze(1))
         if modules[0].bias is None:  # nn.Linear(bias=False) holds None
             return StackedProduct(weight_t, None)  # type: ignore[unreachable]
         return StackedProduct(weight_t, torch.cat([m.bias.detach() for m in modules]))
 
 
-def fused_linear_step(modules: Sequence[nn.Module]) -> StackedProduct | None:
+def fused_linear_step(
+    modules: Sequence[nn.Module], scale: torch.Tensor | None = None
+) -> StackedProduct | None:
     """``modules`` on one ``[B, in]`` input as one ``mm``: ``[B, sum of out]``, in order.
 
     ``None`` unless every module is a stock ``nn.Linear`` and they share the input width, the
@@ -95,6 +106,10 @@ def fused_linear_step(modules: Sequence[nn.Module]) -> StackedProduct | None:
     ``[in, sum of out]`` row-major: at one row per token the BLAS streams it 5-10 % faster than
     an ``[out, in]`` weight read through its transpose, and sums each dot product in another
     order (float32 rounding apart, each output column is the module's own).
+
+    :param scale: ``[in]``, multiplies the input first (an RMSNorm's weight): the product is
+        ``modules``' outputs for ``x * scale``; ``None`` (also returned) unless it has the
+        weights' dtype and device.
     """
     if not modules or any(type(m) is not nn.Linear for m in modules):
         return None
@@ -106,12 +121,17 @@ def fused_linear_step(modules: Sequence[nn.Module]) -> StackedProduct | None:
             return None
         if (module.bias is None) != (linears[0].bias is None):
             return None
-    if sum(t.numel() * t.element_size() for t in _tensors(linears)) > MAX_STACKED_BYTES:
+    if scale is not None:
+        alike = scale.dtype == first.dtype and scale.device == first.device
+        if not alike or scale.shape != (first.shape[1],):
+            return None
+    weights = [t for m in linears for t in (m.weight, m.bias) if t is not None]
+    if sum(t.numel() * t.element_size() for t in weights) > MAX_STACKED_BYTES:
         return None
     kept = _KEPT.get(linears[0])
-    if kept is not None and _still(kept, linears):
+    if kept is not None and _still(kept, linears, scale):
         return kept[2]
-    step = _stacked(linears)
-    refs = [weakref.ref(tensor) for tensor in _tensors(linears)]
-    _KEPT[linears[0]] = (_signature(linears), refs, step)
+    step = _stacked(linears, scale)
+    refs = [weakref.ref(tensor) for tensor in _tensors(linears, scale)]
+    _KEPT[linears[0]] = (_signature(linears, scale), refs, step)
     return step

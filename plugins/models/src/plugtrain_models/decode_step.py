@@ -31,8 +31,8 @@ from plugtrain_models.ffn import FeedForward, FFNLayer
 from plugtrain_models.layers import RMSNorm, apply_rotary
 
 __all__ = [
-    "LayerPlan", "add_linear_step", "ffn_add_step", "ffn_step", "head_step", "linear_step",
-    "norm_step", "stock_layer",
+    "LayerPlan", "add_linear_step", "ffn_add_step", "ffn_step", "glu_product", "head_step",
+    "linear_step", "norm_step", "rms_weight", "stock_layer",
 ]  # fmt: skip
 
 Step = Callable[[torch.Tensor], torch.Tensor]
@@ -88,26 +88,41 @@ def add_linear_step(module: nn.Module) -> AddStep:
 
 
 def _rms_norm(
-    hidden: torch.Tensor, weight: torch.Tensor, eps: torch.Tensor, width: int
+    hidden: torch.Tensor, weight: torch.Tensor | None, eps: torch.Tensor, width: int
 ) -> torch.Tensor:
-    """``w * x * rsqrt(mean(x^2) + eps)`` for float32 in five kernels (``eps`` ``[1]``).
+    """``w * x * rsqrt(mean(x^2) + eps)`` for float32, in five kernels (``eps``: ``[1]``).
 
+    Four without ``w`` (``None``: it is folded into the product that reads the output).
     ``mean(x^2)`` is ``||x||^2 / width``, from the 2-norm (:class:`RMSNorm` sums the squares
     themselves: the two agree to float32 rounding).
     """
     norm = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True)
     scale = torch.addcmul(eps, norm, norm, value=1.0 / width).rsqrt_()
-    return torch.mul(hidden, scale).mul_(weight)
+    normed = torch.mul(hidden, scale)
+    return normed if weight is None else normed.mul_(weight)
 
 
-def norm_step(module: nn.Module) -> Step:
-    """``module`` as a function: a few kernels for :class:`RMSNorm`, one for ``nn.LayerNorm``."""
+def rms_weight(module: nn.Module) -> torch.Tensor | None:
+    """The weight of a float32 :class:`RMSNorm` (which a product may fold in), else ``None``."""
+    if type(module) is RMSNorm and module.weight.dtype == torch.float32:
+        weight: torch.Tensor = module.weight
+        return weight
+    return None
+
+
+def norm_step(module: nn.Module, weighted: bool = True) -> Step:
+    """``module`` as a function: a few kernels for :class:`RMSNorm`, one for ``nn.LayerNorm``.
+
+    ``weighted=False`` leaves a float32 RMSNorm's weight out (:func:`rms_weight`: the next
+    product holds it).
+    """
     if type(module) is RMSNorm:  # in float32, as RMSNorm computes it
         weight, eps = module.weight.float(), module.eps
         shape: tuple[int, ...] = (weight.shape[0],)
         if module.weight.dtype == torch.float32:
             eps_t = weight.new_full((1,), eps)
-            return lambda hidden: _rms_norm(hidden, weight, eps_t, shape[0])
+            kept = weight if weighted else None
+            return lambda hidden: _rms_norm(hidden, kept, eps_t, shape[0])
         return lambda hidden: torch.rms_norm(hidden.float(), shape, weight, eps).to(hidden.dtype)
     if type(module) is nn.LayerNorm:
         shape, weight, bias, eps = module.normalized_shape, module.weight, module.bias, module.eps
@@ -143,17 +158,15 @@ def _silu_(x: torch.Tensor) -> torch.Tensor:
     return functional.silu(x, inplace=True)
 
 
-def _ffn_layer_step(module: nn.Module, fuse: bool = False) -> Step:
+def _ffn_layer_step(module: nn.Module, fused: StackedProduct | None = None) -> Step:
+    """One FFN layer; a GLU's ``fused`` product (gate and up, :func:`glu_product`) as one."""
     if type(module) is not FFNLayer:
         return _module(module)
     main, act = linear_step(module.linear_layer), module.act
     if module.glu:
         assert act is not None
-        both = None
-        if fuse:
-            both = fused_linear_step([module.linear_layer_for_glu, module.linear_layer])
-        if both is not None:
-            return _FusedGLU(both, act, module.linear_layer.out_features)
+        if fused is not None:
+            return _FusedGLU(fused, act, module.linear_layer.out_features)
         gate = linear_step(module.linear_layer_for_glu)
         return lambda hidden: act(gate(hidden)).mul_(main(hidden))
     if act is None:
@@ -161,13 +174,26 @@ def _ffn_layer_step(module: nn.Module, fuse: bool = False) -> Step:
     return lambda hidden: act(main(hidden))
 
 
-def ffn_step(module: nn.Module, fuse: bool = False) -> Step:
+def glu_product(module: nn.Module, scale: torch.Tensor | None = None) -> StackedProduct | None:
+    """A ``FeedForward``'s GLU gate and up projections as one product, or ``None``.
+
+    :func:`fused_linear_step` of the two, ``scale`` folded in.
+    """
+    if type(module) is not FeedForward or len(module.ffn) != 2:
+        return None
+    first = module.ffn[0]
+    if type(first) is not FFNLayer or not first.glu:
+        return None
+    return fused_linear_step([first.linear_layer_for_glu, first.linear_layer], scale)
+
+
+def ffn_step(module: nn.Module, fused: StackedProduct | None = None) -> Step:
     """A layer's FFN without dropout: its two layers, or a mixture of experts' output.
 
-    With ``fuse``, a GLU's two stock projections become one ``mm`` (:func:`fused_linear_step`).
+    ``fused``: its GLU's gate and up projections as one product (:func:`glu_product`).
     """
     if type(module) is FeedForward and len(module.ffn) == 2:
-        first = _ffn_layer_step(module.ffn[0], fuse)
+        first = _ffn_layer_step(module.ffn[0], fused)
         second = _ffn_layer_step(module.ffn[1])
         return lambda hidden: second(first(hidden))
 
@@ -178,16 +204,32 @@ def ffn_step(module: nn.Module, fuse: bool = False) -> Step:
     return routed
 
 
-def ffn_add_step(module: nn.Module, fuse: bool = False) -> AddStep:
+def ffn_add_step(module: nn.Module, fused: StackedProduct | None = None) -> AddStep:
     """``residual += ffn(x)`` (:func:`ffn_step`), a stock last projection accumulated in place."""
     if type(module) is FeedForward and len(module.ffn) == 2:
         last = module.ffn[1]
         if type(last) is FFNLayer and not last.glu and last.act is None:
-            first = _ffn_layer_step(module.ffn[0], fuse)
+            first = _ffn_layer_step(module.ffn[0], fused)
             down = add_linear_step(last.linear_layer)
             return lambda residual, x: down(residual, first(x))
-    step = ffn_step(module, fuse)
+    step = ffn_step(module, fused)
     return lambda residual, x: residual.add_(step(x))
+
+
+def _folded(
+    product: Callable[[torch.Tensor | None], StackedProduct | None], norm: nn.Module | None
+) -> tuple[StackedProduct | None, bool]:
+    """A product with ``norm``'s weight folded in (``True``), or without it (``False``).
+
+    ``product(weight)`` where ``norm`` is a float32 RMSNorm and that product exists, else
+    ``product(None)``.
+    """
+    scale = None if norm is None else rms_weight(norm)
+    if scale is not None:
+        folded = product(scale)
+        if folded is not None:
+            return folded, True
+    return product(None), False
 
 
 def _rotate_(x: torch.Tensor, phases: torch.Tensor) -> None:
@@ -228,6 +270,9 @@ class LayerPlan:
         self.ffn = ffn_step(layer.ffn)
         self.ffn_add = ffn_add_step(layer.ffn)
         self.qkv: StackedProduct | None = None
+        """The query, key and value projections' stacked product, once fused."""
+        self.glu: StackedProduct | None = None
+        """A GLU's gate and up projections' stacked product, once fused."""
         self._layer: Any = layer
         self._rows = -1
         self._prepared = False
@@ -238,18 +283,30 @@ class LayerPlan:
         With :attr:`fuse`, the query, key and value projections become one ``mm``, and so do a
         GLU's gate and up projections, where they are stock ``nn.Linear`` layers (a LoRA layer
         keeps its own call); see :mod:`plugtrain_models.decode_fusion` for the stacked
-        weights' memory and when they are rebuilt.
+        weights' memory and when they are rebuilt. A float32 RMSNorm whose output only such a
+        product reads has its weight folded into the stacked weight.
         """
         self._prepared = True
         if not self.fuse:
             return
-        attention = self._layer.self_attn
-        self.qkv = fused_linear_step([
+        layer = self._layer
+        attention = layer.self_attn
+        projections = [
             attention.proj_q_dense_layer, attention.proj_k_dense_layer,
             attention.proj_v_dense_layer,
-        ])  # fmt: skip
-        self.ffn = ffn_step(self._layer.ffn, fuse=True)
-        self.ffn_add = ffn_add_step(self._layer.ffn, fuse=True)
+        ]  # fmt: skip
+        shared = self.parallel and self.norm3 is None  # norm1's output also feeds the FFN
+        self.qkv, folded = _folded(
+            lambda scale: fused_linear_step(projections, scale), None if shared else layer.norm1
+        )
+        if folded:
+            self.norm1 = norm_step(layer.norm1, weighted=False)
+        norm3 = layer.norm3 if self.norm3 is not None else None
+        self.glu, folded = _folded(lambda scale: glu_product(layer.ffn, scale), norm3)
+        if folded:
+            self.norm3 = norm_step(layer.norm3, weighted=False)
+        self.ffn = ffn_step(layer.ffn, self.glu)
+        self.ffn_add = ffn_add_step(layer.ffn, self.glu)
 
     def _outputs(self, rows: int) -> None:
         """The fused query/key/value product's output for ``rows`` rows, and its views."""
@@ -262,7 +319,10 @@ class LayerPlan:
         self._q = self._qkv[:, : heads * dim].view(rows, heads, 1, dim)
         self._k = self._rotated[:, heads:]
         self._v = self._qkv[:, (heads + groups) * dim :].view(rows, groups, dim)
+        self._new_kv = self._qkv[:, heads * dim :].view(rows, 2, groups, dim).transpose(0, 1)
         self._pairs: torch.Tensor | None = None
+        self._kv_of: LayerCache | None = None
+        self._kv: torch.Tensor | None = None
 
     def _query(self, hidden: torch.Tensor, rotary: torch.Tensor | None) -> torch.Tensor:
         """The rotated query ``[B, h, 1, d]`` of ``hidden`` ``[B, H]``."""
@@ -296,9 +356,13 @@ class LayerPlan:
                 pairs.mul_(rotary)
             else:
                 self._rotated.copy_(_rotated(self._rotated, rotary))
-        start = cache.start
-        cache.keys.select(2, start).copy_(self._k)
-        cache.values.select(2, start).copy_(self._v)
+        if cache is not self._kv_of:
+            self._kv_of, self._kv = cache, _keys_and_values(cache)
+        if self._kv is not None:
+            self._kv.select(3, cache.start).copy_(self._new_kv)
+        else:
+            cache.keys.select(2, cache.start).copy_(self._k)
+            cache.values.select(2, cache.start).copy_(self._v)
         return self._q
 
     def _attend(
@@ -406,6 +470,21 @@ class LayerPlan:
         q = self._query(normed, last_phases)
         attended = self._attend(q, cache, start + length, bias, 0)
         return self._residuals(hidden, normed, attended)
+
+
+def _keys_and_values(cache: LayerCache) -> torch.Tensor | None:
+    """``cache``'s keys and values as one ``[2, B, groups, capacity, d]`` view, or ``None``.
+
+    A view where the values follow the keys in one block, as
+    :class:`~plugtrain_models.attention.KVCache` allocates them.
+    """
+    keys, values = cache.keys, cache.values
+    if not (keys.is_contiguous() and values.is_contiguous()) or keys.dtype != values.dtype:
+        return None
+    same = keys.untyped_storage().data_ptr() == values.untyped_storage().data_ptr()
+    if not same or values.storage_offset() != keys.storage_offset() + keys.numel():
+        return None
+    return keys.as_strided((2, *keys.shape), (keys.numel(), *keys.stride()))
 
 
 def _rotated(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
