@@ -20,6 +20,7 @@ from support.reliability import (
     Outcome,
     finish_process,
     last_line,
+    run_cli,
     small_data,
     small_trainer,
     start_plugtrain,
@@ -121,11 +122,16 @@ STEPS, EVERY = 200, 10
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The final checkpoint of the run the signalled runs are compared with (run once)."""
+    """The final checkpoint of the run the signalled runs are compared with (run once, in this
+    process: only the signalled runs and their resumes need processes of their own)."""
+    from plugtrain.bases.backend import release_backend_type
+
     folder = tmp_path_factory.mktemp("straight")
-    done = finish_process(
-        start_plugtrain("fit", str(write_train_run(folder, steps=STEPS, every=EVERY)))
-    )
+    release_backend_type()
+    try:
+        done = run_cli("fit", str(write_train_run(folder, steps=STEPS, every=EVERY)))
+    finally:
+        release_backend_type()
     assert done.status == 0, done.err
     return folder / "model" / f"checkpoint_{STEPS}.mdl"
 
