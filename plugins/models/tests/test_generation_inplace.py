@@ -15,7 +15,8 @@ import torch
 from support.decoders import tiny_decoder, token_ids
 
 from plugtrain_models.attention import LayerCache
-from plugtrain_models.decode_step import LayerPlan, stock_layer
+from plugtrain_models.decode_step import LayerPlan, norm_step, rms_weight, stock_layer
+from plugtrain_models.layers import RMSNorm
 
 ATOL = 1e-5
 
@@ -49,10 +50,15 @@ def test_norm_weights_folded_into_the_stacked_products_give_the_forwards_logits(
         attention.proj_q_dense_layer.weight, attention.proj_k_dense_layer.weight,
         attention.proj_v_dense_layer.weight,
     ]).t()  # fmt: skip
-    assert torch.equal(plan.qkv.weight_t, stacked * layer.norm1.weight.detach().unsqueeze(1))
+    gain = 64**0.5  # the width: the step divides by hypot(||x||, sqrt(width * eps))
+    assert torch.equal(
+        plan.qkv.weight_t, stacked * (layer.norm1.weight.detach().unsqueeze(1) * gain)
+    )
     ffn = layer.ffn.ffn[0]
     gate_up = torch.cat([ffn.linear_layer_for_glu.weight, ffn.linear_layer.weight]).t()
-    assert torch.equal(plan.glu.weight_t, gate_up * layer.norm3.weight.detach().unsqueeze(1))
+    assert torch.equal(
+        plan.glu.weight_t, gate_up * (layer.norm3.weight.detach().unsqueeze(1) * gain)
+    )
 
 
 def test_a_norm_weight_written_in_place_is_folded_again() -> None:
@@ -96,3 +102,17 @@ def test_a_step_adds_to_its_input_in_place_and_records_no_graph() -> None:
     assert not cache.plans
     assert steps.requires_grad
     torch.testing.assert_close(steps.detach(), full, atol=ATOL, rtol=0)
+
+
+def test_the_steps_rmsnorm_is_the_modules_where_eps_matters_too() -> None:
+    torch.manual_seed(0)
+    norm = RMSNorm(64, eps=1e-2)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        x = torch.randn(3, 64) * torch.tensor([[1e-2], [1.0], [30.0]])  # eps dominant to none
+        expected = norm(x)
+        torch.testing.assert_close(norm_step(norm)(x), expected, atol=0, rtol=2e-6)
+        weight, gain = rms_weight(norm) or (None, 0.0)
+        assert weight is norm.weight
+        unweighted = norm_step(norm, weighted=False)(x)
+        torch.testing.assert_close(unweighted * weight * gain, expected, atol=0, rtol=2e-6)

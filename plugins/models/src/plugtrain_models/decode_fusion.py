@@ -6,9 +6,9 @@ region. The query, key and value projections of a layer read the same input, and
 GLU's two projections: :func:`fused_linear_step` computes such a group as one ``mm`` over
 their weights stacked along the output dimension, outputs side by side.
 
-A group may also take the weight of the RMSNorm in front of it (``scale``): ``(x * w) @ W^T``
-is ``x @ (diag(w) W^T)``, so the stacked weight's rows are scaled once and the step's norm
-skips its last multiplication.
+A group may also take the weight of the RMSNorm in front of it (``scale``, times a constant
+``gain``): ``(x * w) @ W^T`` is ``x @ (diag(w) W^T)``, so the stacked weight's rows are scaled
+once and the step's norm skips its last multiplication.
 
 The stacked weight is a copy. It is kept, per group, for as long as the group's first module
 lives, so repeated generation calls reuse it; it is rebuilt when any weight or bias of the
@@ -34,7 +34,7 @@ __all__ = ["MAX_STACKED_BYTES", "StackedProduct", "fused_linear_step"]
 MAX_STACKED_BYTES = 16 * 2**20
 """The largest group (its weights' and biases' bytes together) that is stacked."""
 
-Signature = tuple[tuple[int, int, int, int], ...]
+Signature = tuple[tuple[float, ...], ...]
 Kept = tuple[Signature, list["weakref.ref[torch.Tensor]"], "StackedProduct"]
 
 _KEPT: weakref.WeakKeyDictionary[nn.Module, Kept] = weakref.WeakKeyDictionary()
@@ -45,7 +45,9 @@ def _tensors(modules: Sequence[nn.Linear], scale: torch.Tensor | None) -> list[t
     return tensors if scale is None else [*tensors, scale]
 
 
-def _still(kept: Kept, modules: Sequence[nn.Linear], scale: torch.Tensor | None) -> bool:
+def _still(
+    kept: Kept, modules: Sequence[nn.Linear], scale: torch.Tensor | None, gain: float
+) -> bool:
     """Whether ``kept`` was stacked from the current tensors, unchanged since (and ``scale``)."""
     signature, refs, _ = kept
     current = _tensors(modules, scale)
@@ -53,18 +55,18 @@ def _still(kept: Kept, modules: Sequence[nn.Linear], scale: torch.Tensor | None)
         return False
     if any(ref() is not tensor for ref, tensor in zip(refs, current, strict=True)):
         return False
-    return signature == _signature(modules, scale)
+    return signature == _signature(modules, scale, gain)
 
 
-def _signature(modules: Sequence[nn.Linear], scale: torch.Tensor | None) -> Signature:
+def _signature(modules: Sequence[nn.Linear], scale: torch.Tensor | None, gain: float) -> Signature:
     """What identifies the group's current weights: each tensor's module, address and version."""
-    parts = []
+    parts: list[tuple[float, ...]] = []
     for module in modules:
         for tensor in (module.weight, module.bias):
             if tensor is not None:
                 parts.append((id(module), tensor.data_ptr(), tensor._version, tensor.numel()))
     if scale is not None:
-        parts.append((0, scale.data_ptr(), scale._version, scale.numel()))
+        parts.append((gain, scale.data_ptr(), scale._version, scale.numel()))
     return tuple(parts)
 
 
@@ -85,18 +87,20 @@ class StackedProduct:
         return torch.addmm(self.bias, hidden, self.weight_t, out=out)
 
 
-def _stacked(modules: Sequence[nn.Linear], scale: torch.Tensor | None) -> StackedProduct:
+def _stacked(
+    modules: Sequence[nn.Linear], scale: torch.Tensor | None, gain: float
+) -> StackedProduct:
     with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable in any mode
         weight_t = torch.cat([m.weight.detach() for m in modules]).t().contiguous()
         if scale is not None:
-            weight_t.mul_(scale.detach().unsqueeze(1))
+            weight_t.mul_(scale.detach().unsqueeze(1) * gain)
         if modules[0].bias is None:  # nn.Linear(bias=False) holds None
             return StackedProduct(weight_t, None)  # type: ignore[unreachable]
         return StackedProduct(weight_t, torch.cat([m.bias.detach() for m in modules]))
 
 
 def fused_linear_step(
-    modules: Sequence[nn.Module], scale: torch.Tensor | None = None
+    modules: Sequence[nn.Module], scale: torch.Tensor | None = None, gain: float = 1.0
 ) -> StackedProduct | None:
     """``modules`` on one ``[B, in]`` input as one ``mm``: ``[B, sum of out]``, in order.
 
@@ -108,8 +112,8 @@ def fused_linear_step(
     order (float32 rounding apart, each output column is the module's own).
 
     :param scale: ``[in]``, multiplies the input first (an RMSNorm's weight): the product is
-        ``modules``' outputs for ``x * scale``; ``None`` (also returned) unless it has the
-        weights' dtype and device.
+        ``modules``' outputs for ``x * scale * gain``; ``None`` (also returned) unless it has
+        the weights' dtype and device.
     """
     if not modules or any(type(m) is not nn.Linear for m in modules):
         return None
@@ -129,9 +133,9 @@ def fused_linear_step(
     if sum(t.numel() * t.element_size() for t in weights) > MAX_STACKED_BYTES:
         return None
     kept = _KEPT.get(linears[0])
-    if kept is not None and _still(kept, linears, scale):
+    if kept is not None and _still(kept, linears, scale, gain):
         return kept[2]
-    step = _stacked(linears, scale)
+    step = _stacked(linears, scale, gain)
     refs = [weakref.ref(tensor) for tensor in _tensors(linears, scale)]
-    _KEPT[linears[0]] = (_signature(linears, scale), refs, step)
+    _KEPT[linears[0]] = (_signature(linears, scale, gain), refs, step)
     return step

@@ -18,6 +18,7 @@ GLU's halves) are made once too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -88,25 +89,30 @@ def add_linear_step(module: nn.Module) -> AddStep:
 
 
 def _rms_norm(
-    hidden: torch.Tensor, weight: torch.Tensor | None, eps: torch.Tensor, width: int
+    hidden: torch.Tensor, weight: torch.Tensor | None, floor: torch.Tensor
 ) -> torch.Tensor:
-    """``w * x * rsqrt(mean(x^2) + eps)`` for float32, in five kernels (``eps``: ``[1]``).
+    """RMSNorm in float32 as ``x / hypot(||x||, floor) * weight``: three or four kernels.
 
-    Four without ``w`` (``None``: it is folded into the product that reads the output).
-    ``mean(x^2)`` is ``||x||^2 / width``, from the 2-norm (:class:`RMSNorm` sums the squares
-    themselves: the two agree to float32 rounding).
+    With ``floor = sqrt(width * eps)`` and ``weight = sqrt(width) * w`` this is
+    ``w * x * rsqrt(mean(x^2) + eps)``, since ``mean(x^2) + eps = (||x||^2 + floor^2) / width``
+    (:class:`RMSNorm` sums the squares itself: the two agree to float32 rounding). ``weight``
+    ``None`` leaves it out, for the product that reads the output to hold it
+    (:func:`rms_weight`).
     """
     norm = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True)
-    scale = torch.addcmul(eps, norm, norm, value=1.0 / width).rsqrt_()
-    normed = torch.mul(hidden, scale)
+    normed = torch.div(hidden, torch.hypot(norm, floor))
     return normed if weight is None else normed.mul_(weight)
 
 
-def rms_weight(module: nn.Module) -> torch.Tensor | None:
-    """The weight of a float32 :class:`RMSNorm` (which a product may fold in), else ``None``."""
+def rms_weight(module: nn.Module) -> tuple[torch.Tensor, float] | None:
+    """A float32 :class:`RMSNorm`'s weight and gain, which a product may fold in, or ``None``.
+
+    The product then reads :func:`norm_step`'s output with ``weighted=False``: it must compute
+    its modules for ``x * weight * gain``.
+    """
     if type(module) is RMSNorm and module.weight.dtype == torch.float32:
         weight: torch.Tensor = module.weight
-        return weight
+        return weight, math.sqrt(weight.shape[0])
     return None
 
 
@@ -120,9 +126,9 @@ def norm_step(module: nn.Module, weighted: bool = True) -> Step:
         weight, eps = module.weight.float(), module.eps
         shape: tuple[int, ...] = (weight.shape[0],)
         if module.weight.dtype == torch.float32:
-            eps_t = weight.new_full((1,), eps)
-            kept = weight if weighted else None
-            return lambda hidden: _rms_norm(hidden, kept, eps_t, shape[0])
+            floor = weight.new_full((1,), math.sqrt(shape[0] * eps))
+            gained = weight * math.sqrt(shape[0]) if weighted else None
+            return lambda hidden: _rms_norm(hidden, gained, floor)
         return lambda hidden: torch.rms_norm(hidden.float(), shape, weight, eps).to(hidden.dtype)
     if type(module) is nn.LayerNorm:
         shape, weight, bias, eps = module.normalized_shape, module.weight, module.bias, module.eps
@@ -174,17 +180,19 @@ def _ffn_layer_step(module: nn.Module, fused: StackedProduct | None = None) -> S
     return lambda hidden: act(main(hidden))
 
 
-def glu_product(module: nn.Module, scale: torch.Tensor | None = None) -> StackedProduct | None:
+def glu_product(
+    module: nn.Module, scale: torch.Tensor | None = None, gain: float = 1.0
+) -> StackedProduct | None:
     """A ``FeedForward``'s GLU gate and up projections as one product, or ``None``.
 
-    :func:`fused_linear_step` of the two, ``scale`` folded in.
+    :func:`fused_linear_step` of the two, ``scale`` and ``gain`` folded in.
     """
     if type(module) is not FeedForward or len(module.ffn) != 2:
         return None
     first = module.ffn[0]
     if type(first) is not FFNLayer or not first.glu:
         return None
-    return fused_linear_step([first.linear_layer_for_glu, first.linear_layer], scale)
+    return fused_linear_step([first.linear_layer_for_glu, first.linear_layer], scale, gain)
 
 
 def ffn_step(module: nn.Module, fused: StackedProduct | None = None) -> Step:
@@ -216,20 +224,21 @@ def ffn_add_step(module: nn.Module, fused: StackedProduct | None = None) -> AddS
     return lambda residual, x: residual.add_(step(x))
 
 
-def _folded(
-    product: Callable[[torch.Tensor | None], StackedProduct | None], norm: nn.Module | None
-) -> tuple[StackedProduct | None, bool]:
+Product = Callable[[torch.Tensor | None, float], StackedProduct | None]
+
+
+def _folded(product: Product, norm: nn.Module | None) -> tuple[StackedProduct | None, bool]:
     """A product with ``norm``'s weight folded in (``True``), or without it (``False``).
 
-    ``product(weight)`` where ``norm`` is a float32 RMSNorm and that product exists, else
-    ``product(None)``.
+    ``product(weight, gain)`` where ``norm`` is a float32 RMSNorm (:func:`rms_weight`) and
+    that product exists, else ``product(None, 1.0)``.
     """
-    scale = None if norm is None else rms_weight(norm)
-    if scale is not None:
-        folded = product(scale)
+    folding = None if norm is None else rms_weight(norm)
+    if folding is not None:
+        folded = product(*folding)
         if folded is not None:
             return folded, True
-    return product(None), False
+    return product(None, 1.0), False
 
 
 def _rotate_(x: torch.Tensor, phases: torch.Tensor) -> None:
@@ -297,12 +306,13 @@ class LayerPlan:
         ]  # fmt: skip
         shared = self.parallel and self.norm3 is None  # norm1's output also feeds the FFN
         self.qkv, folded = _folded(
-            lambda scale: fused_linear_step(projections, scale), None if shared else layer.norm1
+            lambda scale, gain: fused_linear_step(projections, scale, gain),
+            None if shared else layer.norm1,
         )
         if folded:
             self.norm1 = norm_step(layer.norm1, weighted=False)
         norm3 = layer.norm3 if self.norm3 is not None else None
-        self.glu, folded = _folded(lambda scale: glu_product(layer.ffn, scale), norm3)
+        self.glu, folded = _folded(lambda scale, gain: glu_product(layer.ffn, scale, gain), norm3)
         if folded:
             self.norm3 = norm_step(layer.norm3, weighted=False)
         self.ffn = ffn_step(layer.ffn, self.glu)
