@@ -262,12 +262,17 @@ def _rotate(x: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
     if wide.stride(-1) != 1 or any(stride % 2 for stride in wide.stride()[:-1]):
         wide = wide.contiguous()
     pairs = torch.view_as_complex(wide.unflatten(-1, (half, 2)))
-    product = torch.view_as_real(pairs * phases.unsqueeze(-2)).flatten(-2)
     if whole:
-        return product.to(x.dtype)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    out[..., : 2 * half] = product
-    out[..., 2 * half :] = x[..., 2 * half :]
+        return torch.view_as_real(pairs * phases.unsqueeze(-2)).flatten(-2).to(x.dtype)
+    # the rest of each head as it is: one copy of the whole (contiguous runs), then the turned
+    # dims overwritten (in float32, the product written there directly)
+    out = x.clone(memory_format=torch.contiguous_format)
+    turned_out = out[..., : 2 * half]
+    if out.dtype == torch.float32 and out.shape[-1] % 2 == 0:
+        target = torch.view_as_complex(turned_out.unflatten(-1, (half, 2)))
+        torch.mul(pairs, phases.unsqueeze(-2), out=target)
+    else:
+        turned_out.copy_(torch.view_as_real(pairs * phases.unsqueeze(-2)).flatten(-2))
     return out
 
 
