@@ -8,12 +8,18 @@ computes what it always does). A step then skips what a single query in inferenc
 module calls, dropout, reshapes and transposes (one token per row: hidden states are ``[B, H]``,
 queries ``[B, h, 1, d]``), the causal mask (the one query is the newest key) and, for a sliding
 window without sinks or padding, any mask at all (the keys are sliced to the window). RoPE
-rotates the new key in its cache slot and the query in place.
+rotates the new key and the query in place.
 
-The residual stream is updated in place: a stock output or down projection adds its product to
-it in the same BLAS call (``addmm_``). The fused products (:mod:`~plugtrain_models.decode_fusion`)
-write outputs allocated once per cache, whose views (query, key, value, the rotated pairs, a
-GLU's halves) are made once too.
+Between two weight-streaming products every kernel call costs far more than its arithmetic
+(the stream has evicted the caches' code and data), so a step makes as few calls as it can:
+
+- the residual stream is updated in place: a stock output or down projection adds its product
+  to it in the BLAS call itself (``addmm_``);
+- the fused products (:mod:`~plugtrain_models.decode_fusion`) write outputs allocated once per
+  cache, whose views (query, key, value, the rotated pairs, a GLU's halves) are made once too;
+- a float32 RMSNorm is ``x / hypot(||x||, sqrt(width * eps))`` times ``sqrt(width) * w``, the
+  factor folded into the stacked product that reads it (three kernels);
+- a token's key and value go to the cache in one copy (the cache holds them in one block).
 """
 
 from __future__ import annotations
@@ -147,7 +153,7 @@ class _FusedGLU:
         self.product, self.width = product, width
         self.act = _silu_ if act is functional.silu else act
         self.rows = -1
-        self.out = self.gate = self.up = product.weight_t
+        self.out = self.gate = self.up = torch.empty(0)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """The GLU's output ``[B, width]`` for ``hidden`` ``[B, in]``."""
