@@ -32,7 +32,12 @@ def _under_bfloat16_autocast(trainer: Any) -> bool:
     precision = getattr(trainer, "precision", None)
     if getattr(precision, "dtype", None) is not torch.bfloat16:
         return False
-    return int(getattr(getattr(trainer, "strategy", None), "world_size", 1)) == 1
+    strategy = getattr(trainer, "strategy", None)
+    if getattr(strategy, "sharded_parameters", False):
+        return False
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    processes = torch.distributed.get_world_size() if distributed else 1
+    return processes == 1 and int(getattr(strategy, "world_size", 1)) == 1
 
 
 def bfloat16_base_weights(model: nn.Module) -> list[nn.Parameter]:
