@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from plugtrain.discovery.loading import get_registry
 from plugtrain.train.checkpointing.state import trainer_state
 from plugtrain_models.families import build_decoder
 from plugtrain_models.lora.apply import apply_lora, is_adapter
-from plugtrain_models.lora.bfloat16_base import bfloat16_base_weights
+from plugtrain_models.lora.bfloat16_base import allow_bfloat16_base, bfloat16_base_weights
 from plugtrain_models.lora.callback import Lora
 from plugtrain_models.lora.config import LoraConfig
 
@@ -284,16 +285,32 @@ def test_a_weight_held_in_bfloat16_merges_as_its_float32_copy() -> None:
     assert held == {torch.bfloat16}
 
 
-def test_no_bfloat16_base_without_bfloat16_autocast(tmp_path: Path) -> None:
-    torch.manual_seed(5)
-    trainer = plugtrain.Trainer(
-        device="CPU",
-        model_dir=tmp_path,
-        model=build_decoder("llama", KEYS),
-        optimizer={"AdamW": {"lr": 0.01}},
-        callbacks=[Lora(lora_params=LORA)],
-    )
-    assert bfloat16_names(trainer.unwrapped_model) == frozenset()
+@pytest.mark.parametrize(
+    ("dtype", "world_size", "sharded", "switch", "marked"),
+    [
+        (torch.bfloat16, 1, False, "1", True),
+        (None, 1, False, "1", False),  # full precision, or CSX (its compiler casts)
+        (torch.float16, 1, False, "1", False),
+        (torch.bfloat16, 2, False, "1", False),  # DDP
+        (torch.bfloat16, 1, True, "1", False),  # FSDP2
+        (torch.bfloat16, 1, False, "0", False),  # PLUGTRAIN_BF16_BASE=0
+    ],
+)
+def test_only_a_one_process_fit_under_bfloat16_autocast_marks_its_base(
+    monkeypatch: pytest.MonkeyPatch,
+    dtype: torch.dtype | None,
+    world_size: int,
+    sharded: bool,
+    switch: str,
+    marked: bool,
+) -> None:
+    monkeypatch.setenv("PLUGTRAIN_BF16_BASE", switch)
+    model = _lora_model()
+    strategy = SimpleNamespace(world_size=world_size, sharded_parameters=sharded)
+    trainer = SimpleNamespace(precision=SimpleNamespace(dtype=dtype), strategy=strategy)
+    expected = 7 * KEYS["num_hidden_layers"] + 1  # the projections and the untied head
+    assert allow_bfloat16_base(trainer, model) == (expected if marked else 0)
+    assert len(bfloat16_names(model)) == (expected if marked else 0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
