@@ -146,6 +146,24 @@ def _fit(tmp_path: Path, model_dir: Path, *overrides: str, command: str = "fit")
     return done.stdout + done.stderr
 
 
+def _fit_here(
+    tmp_path: Path, model_dir: Path, *overrides: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """:func:`_fit` through ``plugtrain.cli.main`` in this process: for the runs the others are
+    compared with (and one whose weights are all that is read), saving an interpreter each."""
+    from plugtrain.bases.backend import release_backend_type
+    from plugtrain.cli import main
+
+    sets = [f"trainer.init.model_dir={model_dir}", *overrides]
+    monkeypatch.chdir(tmp_path)
+    release_backend_type()
+    try:
+        status = main(["fit", str(EXAMPLE), *(part for value in sets for part in ("--set", value))])
+    finally:
+        release_backend_type()
+    assert status == 0
+
+
 def _metrics(model_dir: Path, split: str) -> list[dict[str, Any]]:
     lines = (model_dir / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["split"] == split]
@@ -177,12 +195,13 @@ def test_the_example_trains_and_validate_all_reports_perplexity(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_example_resumes_bit_for_bit(tmp_path):
+def test_the_example_resumes_bit_for_bit(tmp_path, monkeypatch):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     steps = "trainer.init.loop={max_steps: %d, eval_frequency: 200, eval_steps: 1}"
-    _fit(tmp_path, straight, steps % 8, "trainer.init.checkpoint={steps: 4}")
-    _fit(tmp_path, resumed, steps % 4, "trainer.init.checkpoint={steps: 4}")
-    output = _fit(tmp_path, resumed, steps % 8, "trainer.init.checkpoint={steps: 4}")
+    checkpoints = "trainer.init.checkpoint={steps: 4}"
+    _fit_here(tmp_path, straight, steps % 8, checkpoints, monkeypatch=monkeypatch)  # reference
+    _fit(tmp_path, resumed, steps % 4, checkpoints)
+    output = _fit(tmp_path, resumed, steps % 8, checkpoints)
     assert "resumed from" in output
     mine, theirs = _weights(resumed / "checkpoint_8.mdl"), _weights(straight / "checkpoint_8.mdl")
     assert mine.keys() == theirs.keys()
@@ -191,7 +210,7 @@ def test_the_example_resumes_bit_for_bit(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_example_on_two_processes_matches_one_process(tmp_path):
+def test_the_example_on_two_processes_matches_one_process(tmp_path, monkeypatch):
     """Two gloo processes of 8 sequences each = one process of the 16 (no shuffling)."""
     one, two = tmp_path / "one", tmp_path / "two"
     common = (
@@ -204,7 +223,7 @@ def test_the_example_on_two_processes_matches_one_process(tmp_path):
         "trainer.fit.train_dataloader="
         "{StdlibText: {batch_size: %d, block_size: 64, shuffle: false}}"
     )
-    _fit(tmp_path, one, *common, data % 16)
+    _fit_here(tmp_path, one, *common, data % 16, monkeypatch=monkeypatch)  # the reference
     output = _fit(
         tmp_path,
         two,
@@ -224,7 +243,7 @@ def test_the_example_on_two_processes_matches_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_model_zoo_s_rigl_globs_sparsify_the_gpt_s_projections_only(tmp_path):
+def test_model_zoo_s_rigl_globs_sparsify_the_gpt_s_projections_only(tmp_path, monkeypatch):
     """Model Zoo GPT-3 RigL's param_filter globs select exactly the 12 projection matrices."""
     model_dir = tmp_path / "run"
     globs = ", ".join(f"'{glob}'" for glob in MODEL_ZOO_GLOBS)
@@ -233,12 +252,13 @@ def test_model_zoo_s_rigl_globs_sparsify_the_gpt_s_projections_only(tmp_path):
         "drop_fraction: {type: cosine, init: 0.3, half_period: 6}, update: {freq: 2, stop: 6}, "
         "param_filter: [" + globs + "]}"
     )
-    _fit(
+    _fit_here(
         tmp_path,
         model_dir,
         "trainer.init.loop={max_steps: 8, eval_frequency: 8, eval_steps: 1}",
         "trainer.init.precision.enabled=false",
         sparsity,
+        monkeypatch=monkeypatch,
     )
     weights = _weights(model_dir / "checkpoint_8.mdl")
     sparse = {n for n, w in weights.items() if n.endswith("weight") and bool((w == 0).any())}
