@@ -201,7 +201,7 @@ def _final_weights(model_dir: Path, step: int) -> dict[str, torch.Tensor]:
 
 
 def test_a_run_killed_mid_training_resumes_to_bit_identical_weights(tmp_path):
-    steps, every = 1500, 100
+    steps, every = 600, 100  # killed once checkpoint 200 exists: 400 steps before it could end
     straight_dir = tmp_path / "straight"
     straight_dir.mkdir()
     straight = write_run(straight_dir, steps=steps, every=every)
