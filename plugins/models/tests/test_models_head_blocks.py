@@ -83,7 +83,8 @@ def test_partial_rope_turns_the_first_pairs_and_passes_the_rest(dtype: torch.dty
     even, odd = pairs[..., 0], pairs[..., 1]
     cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
     turned = torch.stack((even * cos - odd * sin, odd * cos + even * sin), -1).flatten(-2)
-    assert got.dtype == dtype and got.is_contiguous()
+    assert got.dtype == dtype
+    assert got.is_contiguous()
     torch.testing.assert_close(got[..., :8], turned.to(dtype), atol=1e-6, rtol=0)
     assert torch.equal(got[..., 8:], x.detach()[..., 8:])
     gradient = torch.randn(got.shape, generator=generator).to(dtype)
