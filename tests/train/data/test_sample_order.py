@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,21 @@ def test_one_and_two_processes_see_the_same_samples_per_step_and_end_at_the_same
             torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def three_steps_on_one(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Steps 1-3 on one process (16 samples a step), checkpointed at 3: the start that a resume
+    on 2 processes and a rank unable to load it both take. Read only: see :func:`_copy_of`."""
+    root = tmp_path_factory.mktemp("three_steps_on_one")
+    _fit(root, "before", ONE, 16, steps=3, model_dir="shared")
+    return root
+
+
+def _copy_of(three_steps: Path, tmp_path: Path) -> Path:
+    """The checkpointed model_dir copied to ``tmp_path/shared``; the records of steps 1-3."""
+    shutil.copytree(three_steps / "shared", tmp_path / "shared")
+    return three_steps / "before" / "records"
+
+
 def _ids(records: Path) -> list[int]:
     ids: list[int] = []
     for path in sorted(records.glob("ids_*.json")):
@@ -300,9 +316,14 @@ def _ids(records: Path) -> list[int]:
         ((ONE, 16), (TWO, 8), "written by 1 process, resuming on 2"),
     ],
 )
-def test_a_resume_at_another_world_size_repeats_and_skips_no_sample(tmp_path, first, then, said):
+def test_a_resume_at_another_world_size_repeats_and_skips_no_sample(
+    tmp_path, first, then, said, request
+):
     """Steps 1-3 on one world size, 4-6 (the rest of epoch 0) on the other."""
-    before, _ = _fit(tmp_path, "before", *first, steps=3, model_dir="shared")
+    if first == (ONE, 16):
+        before = _copy_of(request.getfixturevalue("three_steps_on_one"), tmp_path)
+    else:
+        before, _ = _fit(tmp_path, "before", *first, steps=3, model_dir="shared")
     after, done = _fit(tmp_path, "after", *then, steps=6, model_dir="shared")
     assert said in done.stderr
     seen_before, seen_after = _ids(before), _ids(after)
@@ -396,8 +417,10 @@ def test_ranks_that_loaded_different_checkpoints_are_named_with_their_files():
 
 
 @pytest.mark.slow
-def test_a_rank_that_cannot_load_rank_0s_checkpoint_stops_every_rank_before_step_1(tmp_path):
-    _fit(tmp_path, "before", ONE, 16, steps=3, model_dir="shared")
+def test_a_rank_that_cannot_load_rank_0s_checkpoint_stops_every_rank_before_step_1(
+    tmp_path, three_steps_on_one
+):
+    _copy_of(three_steps_on_one, tmp_path)
     folder = tmp_path / "after"
     folder.mkdir()
     (folder / "hidden.py").write_text(HIDE_ON_RANK_1)
