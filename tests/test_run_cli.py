@@ -111,12 +111,14 @@ def test_every_example_passes_check_without_importing_torch(example, example_che
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
-    """One ``plugtrain fit`` of the 40-step run (its folder and the finished process).
+    """One ``plugtrain fit`` of the 40-step run (its folder and the finished process): a run
+    file of 60 steps cut to 40 by ``--set`` (its schedule still spans 60 steps).
 
     Read only: a test that runs more on it works on a copy (:func:`copy_of_fitted`).
     """
     tmp_path = tmp_path_factory.mktemp("fitted")
-    return tmp_path, plugtrain("fit", str(write_run(tmp_path)))
+    run = str(write_run(tmp_path, steps=60))
+    return tmp_path, plugtrain("fit", run, "--set", "trainer.init.loop.max_steps=40")
 
 
 def copy_of_fitted(fitted: tuple[Path, subprocess.CompletedProcess], tmp_path: Path) -> Path:
@@ -143,11 +145,11 @@ def test_fit_writes_metrics_checkpoints_and_the_schedule_plot(fitted):
     assert "step 10/40 loss" in done.stderr  # plain log lines when not on a terminal
 
 
-def test_set_overrides_values(tmp_path):
-    run = write_run(tmp_path)
-    done = plugtrain("fit", str(run), "--set", "trainer.init.loop.max_steps=10")
+def test_set_overrides_values(fitted):
+    tmp_path, done = fitted  # the run file says 60 steps; --set said 40
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "model").glob("*.mdl")) == ["checkpoint_10.mdl"]
+    assert not (tmp_path / "model" / "checkpoint_60.mdl").exists()
+    assert "step 40/40 loss" in done.stderr
 
 
 def test_validate_evaluates_the_newest_checkpoint(fitted, tmp_path):
