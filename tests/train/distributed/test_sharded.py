@@ -51,12 +51,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch.distributed as dist
     from support import sharded_worker
 
+    from plugtrain.bases.backend import release_backend_type
+
     out = tmp_path_factory.mktemp("sharded")
     torchrun = ["-m", "torch.distributed.run", "--standalone"]
     _python(out, *torchrun, "--nproc-per-node=4", str(WORKER), str(out), "--four")
     _python(out, *torchrun, "--nproc-per-node=2", str(WORKER), str(out))
     assert not dist.is_initialized()  # one process as a fresh one: no group to join
-    sharded_worker.alone(out)
+    release_backend_type()  # nor a backend type set by an earlier test
+    try:
+        sharded_worker.alone(out)
+    finally:
+        release_backend_type()
     assert not dist.is_initialized()
     return out
 
