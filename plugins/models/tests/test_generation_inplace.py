@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 from support.decoders import tiny_decoder, token_ids
+from torch import nn
 
 from plugtrain_models.attention import LayerCache
+from plugtrain_models.decode_fusion import fused_linear_step
 from plugtrain_models.decode_step import LayerPlan, norm_step, rms_weight, stock_layer
 from plugtrain_models.layers import RMSNorm
 
@@ -116,3 +118,18 @@ def test_the_steps_rmsnorm_is_the_modules_where_eps_matters_too() -> None:
         assert weight is norm.weight
         unweighted = norm_step(norm, weighted=False)(x)
         torch.testing.assert_close(unweighted * weight * gain, expected, atol=0, rtol=2e-6)
+
+
+def test_a_stacked_product_with_a_scale_writes_the_scaled_inputs_products_into_out() -> None:
+    torch.manual_seed(0)
+    first, second, scale = nn.Linear(8, 5), nn.Linear(8, 3), torch.rand(8) + 0.5
+    x, out = torch.randn(2, 8), torch.empty(2, 8)
+    with torch.no_grad():
+        product = fused_linear_step([first, second], scale, 2.0)
+        assert product is not None
+        assert product(x, out) is out
+        expected = torch.cat([first(x * scale * 2.0), second(x * scale * 2.0)], dim=1)
+        torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+        assert fused_linear_step([first, second], scale, 2.0) is product
+        assert fused_linear_step([first, second], scale, 3.0) is not product  # another gain
+        assert fused_linear_step([first, second], scale.double()) is None
