@@ -36,7 +36,8 @@ class _RMSNormFunction(torch.autograd.Function):
 
     Autograd through the forward's five operations saves four tensors and makes about nine
     passes over the input's size in backward; this one saves ``x_hat = x r`` and ``r`` and
-    makes five: ``dw = sum(g x_hat)``, ``dx = r (g w - x_hat mean(g w x_hat))``.
+    makes five: ``p = g x_hat``, ``dw = sum(p)``, ``mean(g w x_hat) = (p . w) / H`` (a
+    matrix-vector product), ``dx = r (g w) - x_hat r mean(g w x_hat)`` (the last two in place).
     """
 
     @staticmethod
@@ -55,15 +56,17 @@ class _RMSNormFunction(torch.autograd.Function):
         """The gradients of the input and the weight."""
         normed, scale, weight = ctx.saved_tensors
         grad = grad.float()
+        product = grad * normed
         weight_grad = None
         if ctx.needs_input_grad[1]:
             batch_dims = tuple(range(grad.dim() - 1))
-            weight_grad = (grad * normed).sum(batch_dims).to(weight.dtype)
+            weight_grad = product.sum(batch_dims).to(weight.dtype)
         hidden_grad = None
         if ctx.needs_input_grad[0]:
-            weighted = grad * weight.float()
-            mean = (weighted * normed).mean(-1, keepdim=True)
-            hidden_grad = torch.addcmul(weighted * scale, normed, mean.mul_(scale), value=-1)
+            wide_weight = weight.float()
+            mean = torch.matmul(product, wide_weight).unsqueeze(-1).div_(normed.shape[-1])
+            hidden_grad = torch.mul(grad, wide_weight).mul_(scale)
+            hidden_grad.addcmul_(normed, mean.mul_(scale), value=-1)
             hidden_grad = hidden_grad.to(ctx.dtype)
         return hidden_grad, weight_grad, None
 
