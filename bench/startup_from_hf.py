@@ -211,16 +211,20 @@ def sources(root: Path) -> list[str]:
     return [str(path.resolve()) for path in found]
 
 
-def model_parameters(folder: Path) -> int:
-    """The parameters of the folder's tensors, from the safetensors headers alone."""
-    total = 0
+def tensor_sizes(folder: Path) -> dict[str, int]:
+    """Each tensor of the folder and its number of elements, from the safetensors headers."""
+    sizes: dict[str, int] = {}
     for shard in sorted(folder.glob("*.safetensors")):
         with shard.open("rb") as handle:
             header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
-        for name, entry in header.items():
-            if name != "__metadata__":
-                total += math.prod(entry["shape"])
-    return total
+        header.pop("__metadata__", None)
+        sizes.update((name, math.prod(entry["shape"])) for name, entry in header.items())
+    return sizes
+
+
+def model_parameters(folder: Path) -> int:
+    """The parameters of the folder's tensors, from the safetensors headers alone."""
+    return sum(tensor_sizes(folder).values())
 
 
 def _variants(args: argparse.Namespace, env: dict[str, str]) -> list[tuple[str, str, Any]]:
@@ -244,15 +248,10 @@ def _variants(args: argparse.Namespace, env: dict[str, str]) -> list[tuple[str, 
 def held_bytes(folder: Path) -> int:
     """The bytes a bf16 LoRA fit's model holds: its frozen Linear weights in bfloat16 (2 bytes a
     parameter), the token table (tied to the head) and the norms in float32 (4)."""
-    total = 0
-    for shard in sorted(folder.glob("*.safetensors")):
-        with shard.open("rb") as handle:
-            header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
-        for name, entry in header.items():
-            if name != "__metadata__":
-                wide = "embed" in name or "norm" in name
-                total += (4 if wide else 2) * math.prod(entry["shape"])
-    return total
+    return sum(
+        (4 if "embed" in name or "norm" in name else 2) * count
+        for name, count in tensor_sizes(folder).items()
+    )
 
 
 def main() -> None:
